@@ -1,0 +1,13 @@
+"""encoderlab: BERT-family encoders written from scratch, with Hugging Face parity."""
+
+from encoderlab.checkpoint import load_model, resolve_model_path, save_pretrained
+from encoderlab.config import EncoderConfig
+from encoderlab.errors import CheckpointError, ConfigError, EncoderlabError, InputError
+from encoderlab.nn.model import EncoderModel, MaskedLMModel, PreTrainingModel
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointError", "ConfigError", "EncoderConfig", "EncoderModel", "EncoderlabError", "InputError",
+    "MaskedLMModel", "PreTrainingModel", "load_model", "resolve_model_path", "save_pretrained",
+]

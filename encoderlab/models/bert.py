@@ -1,0 +1,55 @@
+"""BERT (Devlin et al. 2019, arXiv:1810.04805): the reference family every other variant departs from.
+
+Presets follow Google's BERT release: bert-base/large from the paper (table in section 3), and the
+compact models bert-tiny ... bert-medium of Turc et al. 2019 ("Well-Read Students Learn Better",
+arXiv:1908.08962), all with 4x feed-forward width and 64-wide heads.
+"""
+
+from __future__ import annotations
+
+from encoderlab.models import FamilySpec
+
+
+def _preset(layers: int, hidden: int) -> dict:
+    """A BERT preset: heads of width 64, feed-forward 4x hidden, bert-base-uncased vocabulary."""
+    return {"num_layers": layers, "hidden_size": hidden, "num_heads": hidden // 64, "intermediate_size": 4 * hidden}
+
+
+PRESETS = {
+    "bert-tiny": _preset(2, 128),
+    "bert-mini": _preset(4, 256),
+    "bert-small": _preset(4, 512),
+    "bert-medium": _preset(8, 512),
+    "bert-base": _preset(12, 768),
+    "bert-large": _preset(24, 1024),
+}
+
+_LAYER = "encoder.layer.{i}."
+WEIGHT_MAP = (
+    ("encoder.embeddings.word.", ("embeddings.word_embeddings.",)),
+    ("encoder.embeddings.position.", ("embeddings.position_embeddings.",)),
+    ("encoder.embeddings.segment.", ("embeddings.token_type_embeddings.",)),
+    ("encoder.embeddings.norm.", ("embeddings.LayerNorm.",)),
+    ("encoder.layers.{i}.attn.qkv.", tuple(f"{_LAYER}attention.self.{p}." for p in ("query", "key", "value"))),
+    ("encoder.layers.{i}.attn.out.", (f"{_LAYER}attention.output.dense.",)),
+    ("encoder.layers.{i}.attn_norm.", (f"{_LAYER}attention.output.LayerNorm.",)),
+    ("encoder.layers.{i}.mlp.up.", (f"{_LAYER}intermediate.dense.",)),
+    ("encoder.layers.{i}.mlp.down.", (f"{_LAYER}output.dense.",)),
+    ("encoder.layers.{i}.mlp_norm.", (f"{_LAYER}output.LayerNorm.",)),
+    ("pooler.dense.", ("pooler.dense.",)),
+    ("mlm.transform.", ("cls.predictions.transform.dense.",)),
+    ("mlm.norm.", ("cls.predictions.transform.LayerNorm.",)),
+    ("mlm.bias", ("cls.predictions.bias",)),
+    ("nsp.classifier.", ("cls.seq_relationship.",)),
+)
+
+SPEC = FamilySpec(
+    model_type="bert",
+    architectures={"base": "BertModel", "mlm": "BertForMaskedLM", "pretraining": "BertForPreTraining"},
+    base_prefix="bert.",
+    weight_map=WEIGHT_MAP,
+    presets=PRESETS,
+    aliases={"cls.predictions.decoder.bias": "cls.predictions.bias"},
+    tied=(("cls.predictions.decoder.weight", "embeddings.word_embeddings.weight"),),
+    ignored=("embeddings.position_ids",),
+)

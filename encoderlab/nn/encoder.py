@@ -1,0 +1,65 @@
+"""The encoder stack: embeddings, then N transformer blocks. Weight init lives here, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from encoderlab.config import EncoderConfig
+from encoderlab.nn.block import Block
+from encoderlab.nn.embeddings import Embeddings
+
+
+@dataclass
+class EncoderOutput:
+    """What the encoder returns; lists hold one entry per layer (hidden states: embeddings first)."""
+
+    last_hidden_state: torch.Tensor  # (B, T, H)
+    pooled: torch.Tensor | None = None  # (B, H), from the pooler when the model has one
+    hidden_states: list[torch.Tensor] | None = None  # num_layers + 1 of (B, T, H)
+    attentions: list[torch.Tensor] | None = None  # num_layers of (B, heads, T, T)
+
+
+class Encoder(nn.Module):
+    """Token ids (B, T) -> contextual vectors (B, T, H)."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> EncoderOutput:
+        """attention_mask (B, T): 1 for real tokens, 0 for padding; None means no padding."""
+        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+        x = self.embeddings(input_ids, token_type_ids)
+        hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        for layer in self.layers:
+            x, probs = layer(x, mask, return_probs=output_attentions)
+            if hidden_states is not None:
+                hidden_states.append(x)
+            if attentions is not None:
+                attentions.append(probs)
+        return EncoderOutput(x, None, hidden_states, attentions)
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialization: N(0, std) weights, zero biases, unit LayerNorm (BERT repo, modeling.py)."""
+    for sub in module.modules():
+        if isinstance(sub, nn.Linear):
+            nn.init.normal_(sub.weight, std=std)
+            if sub.bias is not None:
+                nn.init.zeros_(sub.bias)
+        elif isinstance(sub, nn.Embedding):
+            nn.init.normal_(sub.weight, std=std)
+            if sub.padding_idx is not None:
+                with torch.no_grad():
+                    sub.weight[sub.padding_idx].zero_()
+        elif isinstance(sub, nn.LayerNorm):
+            nn.init.ones_(sub.weight)
+            nn.init.zeros_(sub.bias)

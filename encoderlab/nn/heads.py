@@ -1,0 +1,51 @@
+"""Heads on top of the encoder: the [CLS] pooler, masked-LM prediction, next-sentence prediction."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encoderlab.config import EncoderConfig
+from encoderlab.nn.mlp import ACTIVATIONS
+
+
+class Pooler(nn.Module):
+    """tanh(W h_[CLS] + b): (B, T, H) -> (B, H) (BERT paper, section 3)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class MLMHead(nn.Module):
+    """Transform (dense, activation, LayerNorm), then a decoder tied to the word embeddings, plus a bias.
+
+    The decoder weight is not a parameter of this module: the caller passes the embedding matrix,
+    so the tie can never drift and checkpoints hold the matrix once.
+    """
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.transform = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        """(..., H) -> logits (..., V)."""
+        return F.linear(self.norm(self.act(self.transform(hidden))), word_embeddings, self.bias)
+
+
+class NSPHead(nn.Module):
+    """Next-sentence prediction: pooled (B, H) -> logits (B, 2); class 0 means "B follows A"."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.classifier = nn.Linear(hidden_size, 2)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.classifier(pooled)

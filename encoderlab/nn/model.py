@@ -1,0 +1,152 @@
+"""Whole models, one per Hugging Face architecture kind: the bare encoder, masked LM, and MLM+NSP pretraining.
+
+They are shared by every family: a family changes the config and the weight-name map, not these classes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encoderlab.config import EncoderConfig
+from encoderlab.nn.encoder import Encoder, EncoderOutput, init_weights
+from encoderlab.nn.heads import MLMHead, NSPHead, Pooler
+
+IGNORE_INDEX = -100  # label value of positions that carry no loss (as in torch's cross_entropy)
+
+
+class Model(nn.Module):
+    """Base of all models: holds the config, counts parameters, loads and saves Hugging Face folders."""
+
+    kind: ClassVar[str]  # "base" | "mlm" | "pretraining": which Hugging Face class this mirrors
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def init_weights(self) -> None:
+        """Fresh random weights, as for pretraining from scratch."""
+        init_weights(self, self.config.initializer_range)
+
+    def num_parameters(self) -> int:
+        """Number of distinct parameters (tied weights counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, folder: str | os.PathLike) -> None:
+        """Write config.json + model.safetensors in Hugging Face's layout (atomically)."""
+        from encoderlab.checkpoint import save_pretrained
+
+        save_pretrained(self, folder)
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike, **config_overrides) -> "Model":
+        """Load a Hugging Face checkpoint folder (or an alias such as `minilm`) into this class."""
+        from encoderlab.checkpoint import load_model
+
+        return load_model(folder, kind=cls.kind, **config_overrides)
+
+
+class EncoderModel(Model):
+    """The bare encoder (HF `BertModel`): token ids -> hidden states, plus the [CLS] pooler if present."""
+
+    kind = "base"
+
+    def __init__(self, config: EncoderConfig, pooler: bool = True) -> None:
+        super().__init__(config)
+        self.encoder = Encoder(config)
+        self.pooler = Pooler(config.hidden_size) if pooler else None
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> EncoderOutput:
+        out = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        if self.pooler is not None:
+            out.pooled = self.pooler(out.last_hidden_state)
+        return out
+
+
+@dataclass
+class MLMOutput:
+    """logits: (B, T, V) without labels; (N, V) over the N labelled positions with labels."""
+
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    hidden: EncoderOutput | None = None
+
+
+class MaskedLMModel(Model):
+    """Encoder + MLM head (HF `BertForMaskedLM`).
+
+    Given labels, the vocabulary decoder runs only on the labelled (masked) positions: with 15% masking
+    that skips 85% of the largest matmul in the model.
+    """
+
+    kind = "mlm"
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__(config)
+        self.encoder = Encoder(config)
+        self.mlm = MLMHead(config)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> MLMOutput:
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids)
+        logits, loss = _mlm_logits_and_loss(self.mlm, self.encoder, hidden.last_hidden_state, labels)
+        return MLMOutput(logits, loss, hidden)
+
+
+@dataclass
+class PreTrainingOutput:
+    """MLM logits as in MLMOutput, NSP logits (B, 2), and the summed loss when labels are given."""
+
+    mlm_logits: torch.Tensor
+    nsp_logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    nsp_loss: torch.Tensor | None = None
+
+
+class PreTrainingModel(Model):
+    """Encoder + pooler + MLM head + NSP head (HF `BertForPreTraining`); loss = MLM + NSP."""
+
+    kind = "pretraining"
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__(config)
+        self.encoder = Encoder(config)
+        self.pooler = Pooler(config.hidden_size)
+        self.mlm = MLMHead(config)
+        self.nsp = NSPHead(config.hidden_size)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                next_sentence_label: torch.Tensor | None = None) -> PreTrainingOutput:
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
+        mlm_logits, mlm_loss = _mlm_logits_and_loss(self.mlm, self.encoder, hidden, labels)
+        nsp_logits = self.nsp(self.pooler(hidden))
+        nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits, next_sentence_label)
+        losses = [loss for loss in (mlm_loss, nsp_loss) if loss is not None]
+        total = sum(losses) if losses else None
+        return PreTrainingOutput(mlm_logits, nsp_logits, total, mlm_loss, nsp_loss)
+
+
+def _mlm_logits_and_loss(head: MLMHead, encoder: Encoder, hidden: torch.Tensor,
+                         labels: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Full logits without labels; with labels, logits and mean cross-entropy on labelled positions only."""
+    word_embeddings = encoder.embeddings.word.weight
+    if labels is None:
+        return head(hidden, word_embeddings), None
+    selected = labels != IGNORE_INDEX  # (B, T)
+    logits = head(hidden[selected], word_embeddings)  # (N, V)
+    return logits, F.cross_entropy(logits.float(), labels[selected])
+
+
+MODEL_CLASSES: dict[str, type[Model]] = {cls.kind: cls for cls in (EncoderModel, MaskedLMModel, PreTrainingModel)}
