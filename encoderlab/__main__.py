@@ -1,0 +1,7 @@
+"""`python -m encoderlab` runs the CLI (also what torchrun launches)."""
+
+import sys
+
+from encoderlab.cli import main
+
+sys.exit(main())

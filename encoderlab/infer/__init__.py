@@ -1,0 +1,1 @@
+"""Inference: embeddings now; pipelines, export and serving later."""

@@ -1,0 +1,119 @@
+"""The `encoderlab` command: every subcommand runs, prints real output, and refuses bad input cleanly."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from encoderlab.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBCOMMANDS = sorted(build_parser()._subparsers._group_actions[0].choices)  # noqa: SLF001 (argparse has no public getter)
+
+
+@pytest.mark.parametrize("command", [[]] + [[c] for c in SUBCOMMANDS])
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(command + ["--help"])
+    assert stop.value.code == 0
+    assert "usage: encoderlab" in capsys.readouterr().out
+
+
+def test_info_preset_json_reports_the_parameter_count(capsys):
+    assert main(["info", "--preset", "bert-base", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["parameters"] == 109_482_240
+    assert (summary["num_layers"], summary["hidden_size"]) == (12, 768)
+
+
+def test_info_on_minilm(capsys):
+    assert main(["info", "--model", "minilm"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"num_layers\s+6", out) and re.search(r"hidden_size\s+384", out)
+    assert "22,713,216" in out.replace("\u202f", ",")  # HF BertModel of this config has 22,713,216 parameters
+
+
+def test_embed_writes_one_normalized_row_per_line(tmp_path, capsys):
+    lines = ["A man is playing a guitar.", "The market fell.", "A cat sleeps."]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "vectors.npy"
+    assert main(["embed", "--model", "minilm", "--input", str(source), "--out", str(out), "--normalize"]) == 0
+    vectors = np.load(out)
+    assert vectors.shape == (3, 384) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_similarity_ranks_the_related_sentence_first(capsys):
+    assert main(["similarity", "--model", "minilm", "--json", "A person plays an instrument.",
+                 "The stock market fell sharply.", "A man is playing a guitar."]) == 0
+    ranking = json.loads(capsys.readouterr().out)["ranking"]
+    assert ranking[0]["text"] == "A man is playing a guitar."
+    assert ranking[0]["cosine"] > ranking[1]["cosine"]
+
+
+def _run_error(argv, capsys) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: ") and "Traceback" not in err
+    return err
+
+
+def test_empty_input_file(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    err = _run_error(["embed", "--model", "minilm", "--input", str(empty), "--out", str(tmp_path / "o.npy")], capsys)
+    assert "empty.txt" in err and "empty" in err
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_non_utf8_input_file_names_the_line(tmp_path, capsys):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("first line\ncaf\xe9 au lait\n".encode("latin-1"))
+    err = _run_error(["embed", "--model", "minilm", "--input", str(bad), "--out", str(tmp_path / "o.npy")], capsys)
+    assert "latin1.txt:2" in err and "UTF-8" in err
+
+
+def test_blank_line_in_input_is_named(tmp_path, capsys):
+    source = tmp_path / "gap.txt"
+    source.write_text("one\n\nthree\n", encoding="utf-8")
+    err = _run_error(["embed", "--model", "minilm", "--input", str(source), "--out", str(tmp_path / "o.npy")], capsys)
+    assert "gap.txt:2" in err
+
+
+def test_missing_model_folder(tmp_path, capsys):
+    err = _run_error(["info", "--model", str(tmp_path / "nowhere")], capsys)
+    assert "nowhere" in err and "no such folder" in err
+
+
+def test_corrupted_safetensors(tmp_path, minilm_path, capsys):
+    broken = tmp_path / "broken"
+    shutil.copytree(minilm_path, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # a download cut short
+    err = _run_error(["similarity", "--model", str(broken), "a", "b"], capsys)
+    assert "model.safetensors" in err and "corrupted" in err
+
+
+def test_similarity_needs_two_texts(capsys):
+    _run_error(["similarity", "--model", "minilm", "alone"], capsys)
+
+
+def test_runtime_never_imports_the_oracles():
+    """transformers and sentence-transformers are test oracles: no encoderlab module may import them."""
+    pattern = re.compile(r"^\s*(import|from)\s+(transformers|sentence_transformers)\b", re.M)
+    offenders = [str(p) for p in (ROOT / "encoderlab").rglob("*.py") if pattern.search(p.read_text(encoding="utf-8"))]
+    assert offenders == []
+    probe = ("import sys, encoderlab.cli as c; c.main(['similarity', '--model', 'minilm', 'a cat', 'a dog']); "
+             "bad = [m for m in sys.modules if m.split('.')[0] in ('transformers', 'sentence_transformers')]; "
+             "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, cwd=ROOT)

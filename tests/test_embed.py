@@ -1,0 +1,81 @@
+"""Sentence embeddings: pooling, batching order, and parity with sentence-transformers on real MiniLM weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from encoderlab import load_model
+from encoderlab.errors import InputError
+from encoderlab.infer.embed import cosine_similarity, default_max_length, embed, pool
+from encoderlab.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_path):
+    model = load_model(minilm_path, kind="base")
+    return model, Tokenizer.from_pretrained(minilm_path), default_max_length(minilm_path, model)
+
+
+def test_matches_sentence_transformers_on_every_sst2_dev_sentence(minilm, minilm_path, sst2_dev_sentences):
+    from sentence_transformers import SentenceTransformer
+
+    oracle = SentenceTransformer(str(minilm_path), device="cpu")
+    expected = oracle.encode(sst2_dev_sentences, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+    model, tokenizer, max_length = minilm
+    ours = embed(model, tokenizer, sst2_dev_sentences, pooling="mean", normalize=True, batch_size=64,
+                 max_length=max_length)
+    cosines = (ours * expected).sum(-1) / (np.linalg.norm(ours, axis=-1) * np.linalg.norm(expected, axis=-1))
+    assert len(cosines) == 872
+    worst = int(cosines.argmin())
+    assert cosines.min() >= 0.99999, f"sentence {worst} {sst2_dev_sentences[worst]!r}: cosine {cosines[worst]}"
+
+
+def test_max_length_comes_from_sentence_transformers_settings(minilm):
+    assert minilm[2] == 256  # all-MiniLM-L6-v2's sentence_bert_config.json says max_seq_length 256
+
+
+def test_mean_pooling_ignores_padding(minilm):
+    model, tokenizer, _ = minilm
+    short = "A short one."
+    alone = embed(model, tokenizer, [short], batch_size=1)
+    padded = embed(model, tokenizer, [short, "a much longer sentence " * 12], batch_size=2)
+    np.testing.assert_allclose(padded[0], alone[0], atol=1e-5, rtol=1e-5)
+
+
+def test_results_come_back_in_input_order(minilm):
+    model, tokenizer, _ = minilm
+    texts = ["one", "a somewhat longer second text", "three three", "the fourth and by far the longest text here"]
+    forward = embed(model, tokenizer, texts, batch_size=2)
+    backward = embed(model, tokenizer, texts[::-1], batch_size=2)
+    np.testing.assert_allclose(forward, backward[::-1], atol=1e-5, rtol=1e-5)
+
+
+def test_cls_pooling_takes_the_first_token():
+    hidden = torch.randn(2, 5, 8)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    torch.testing.assert_close(pool(hidden, mask, "cls"), hidden[:, 0])
+    torch.testing.assert_close(pool(hidden, mask, "mean")[0], hidden[0, :3].mean(0))
+
+
+def test_normalized_vectors_have_unit_norm_and_cosine_ranks(minilm):
+    model, tokenizer, _ = minilm
+    vectors = embed(model, tokenizer, ["A man plays a guitar.", "Someone is playing an instrument.",
+                                       "Stock prices fell today."], normalize=True)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=-1), 1.0, atol=1e-5)
+    scores = cosine_similarity(vectors[:1], vectors[1:])[0]
+    assert scores[0] > scores[1]
+
+
+@pytest.mark.parametrize("texts", [[], ["fine", "   "], [""]])
+def test_empty_inputs_are_refused(minilm, texts):
+    model, tokenizer, _ = minilm
+    with pytest.raises(InputError):
+        embed(model, tokenizer, texts)
+
+
+def test_unknown_pooling_is_refused(minilm):
+    model, tokenizer, _ = minilm
+    with pytest.raises(InputError, match="pooling"):
+        embed(model, tokenizer, ["text"], pooling="max")
