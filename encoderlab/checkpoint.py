@@ -94,9 +94,10 @@ def _sources(spec: FamilySpec, our_key: str) -> tuple[str, ...]:
     raise KeyError(f"no weight-map rule for {our_key!r} in family {spec.model_type!r}")
 
 
-def _known_hf_name(spec: FamilySpec, hf_key: str) -> bool:
-    """Whether the family's map has a rule for this (unprefixed) Hugging Face name."""
-    return any(_rule_regex(t).match(hf_key) for _, theirs in spec.weight_map for t in theirs)
+def _head_hf_name(spec: FamilySpec, hf_key: str) -> bool:
+    """Whether this (unprefixed) Hugging Face name belongs to a head (pooler, MLM, NSP) a model may leave unused."""
+    return any(_rule_regex(t).match(hf_key) for ours, theirs in spec.weight_map
+               if not ours.startswith("encoder.") for t in theirs)
 
 
 def _normalize(spec: FamilySpec, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -135,7 +136,9 @@ def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: Model
             mismatched.append(f"{shapes} (expected {tuple(target.shape)} in total)")
             continue
         converted[key] = tensor
-    unexpected = [k for k in hf_state if not _known_hf_name(spec, k)]
+    # Every backbone tensor must be used: a layer the config does not have is an error, not silently dropped.
+    used = {name for key in expected for name in _sources(spec, key)}
+    unexpected = [k for k in hf_state if k not in used and not _head_hf_name(spec, k)]
     problems = []
     if missing:
         problems.append(f"missing tensors: {', '.join(missing)}")
@@ -206,3 +209,10 @@ def save_pretrained(model: Model, folder: str | os.PathLike) -> None:
     tensors = ours_to_hf(spec, model)
     atomic_write(folder / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
     model.config.save_json(folder / "config.json", spec.architectures[model.kind])
+
+
+def load_weights(model: Model, name: str | os.PathLike) -> None:
+    """Load a checkpoint folder's weights into an existing model in place (shapes must fit)."""
+    folder = resolve_model_path(name)
+    spec = FAMILIES[model.config.model_type]
+    model.load_state_dict(hf_to_ours(spec, _normalize(spec, read_weights(folder)), model, str(folder)))
