@@ -80,7 +80,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     texts = read_lines(args.input)
     model, tokenizer, max_length = _load_for_embedding(args.model)
     vectors = embed(model, tokenizer, texts, args.pooling, args.normalize, args.batch_size,
-                    args.max_length or max_length, progress=True)
+                    args.max_length or max_length)
     out = Path(args.out)
 
     def write(tmp: Path) -> None:

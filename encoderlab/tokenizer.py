@@ -122,27 +122,24 @@ class Tokenizer:
     def train_wordpiece(cls, files: list[PathLike], vocab_size: int, lowercase: bool = True,
                         min_frequency: int = 2, show_progress: bool = False) -> Tokenizer:
         """Train a BERT WordPiece vocabulary of at most `vocab_size` tokens on UTF-8 text files."""
-        specials = SPECIAL_TOKENS["wordpiece"]
-        if vocab_size <= len(specials.order):
-            raise ConfigError(f"vocab_size={vocab_size}: must exceed the {len(specials.order)} special tokens")
         if not files:
             raise InputError("train_wordpiece: no training files given")
         for file in files:
             _check_text_file(Path(file))
-        backend = RustTokenizer(WordPiece(unk_token=specials.unk))
-        backend.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                            special_tokens=list(specials.order), show_progress=show_progress,
-                                            continuing_subword_prefix="##")
-        backend.train([str(f) for f in files], trainer)
-        # Rebuild from the learned vocabulary so trained and loaded tokenizers share one pipeline.
-        return cls(_wordpiece_pipeline(backend.get_vocab(), lowercase, specials), "wordpiece")
+        return cls._train_wordpiece(lambda backend, trainer: backend.train([str(f) for f in files], trainer),
+                                    vocab_size, lowercase, min_frequency, show_progress)
 
     @classmethod
     def train_wordpiece_from_iterator(cls, texts: Iterable[str], vocab_size: int, lowercase: bool = True,
                                       min_frequency: int = 2, show_progress: bool = False) -> Tokenizer:
         """Train a BERT WordPiece vocabulary on a stream of texts (paragraphs of a corpus, never all in memory)."""
+        return cls._train_wordpiece(lambda backend, trainer: backend.train_from_iterator(texts, trainer),
+                                    vocab_size, lowercase, min_frequency, show_progress)
+
+    @classmethod
+    def _train_wordpiece(cls, run, vocab_size: int, lowercase: bool, min_frequency: int,
+                         show_progress: bool) -> Tokenizer:
+        """Set up a BERT WordPiece trainer, let `run(backend, trainer)` feed it, and wrap the result."""
         specials = SPECIAL_TOKENS["wordpiece"]
         if vocab_size <= len(specials.order):
             raise ConfigError(f"vocab_size={vocab_size}: must exceed the {len(specials.order)} special tokens")
@@ -152,8 +149,8 @@ class Tokenizer:
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                             special_tokens=list(specials.order), show_progress=show_progress,
                                             continuing_subword_prefix="##")
-        backend.train_from_iterator(texts, trainer)
-        # Rebuilt from the learned vocabulary, as train_wordpiece does, so every tokenizer shares one pipeline.
+        run(backend, trainer)
+        # Rebuild from the learned vocabulary so trained and loaded tokenizers share one pipeline.
         return cls(_wordpiece_pipeline(backend.get_vocab(), lowercase, specials), "wordpiece")
 
     def save(self, folder: PathLike) -> None:

@@ -1,0 +1,90 @@
+"""MaskingCollator: pad examples into a batch and mask it for MLM, with fresh masks on every call.
+
+BERT's recipe (Devlin et al., 2019, section 3.1 and appendix A.1): choose mlm_probability of the tokens;
+of those, 80% become [MASK], 10% a random token, 10% stay unchanged; predict the originals. Each token is
+chosen independently (as transformers' DataCollatorForLanguageModeling), so the rate holds in expectation.
+With whole_word, a word is chosen as a unit: every word is drawn with probability mlm_probability and all
+its tokens are masked (BERT's whole-word-masking release); the 80/10/10 choice stays per token, as there.
+Words come from the word-start flags that prepare stores, not from a "##" spelling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+
+from encoderlab.data.examples import Example
+from encoderlab.errors import ConfigError
+
+IGNORE_INDEX = -100  # label of positions without a loss (torch's cross_entropy default)
+MASK_FRACTION, RANDOM_FRACTION = 0.8, 0.1  # of the chosen tokens; the remaining 0.1 stay unchanged
+
+
+class MaskingCollator:
+    """Examples -> {input_ids, attention_mask, token_type_ids, labels[, next_sentence_label]}, all (B, T) long
+    but next_sentence_label (B,); all randomness from the generator passed in."""
+
+    def __init__(self, vocab_size: int, mask_id: int, pad_id: int, special_ids: Iterable[int],
+                 mlm_probability: float = 0.15, whole_word: bool = False, pad_to_multiple_of: int | None = 8):
+        if not 0 < mlm_probability <= 1:
+            raise ConfigError(f"mlm_probability={mlm_probability}: expected a probability in (0, 1]")
+        if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+            raise ConfigError(f"pad_to_multiple_of={pad_to_multiple_of}: expected a positive integer or None")
+        special = sorted(set(special_ids) | {mask_id, pad_id})
+        if not all(0 <= i < vocab_size for i in special):
+            raise ConfigError(f"special ids {special} must lie in [0, vocab_size={vocab_size})")
+        self.vocab_size, self.mask_id, self.pad_id = vocab_size, mask_id, pad_id
+        self.mlm_probability, self.whole_word, self.pad_to_multiple_of = mlm_probability, whole_word, pad_to_multiple_of
+        self.special_ids = torch.tensor(special, dtype=torch.long)
+        ordinary = torch.ones(vocab_size, dtype=torch.bool)
+        ordinary[self.special_ids] = False
+        self.random_ids = ordinary.nonzero().squeeze(1)  # random replacements are never special tokens
+        if not len(self.random_ids):
+            raise ConfigError(f"vocab_size={vocab_size}: no ordinary token to use as a random replacement")
+
+    def __call__(self, examples: list[Example], generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """A padded batch with masks drawn from `generator`."""
+        batch, word_starts = self.pad(examples)
+        batch["input_ids"], batch["labels"] = self.mask(batch["input_ids"], batch["attention_mask"], word_starts,
+                                                        generator)
+        labels = [e.next_sentence_label for e in examples]
+        if any(label >= 0 for label in labels):
+            batch["next_sentence_label"] = torch.tensor([label if label >= 0 else IGNORE_INDEX for label in labels])
+        return batch
+
+    def pad(self, examples: list[Example]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Right-pad to the longest example (rounded up to pad_to_multiple_of); also (B, T) bool word starts."""
+        if not examples:
+            raise ConfigError("cannot collate an empty list of examples")
+        length = max(len(e.input_ids) for e in examples)
+        if self.pad_to_multiple_of:
+            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        shape = (len(examples), length)
+        input_ids, token_type_ids = np.full(shape, self.pad_id, np.int64), np.zeros(shape, np.int64)
+        attention_mask, word_starts = np.zeros(shape, np.int64), np.ones(shape, bool)  # a pad is its own word
+        for row, example in enumerate(examples):
+            n = len(example.input_ids)
+            input_ids[row, :n], token_type_ids[row, :n] = example.input_ids, example.token_type_ids
+            attention_mask[row, :n], word_starts[row, :n] = 1, example.word_starts
+        batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask),
+                 "token_type_ids": torch.from_numpy(token_type_ids)}
+        return batch, torch.from_numpy(word_starts)
+
+    def mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, word_starts: torch.Tensor,
+             generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) ids -> (masked ids, labels): labels hold the original id where a token was chosen, else -100."""
+        maskable = attention_mask.bool() & ~torch.isin(input_ids, self.special_ids)  # (B, T)
+        draws = torch.rand(input_ids.shape, generator=generator)  # (B, T): one per token, or per word slot
+        if self.whole_word:
+            words = word_starts.long().cumsum(1) - 1  # (B, T) index of each token's word; a row has <= T words
+            chosen = (draws < self.mlm_probability).gather(1, words.clamp(min=0)) & maskable
+        else:
+            chosen = (draws < self.mlm_probability) & maskable
+        labels = torch.where(chosen, input_ids, IGNORE_INDEX)
+        action = torch.rand(input_ids.shape, generator=generator)  # (B, T)
+        replacements = self.random_ids[torch.randint(len(self.random_ids), input_ids.shape, generator=generator)]
+        masked = torch.where(chosen & (action < MASK_FRACTION), self.mask_id, input_ids)
+        randomized = chosen & (action >= MASK_FRACTION) & (action < MASK_FRACTION + RANDOM_FRACTION)
+        return torch.where(randomized, replacements, masked), labels

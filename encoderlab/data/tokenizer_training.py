@@ -1,0 +1,55 @@
+"""Train a tokenizer on a raw corpus in any format `corpus.py` reads, streaming its documents to the trainer.
+
+The trainer sees paragraphs, never the files' markup: WikiExtractor's `<doc ...>` tags and JSONL keys would
+otherwise become vocabulary entries.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from encoderlab.data.corpus import corpus_files, iter_documents
+from encoderlab.errors import ConfigError, InputError
+from encoderlab.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+KINDS = ("wordpiece",)
+
+
+def corpus_paragraphs(corpus: list[str | os.PathLike]) -> Iterator[str]:
+    """Every paragraph of every document of the corpus, in file order."""
+    for path in corpus_files(corpus):
+        for document in iter_documents(path):
+            yield from document
+
+
+def train_tokenizer(corpus: list[str | os.PathLike], kind: str = "wordpiece", vocab_size: int = 30522,
+                    out_dir: str | os.PathLike | None = None, lowercase: bool = True,
+                    min_frequency: int = 2) -> Tokenizer:
+    """Train a `kind` vocabulary of at most vocab_size tokens on the corpus; save it to out_dir when given."""
+    if kind not in KINDS:
+        raise ConfigError(f"tokenizer kind {kind!r}: expected one of {KINDS}")
+    counter = _Counter(corpus_paragraphs(corpus))
+    tokenizer = Tokenizer.train_wordpiece_from_iterator(counter, vocab_size, lowercase=lowercase,
+                                                        min_frequency=min_frequency)
+    if counter.count == 0:
+        raise InputError(f"{', '.join(map(str, corpus))}: no text to train a tokenizer on")
+    if out_dir is not None:
+        tokenizer.save(Path(out_dir))
+    log.info("trained a %s vocabulary of %d tokens on %d paragraphs", kind, tokenizer.vocab_size, counter.count)
+    return tokenizer
+
+
+class _Counter:
+    """Passes texts through, counting them (an empty corpus must be an error, not an empty vocabulary)."""
+
+    def __init__(self, texts: Iterator[str]):
+        self.texts, self.count = texts, 0
+
+    def __iter__(self) -> Iterator[str]:
+        for text in self.texts:
+            self.count += 1
+            yield text

@@ -1,0 +1,1 @@
+"""The one training loop: precision, accumulation, DDP, checkpoints, logging."""

@@ -1,0 +1,176 @@
+"""PretrainConfig: a pretraining recipe, read from YAML with strict keys and `--set key=value` overrides.
+
+YAML is parsed with `yaml.safe_load`: a recipe is data, never code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from encoderlab.config import EncoderConfig
+from encoderlab.errors import ConfigError
+
+OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop")
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass
+class PretrainConfig:
+    """Everything that defines a pretraining run; a YAML recipe sets any subset of these fields."""
+
+    data: str = ""
+    """Folder written by `encoderlab prepare` (token shards, meta.json, tokenizer/)."""
+    preset: str = "bert-mini"
+    """Model preset to start from (see `encoderlab info --preset`)."""
+    model: dict = field(default_factory=dict)
+    """EncoderConfig field overrides, e.g. {hidden_dropout: 0.0}; vocab_size comes from the tokenizer."""
+    objective: str = "mlm"
+    """mlm (packed sequences, RoBERTa-style), mlm+nsp (BERT segment pairs) or mlm+sop (ALBERT sentence order)."""
+    max_length: int = 128
+    """Tokens per sequence, special tokens included."""
+    batch_size: int = 32
+    """Global sequences per optimizer step, over all ranks and accumulation steps."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step (per rank)."""
+    max_steps: int = 1000
+    """Optimizer steps to run."""
+    lr: float = 5e-4
+    """Peak learning rate."""
+    warmup_steps: int = 100
+    """Linear warmup from 0 to lr, then linear decay to 0 at max_steps (BERT paper, appendix A.2)."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay; never applied to biases or LayerNorm weights."""
+    beta1: float = 0.9
+    """AdamW first-moment decay."""
+    beta2: float = 0.98
+    """AdamW second-moment decay (0.98 as in RoBERTa, sec. 3.1, for stability with large batches)."""
+    eps: float = 1e-6
+    """AdamW epsilon (1e-6 as in BERT and RoBERTa)."""
+    clip_norm: float = 1.0
+    """Gradient clipping by global L2 norm; 0 disables it."""
+    mlm_probability: float = 0.15
+    """Fraction of tokens selected for masking (BERT paper, sec. 3.1)."""
+    whole_word: bool = False
+    """Mask all sub-tokens of a word together (word ids from the tokenizer)."""
+    short_seq_prob: float = 0.1
+    """Probability of a shorter target length for NSP pairs (BERT's create_pretraining_data.py)."""
+    precision: str = "bf16"
+    """fp32, or bf16 autocast (CPU and CUDA)."""
+    compile: bool = False
+    """torch.compile the encoder."""
+    seed: int = 0
+    """Seed of init, data order, masking and dropout."""
+    device: str = "auto"
+    """auto (cuda when present), cpu or cuda."""
+    log_every: int = 10
+    """Steps between metrics.csv / TensorBoard rows."""
+    eval_every: int = 200
+    """Steps between held-out evaluations (0: only at the end)."""
+    eval_batches: int = 20
+    """Batches of the held-out split per evaluation."""
+    save_every: int = 200
+    """Steps between checkpoints (0: only at the end)."""
+    keep_checkpoints: int = 2
+    """How many step checkpoints to keep."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad field."""
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        for name in ("max_length", "batch_size", "grad_accum", "max_steps"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 < self.mlm_probability < 1:
+            raise ConfigError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if not isinstance(self.model, dict):
+            raise ConfigError(f"model must be a mapping of EncoderConfig fields, got {self.model!r}")
+        EncoderConfig.from_preset(self.preset, **self.model)  # unknown preset or model keys fail here, by name
+
+    def micro_batch(self, world_size: int) -> int:
+        """Sequences per forward pass on one rank."""
+        per_pass = self.grad_accum * world_size
+        if self.batch_size % per_pass:
+            raise ConfigError(f"batch_size {self.batch_size} is not divisible by grad_accum x ranks = {per_pass}")
+        return self.batch_size // per_pass
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict, for saving beside a run."""
+        return dataclasses.asdict(self)
+
+
+def _coerce(name: str, value: Any, kind: Any, source: str) -> Any:
+    """Check (and gently convert) one value to the field's declared type."""
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)  # YAML 1.1 reads 5e-4 as a string
+            except ValueError:
+                pass
+    elif kind is str:
+        if isinstance(value, str):
+            return value
+    elif kind is dict:
+        if isinstance(value, dict):
+            return value
+    raise ConfigError(f"{source}: {name} must be {kind.__name__}, got {value!r}")
+
+
+def _apply(values: dict[str, Any], base: dict[str, Any], source: str) -> None:
+    """Merge `values` into `base`, checking every key and type against PretrainConfig."""
+    hints = typing.get_type_hints(PretrainConfig)
+    for key, value in values.items():
+        if key not in hints:
+            raise ConfigError(f"{source}: unknown key {key!r}; known keys: {', '.join(hints)}")
+        base[key] = _coerce(key, value, hints[key], source)
+
+
+def load_recipe(path: str | os.PathLike | None, overrides: list[str] = ()) -> PretrainConfig:
+    """A PretrainConfig from a YAML file plus `key=value` overrides (`model.hidden_dropout=0` reaches into model)."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such recipe file") from None
+        except (UnicodeDecodeError, yaml.YAMLError) as err:
+            raise ConfigError(f"{path}: not valid UTF-8 YAML ({err})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of keys to values")
+        _apply(data, values, str(path))
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        value = yaml.safe_load(raw) if raw else ""
+        if key.startswith("model."):
+            values.setdefault("model", {})
+            values["model"] = {**values["model"], key.removeprefix("model."): value}
+        else:
+            _apply({key: value}, values, f"--set {key}")
+    try:
+        return PretrainConfig(**values)
+    except ConfigError as err:
+        raise ConfigError(f"{path or '--set'}: {err}") from None

@@ -1,0 +1,55 @@
+"""torch.distributed set-up for torchrun: one process per device, gloo on CPU, NCCL on CUDA."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Dist:
+    """Where this process stands: rank, world size, and its device."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 logs, evaluates and writes checkpoints."""
+        return self.rank == 0
+
+    def sum(self, value: torch.Tensor) -> torch.Tensor:
+        """The sum of a tensor over all ranks (the tensor itself on one process)."""
+        if self.world_size > 1:
+            value = value.clone()
+            dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        return value
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        if self.world_size > 1:
+            dist.barrier()
+
+
+def setup(device: str = "auto") -> Dist:
+    """Join the process group torchrun describes in the environment, or run alone."""
+    use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    target = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(target)
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    return Dist(rank, world_size, target)
+
+
+def teardown() -> None:
+    """Leave the process group, if one was joined."""
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,85 @@
+"""Run logging: a tqdm bar, metrics.csv, TensorBoard event files and, at the end, a curves PNG."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm import tqdm
+
+from encoderlab.io import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ("step", "elapsed_s", "loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "lr", "grad_norm",
+           "tokens_per_s", "eval_mlm_loss", "eval_mlm_accuracy", "eval_perplexity", "eval_nsp_accuracy")
+
+
+class RunLogger:
+    """Writes what a run measured; a no-op on ranks other than 0 (enabled=False)."""
+
+    def __init__(self, run_dir: Path, recipe: dict[str, Any], enabled: bool = True, resume: bool = False,
+                 resume_step: int = 0) -> None:
+        self.run_dir, self.enabled, self.started = Path(run_dir), enabled, time.time()
+        self.csv_path = self.run_dir / "metrics.csv"
+        self.tb = None
+        if not enabled:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.run_dir / "recipe.yaml", yaml.safe_dump(recipe, sort_keys=False))
+        self._start_csv(resume, resume_step)
+        try:
+            from tensorboardX import SummaryWriter
+
+            self.tb = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=resume_step if resume else None)
+        except ImportError:  # TensorBoard logs are a convenience: metrics.csv holds the same numbers
+            log.warning("tensorboardX is not installed: no TensorBoard logs (metrics.csv still written)")
+
+    def _start_csv(self, resume: bool, resume_step: int) -> None:
+        """A fresh CSV, or on resume the old one without rows past the checkpoint (they will be redone)."""
+        rows = []
+        if resume and self.csv_path.is_file():
+            rows = [r for r in csv.DictReader(self.csv_path.open(encoding="utf-8")) if int(r["step"]) <= resume_step]
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(self.csv_path, buffer.getvalue())
+
+    def progress(self, start: int, total: int, show: bool = True) -> tqdm:
+        """The progress bar (steps), shown on rank 0 only."""
+        return tqdm(total=total, initial=start, desc="pretrain", unit="step", disable=not (show and self.enabled),
+                    file=sys.stderr, dynamic_ncols=True)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Append one row to metrics.csv and the same scalars to TensorBoard."""
+        if not self.enabled:
+            return
+        row = {"step": step, "elapsed_s": round(time.time() - self.started, 2)}
+        row.update({k: v for k, v in metrics.items() if k in COLUMNS})
+        with self.csv_path.open("a", encoding="utf-8", newline="") as handle:
+            csv.DictWriter(handle, COLUMNS).writerow(row)
+        if self.tb is not None:
+            for key, value in metrics.items():
+                self.tb.add_scalar(key, value, step)
+
+    def note(self, message: str) -> None:
+        """A line for the person watching."""
+        if self.enabled:
+            tqdm.write(message, file=sys.stderr)
+
+    def finish(self) -> Path | None:
+        """Close the logs and draw the curves PNG; returns its path."""
+        if not self.enabled:
+            return None
+        if self.tb is not None:
+            self.tb.close()
+        from encoderlab.viz.curves import plot_metrics
+
+        return plot_metrics(self.csv_path, self.run_dir / "curves.png")

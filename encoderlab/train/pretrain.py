@@ -1,0 +1,296 @@
+"""Pretraining: MLM (optionally with NSP) from prepared token shards, resumable exactly, DDP-ready.
+
+Exactness rests on three rules:
+- the data position is a cursor (epoch, index) into a deterministic example order;
+- each example's mask is drawn from a generator seeded by (seed, epoch, index), so a batch's masks do not
+  depend on which rank, micro-batch or restart produced it;
+- the loss is a sum over masked tokens divided by the masked-token count of the whole optimizer step
+  (all ranks, all micro-batches), so accumulation and DDP give the same gradient as one big batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from encoderlab.config import EncoderConfig
+from encoderlab.data.collate import MaskingCollator
+from encoderlab.data.examples import PretrainingExamples
+from encoderlab.data.shards import TokenShards
+from encoderlab.errors import ConfigError, InputError
+from encoderlab.io import atomic_write_text
+from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel, Model, PreTrainingModel
+from encoderlab.tokenizer import Tokenizer
+from encoderlab.train import distributed
+from encoderlab.train.config import PretrainConfig
+from encoderlab.train.logger import RunLogger
+from encoderlab.train.optim import linear_schedule, make_optimizer
+from encoderlab.train.state import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+
+
+@dataclass
+class Cursor:
+    """Position in the stream of examples: epoch, and index into that epoch's shuffled order."""
+
+    epoch: int = 0
+    index: int = 0
+
+    def take(self, count: int, examples: PretrainingExamples) -> list[tuple[int, int]]:
+        """The next `count` (epoch, index) pairs, moving on to the next epoch when one runs out."""
+        out = []
+        while len(out) < count:
+            available = examples.num_examples(self.epoch) - self.index
+            if available <= 0:
+                self.epoch, self.index = self.epoch + 1, 0
+                continue
+            step = min(available, count - len(out))
+            out.extend((self.epoch, i) for i in range(self.index, self.index + step))
+            self.index += step
+        return out
+
+
+@dataclass
+class Batches:
+    """Examples plus the collator that turns them into masked tensors with per-example seeds."""
+
+    examples: PretrainingExamples
+    collator: MaskingCollator
+    seed: int
+    pad_id: int
+    generator: torch.Generator = field(default_factory=torch.Generator)
+
+    def make(self, positions: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
+        """A padded batch; example (e, i) is masked by a generator seeded from (seed, e, i) alone."""
+        rows = []
+        for epoch, index in positions:
+            self.generator.manual_seed(_mix(self.seed, epoch, index))
+            rows.append(self.collator([self.examples.get(epoch, index)], self.generator))
+        return _stack(rows, self.pad_id)
+
+
+def _mix(*values: int) -> int:
+    """A 63-bit seed from several integers (splitmix64-style mixing)."""
+    h = 0x9E3779B97F4A7C15
+    for value in values:
+        h = (h ^ (value + 0x9E3779B97F4A7C15 + (h << 6) + (h >> 2))) & 0xFFFFFFFFFFFFFFFF
+        h = (h * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    return h >> 1
+
+
+def _stack(rows: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Concatenate single-example batches, right-padding sequence tensors to the longest (multiple of 8)."""
+    length = max(row["input_ids"].shape[1] for row in rows)
+    length = -(-length // 8) * 8
+    fill = {"input_ids": pad_id, "labels": IGNORE_INDEX}
+    out = {}
+    for key in rows[0]:
+        if rows[0][key].ndim == 2:
+            out[key] = torch.cat([F.pad(r[key], (0, length - r[key].shape[1]), value=fill.get(key, 0)) for r in rows])
+        else:
+            out[key] = torch.cat([r[key] for r in rows])
+    return out
+
+
+def build_model(cfg: PretrainConfig, tokenizer: Tokenizer) -> Model:
+    """A freshly initialised model of the recipe's preset, sized to the tokenizer's vocabulary."""
+    config = EncoderConfig.from_preset(cfg.preset, **{"vocab_size": tokenizer.vocab_size,
+                                                      "pad_token_id": tokenizer.pad_id, **cfg.model})
+    if cfg.max_length > config.max_position_embeddings:
+        raise ConfigError(f"max_length {cfg.max_length} exceeds max_position_embeddings "
+                          f"{config.max_position_embeddings}")
+    return MaskedLMModel(config) if cfg.objective == "mlm" else PreTrainingModel(config)
+
+
+def _losses(model: torch.nn.Module, batch: dict[str, torch.Tensor], masked_total: torch.Tensor,
+            seq_total: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss of one micro-batch, normalised by the whole step's counts; sums for logging."""
+    labels = batch["labels"]
+    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels,
+                **({"next_sentence_label": batch["next_sentence_label"]} if "next_sentence_label" in batch else {}))
+    logits = out.logits if hasattr(out, "logits") else out.mlm_logits  # (N, V) at masked positions
+    targets = labels[labels != IGNORE_INDEX]
+    mlm_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
+    loss = mlm_sum / masked_total
+    sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": (logits.argmax(-1) == targets).sum()}
+    if "next_sentence_label" in batch:
+        nsp_sum = F.cross_entropy(out.nsp_logits.float(), batch["next_sentence_label"], reduction="sum")
+        loss = loss + nsp_sum / seq_total
+        sums["nsp_loss"] = nsp_sum.detach()
+        sums["nsp_correct"] = (out.nsp_logits.argmax(-1) == batch["next_sentence_label"]).sum()
+    return loss, sums
+
+
+def _autocast(precision: str, device: torch.device):
+    """bf16 autocast on CPU or CUDA when the recipe asks for it."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def evaluate(model: Model, batches: Batches, cfg: PretrainConfig, micro: int, device: torch.device) -> dict[str, float]:
+    """MLM loss, accuracy and perplexity (plus NSP accuracy) on the first examples of the held-out split."""
+    was_training = model.training
+    model.eval()
+    totals: dict[str, float] = {}
+    count = min(cfg.eval_batches * micro, batches.examples.num_examples(0))
+    for start in range(0, count, micro):
+        batch = {k: v.to(device) for k, v in batches.make([(0, i) for i in range(start, min(start + micro, count))]).items()}
+        with _autocast(cfg.precision, device):
+            _, sums = _losses(model, batch, torch.tensor(1.0, device=device), 1)
+        totals["masked"] = totals.get("masked", 0) + int((batch["labels"] != IGNORE_INDEX).sum())
+        totals["sequences"] = totals.get("sequences", 0) + batch["input_ids"].shape[0]
+        for key, value in sums.items():
+            totals[key] = totals.get(key, 0.0) + float(value)
+    model.train(was_training)
+    loss = totals["mlm_loss"] / max(totals["masked"], 1)
+    result = {"eval_mlm_loss": loss, "eval_mlm_accuracy": totals["mlm_correct"] / max(totals["masked"], 1),
+              "eval_perplexity": math.exp(min(loss, 50.0))}
+    if "nsp_correct" in totals:
+        result["eval_nsp_accuracy"] = totals["nsp_correct"] / totals["sequences"]
+    return result
+
+
+def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
+             stop_after: int | None = None, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) pretraining into run_dir; return the final metrics.
+
+    stop_after: leave after that many optimizer steps with a checkpoint (a controlled interruption).
+    """
+    run_dir = Path(run_dir)
+    dist = distributed.setup(cfg.device)
+    torch.manual_seed(cfg.seed)
+    tokenizer = Tokenizer.from_pretrained(Path(cfg.data) / "tokenizer")
+    model = build_model(cfg, tokenizer).to(dist.device)
+    micro = cfg.micro_batch(dist.world_size)
+    collator = MaskingCollator(tokenizer.vocab_size, tokenizer.mask_id, tokenizer.pad_id, tokenizer.special_ids,
+                               mlm_probability=cfg.mlm_probability, whole_word=cfg.whole_word, pad_to_multiple_of=None)
+    objective = cfg.objective.removeprefix("mlm+")  # mlm -> packed sequences; nsp / sop -> segment pairs
+    train_batches = Batches(PretrainingExamples(TokenShards(cfg.data, "train"), objective, cfg.max_length, cfg.seed,
+                                                cfg.short_seq_prob), collator, cfg.seed, tokenizer.pad_id)
+    valid_batches = _valid_batches(cfg, objective, collator, tokenizer)
+    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.warmup_steps, cfg.max_steps))
+    cursor, step = Cursor(), 0
+    if resume and (folder := latest_checkpoint(run_dir)) is not None:
+        state = load_checkpoint(folder, model)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        cursor, step = Cursor(**state["cursor"]), state["step"]
+    trainable = DistributedDataParallel(model) if dist.world_size > 1 else model
+    if cfg.compile:
+        model.encoder.compile()
+    logger = RunLogger(run_dir, cfg.to_dict(), enabled=dist.is_main, resume=resume and step > 0, resume_step=step)
+    model.train()
+    final: dict[str, Any] = {}
+    stop_at = cfg.max_steps if stop_after is None else min(cfg.max_steps, stop_after)
+    bar = logger.progress(step, cfg.max_steps, progress)
+    try:
+        while step < stop_at:
+            metrics = _train_step(trainable, train_batches, cursor, optimizer, scheduler, cfg, micro, dist)
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
+            if step % cfg.log_every == 0 or step == stop_at:
+                logger.log(step, metrics)
+            if valid_batches is not None and dist.is_main and (step == cfg.max_steps or
+                                                               (cfg.eval_every and step % cfg.eval_every == 0)):
+                final.update(evaluate(model, valid_batches, cfg, micro, dist.device))
+                logger.log(step, final)
+            if dist.is_main and (step == stop_at or (cfg.save_every and step % cfg.save_every == 0)):
+                _save(run_dir, step, model, optimizer, scheduler, cursor, cfg)
+            dist.barrier()
+    except KeyboardInterrupt:
+        if dist.is_main:
+            _save(run_dir, step, model, optimizer, scheduler, cursor, cfg)
+            logger.note(f"interrupted at step {step}: checkpoint saved, continue with --resume")
+        raise
+    finally:
+        bar.close()
+    if dist.is_main and step == cfg.max_steps:
+        _export_final(run_dir, model, tokenizer)
+        logger.finish()
+    final["step"] = step
+    distributed.teardown()
+    return final
+
+
+def _valid_batches(cfg: PretrainConfig, objective: str, collator: MaskingCollator,
+                   tokenizer: Tokenizer) -> Batches | None:
+    """Batches over the held-out split, if `prepare` wrote one."""
+    try:
+        shards = TokenShards(cfg.data, "valid")
+    except InputError:  # no held-out split was prepared: evaluation is skipped, training goes on
+        return None
+    return Batches(PretrainingExamples(shards, objective, cfg.max_length, cfg.seed + 1, cfg.short_seq_prob),
+                   collator, cfg.seed + 1, tokenizer.pad_id)
+
+
+def _train_step(model: torch.nn.Module, batches: Batches, cursor: Cursor, optimizer: torch.optim.Optimizer,
+                scheduler: Any, cfg: PretrainConfig, micro: int, dist: distributed.Dist) -> dict[str, float]:
+    """One optimizer step: this rank's share of the next global batch, in grad_accum micro-batches."""
+    started = time.perf_counter()
+    positions = cursor.take(cfg.batch_size, batches.examples)  # the whole global batch, same on every rank
+    mine = positions[dist.rank * micro * cfg.grad_accum:(dist.rank + 1) * micro * cfg.grad_accum]
+    micro_batches = [batches.make(mine[i:i + micro]) for i in range(0, len(mine), micro)]
+    metrics = optimizer_step(model, micro_batches, optimizer, scheduler, cfg.clip_norm, cfg.precision, dist)
+    metrics["tokens_per_s"] = metrics["tokens"] / (time.perf_counter() - started)
+    return metrics
+
+
+def optimizer_step(model: torch.nn.Module, micro_batches: list[dict[str, torch.Tensor]],
+                   optimizer: torch.optim.Optimizer, scheduler: Any, clip_norm: float, precision: str,
+                   dist: distributed.Dist) -> dict[str, float]:
+    """Forward and backward over the micro-batches, clip, step; the loss is normalised over the whole step."""
+    micro_batches = [{k: v.to(dist.device, non_blocking=True) for k, v in b.items()} for b in micro_batches]
+    local_masked = sum((b["labels"] != IGNORE_INDEX).sum() for b in micro_batches)
+    masked_total = dist.sum(torch.as_tensor(local_masked, device=dist.device)).clamp(min=1).float()
+    sequences = int(dist.sum(torch.tensor(sum(b["input_ids"].shape[0] for b in micro_batches))))
+    sums: dict[str, torch.Tensor] = {}
+    for i, batch in enumerate(micro_batches):
+        sync = i == len(micro_batches) - 1 or not isinstance(model, DistributedDataParallel)
+        with (contextlib.nullcontext() if sync else model.no_sync()), _autocast(precision, dist.device):
+            loss, parts = _losses(model, batch, masked_total, sequences)
+            (loss * dist.world_size).backward()  # DDP averages gradients over ranks; we want the sum
+        for key, value in parts.items():
+            sums[key] = sums.get(key, 0) + value
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm else float("inf"))
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    totals = {k: float(dist.sum(v.float())) for k, v in sums.items()}
+    metrics = {"mlm_loss": totals["mlm_loss"] / float(masked_total),
+               "mlm_accuracy": totals["mlm_correct"] / float(masked_total),
+               "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
+               "tokens": float(dist.sum(sum(b["attention_mask"].sum() for b in micro_batches).float()))}
+    metrics["loss"] = metrics["mlm_loss"]
+    if "nsp_loss" in totals:
+        metrics["nsp_loss"] = totals["nsp_loss"] / sequences
+        metrics["nsp_accuracy"] = totals["nsp_correct"] / sequences
+        metrics["loss"] += metrics["nsp_loss"]
+    return metrics
+
+
+def _save(run_dir: Path, step: int, model: Model, optimizer: torch.optim.Optimizer, scheduler: Any,
+          cursor: Cursor, cfg: PretrainConfig) -> None:
+    """A resumable checkpoint of this exact point in training."""
+    state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "rng": rng_state(), "cursor": {"epoch": cursor.epoch, "index": cursor.index}}
+    save_checkpoint(run_dir, step, model, state, cfg.keep_checkpoints)
+
+
+def _export_final(run_dir: Path, model: Model, tokenizer: Tokenizer) -> None:
+    """The trained model with its tokenizer in run_dir/model: a Hugging Face folder."""
+    model.save_pretrained(run_dir / "model")
+    tokenizer.save(run_dir / "model")
+    atomic_write_text(run_dir / "model" / "README.md",
+                      "Pretrained by `encoderlab pretrain`; the recipe is ../recipe.yaml, the curves ../curves.png.\n")

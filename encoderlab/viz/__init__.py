@@ -1,0 +1,1 @@
+"""Pictures: training curves, attention maps."""

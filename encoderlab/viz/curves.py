@@ -1,0 +1,44 @@
+"""Training curves from a run's metrics.csv: loss on the left, accuracy on the right."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from encoderlab.io import atomic_write
+
+
+def _series(rows: list[dict[str, str]], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of one column, skipping rows where it is empty."""
+    points = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in (None, "")]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_metrics(csv_path: str | Path, out_path: str | Path, title: str | None = None) -> Path:
+    """Draw train/held-out MLM loss and accuracy against steps into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    rows = list(csv.DictReader(Path(csv_path).open(encoding="utf-8")))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for key, label, axis in (("mlm_loss", "train MLM loss", left), ("eval_mlm_loss", "held-out MLM loss", left),
+                             ("nsp_loss", "train NSP loss", left), ("mlm_accuracy", "train MLM accuracy", right),
+                             ("eval_mlm_accuracy", "held-out MLM accuracy", right),
+                             ("eval_nsp_accuracy", "held-out NSP accuracy", right)):
+        steps, values = _series(rows, key)
+        if steps:
+            axis.plot(steps, values, marker="o" if key.startswith("eval") else None, markersize=3, label=label)
+    left.set(xlabel="step", ylabel="loss", title="loss")
+    right.set(xlabel="step", ylabel="accuracy", title="accuracy")
+    for axis in (left, right):
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend()
+    fig.suptitle(title or Path(csv_path).parent.name)
+    fig.tight_layout()
+    out_path = Path(out_path)
+    atomic_write(out_path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
+    return out_path
