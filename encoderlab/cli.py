@@ -118,7 +118,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
     from encoderlab.data.tokenizer_training import train_tokenizer
 
     tokenizer = train_tokenizer(args.corpus, kind=args.kind, vocab_size=args.vocab_size, out_dir=args.out,
-                                lowercase=not args.cased)
+                                lowercase=not args.cased, progress=True)
     print(f"wrote {args.out}: {args.kind} vocabulary of {tokenizer.vocab_size:,} tokens")
 
 
@@ -222,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from tqdm import tqdm
 
 from encoderlab.data.corpus import corpus_files, iter_documents
 from encoderlab.errors import ConfigError, InputError
@@ -19,22 +22,23 @@ log = logging.getLogger(__name__)
 KINDS = ("wordpiece",)
 
 
-def corpus_paragraphs(corpus: list[str | os.PathLike]) -> Iterator[str]:
-    """Every paragraph of every document of the corpus, in file order."""
-    for path in corpus_files(corpus):
+def corpus_paragraphs(corpus: list[str | os.PathLike], progress: bool = False) -> Iterator[str]:
+    """Every paragraph of every document of the corpus, in file order (with a bar over files if asked)."""
+    files = corpus_files(corpus)
+    for path in tqdm(files, desc="read corpus", unit="file", disable=not progress or len(files) < 2, file=sys.stderr):
         for document in iter_documents(path):
             yield from document
 
 
 def train_tokenizer(corpus: list[str | os.PathLike], kind: str = "wordpiece", vocab_size: int = 30522,
                     out_dir: str | os.PathLike | None = None, lowercase: bool = True,
-                    min_frequency: int = 2) -> Tokenizer:
+                    min_frequency: int = 2, progress: bool = False) -> Tokenizer:
     """Train a `kind` vocabulary of at most vocab_size tokens on the corpus; save it to out_dir when given."""
     if kind not in KINDS:
         raise ConfigError(f"tokenizer kind {kind!r}: expected one of {KINDS}")
-    counter = _Counter(corpus_paragraphs(corpus))
+    counter = _Counter(corpus_paragraphs(corpus, progress))
     tokenizer = Tokenizer.train_wordpiece_from_iterator(counter, vocab_size, lowercase=lowercase,
-                                                        min_frequency=min_frequency)
+                                                        min_frequency=min_frequency, show_progress=progress)
     if counter.count == 0:
         raise InputError(f"{', '.join(map(str, corpus))}: no text to train a tokenizer on")
     if out_dir is not None:
