@@ -117,3 +117,45 @@ def test_runtime_never_imports_the_oracles():
              "bad = [m for m in sys.modules if m.split('.')[0] in ('transformers', 'sentence_transformers')]; "
              "assert not bad, bad")
     subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, cwd=ROOT)
+
+
+def test_tokenizer_train_has_help(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["tokenizer", "train", "--help"])
+    assert stop.value.code == 0 and "--vocab-size" in capsys.readouterr().out
+
+
+def test_raw_text_to_pretrained_model_through_the_cli(tmp_path, capsys):
+    """tokenizer train -> prepare -> pretrain, as a user types them, on a gzip JSONL corpus."""
+    import gzip
+
+    words = "the cat sat on a mat while dogs ran under tables near rivers and houses".split()
+    docs = [{"text": f"document {i}: " + " ".join(words[(i * 7 + j * j) % len(words)] for j in range(40)) + "."}
+            for i in range(40)]
+    corpus = tmp_path / "corpus.jsonl.gz"
+    with gzip.open(corpus, "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(json.dumps(d) for d in docs) + "\n")
+    assert main(["tokenizer", "train", "--corpus", str(corpus), "--vocab-size", "80", "--out", str(tmp_path / "tok")]) == 0
+    assert main(["prepare", "--corpus", str(corpus), "--tokenizer", str(tmp_path / "tok"), "--out",
+                 str(tmp_path / "data"), "--holdout", "4", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    assert stats["documents"] == 40 and stats["valid_documents"] == 4 and stats["tokens"] > 1000
+    sets = ["data=" + str(tmp_path / "data"), "model.hidden_size=32", "model.num_heads=2", "model.num_layers=1",
+            "model.intermediate_size=32", "max_length=32", "batch_size=4", "max_steps=2", "precision=fp32"]
+    assert main(["pretrain", *[a for s in sets for a in ("--set", s)], "--out", str(tmp_path / "run")]) == 0
+    assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
+
+
+def test_prepare_names_the_unreadable_file(tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine text\n\xff\xfe broken\n")
+    _run_error(["tokenizer", "train", "--corpus", str(bad), "--out", str(tmp_path / "tok")], capsys)
+    tokenizer_dir = tmp_path / "tok2"
+    from encoderlab.tokenizer import Tokenizer
+
+    good = tmp_path / "good.txt"
+    good.write_text("some words here\n", encoding="utf-8")
+    Tokenizer.train_wordpiece([good], vocab_size=40).save(tokenizer_dir)
+    err = _run_error(["prepare", "--corpus", str(bad), "--tokenizer", str(tokenizer_dir), "--out",
+                      str(tmp_path / "data")], capsys)
+    assert "bad.txt" in err
