@@ -3,6 +3,8 @@
 The fast path is `torch.nn.functional.scaled_dot_product_attention` (fused kernels); the eager path
 computes softmax(QK^T / sqrt(d)) explicitly so the attention probabilities can be returned.
 Q, K and V come from one fused (H -> 3H) projection: one matmul instead of three.
+Training with attention dropout on CPU also takes the written-out path: torch's CPU SDPA has no fused
+dropout (it falls back to its math path and the slow serial `bernoulli_`), so ours with `dropout` is faster.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from encoderlab.nn.dropout import dropout as drop
 
 
 class SelfAttention(nn.Module):
@@ -31,8 +35,9 @@ class SelfAttention(nn.Module):
         B, T, H = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
         dropout = self.dropout if self.training else 0.0
-        if return_probs:
+        if return_probs or (dropout and x.device.type == "cpu"):
             context, probs = self._eager(q, k, v, mask, dropout)
+            probs = probs if return_probs else None
         else:
             context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
         context = context.transpose(1, 2).reshape(B, T, H)
@@ -46,4 +51,4 @@ class SelfAttention(nn.Module):
         if mask is not None:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         probs = scores.softmax(dim=-1)
-        return F.dropout(probs, dropout) @ v, probs
+        return drop(probs, dropout) @ v, probs

@@ -7,6 +7,7 @@ from torch import nn
 
 from encoderlab.config import EncoderConfig
 from encoderlab.nn.attention import SelfAttention
+from encoderlab.nn.dropout import Dropout
 from encoderlab.nn.mlp import FeedForward
 
 
@@ -19,7 +20,7 @@ class Block(nn.Module):
         self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.mlp = FeedForward(config.hidden_size, config.intermediate_size, config.hidden_act)
         self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
                 return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:

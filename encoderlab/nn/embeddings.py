@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from encoderlab.config import EncoderConfig
+from encoderlab.nn.dropout import Dropout
 
 
 class Embeddings(nn.Module):
@@ -17,7 +18,7 @@ class Embeddings(nn.Module):
         self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.segment = nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
         self.max_positions = config.max_position_embeddings
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar
 
 import torch
@@ -73,11 +74,20 @@ class EncoderModel(Model):
 
 @dataclass
 class MLMOutput:
-    """logits: (B, T, V) without labels; (N, V) over the N labelled positions with labels."""
+    """logits: (B, T, V) without labels; (N, V) over the N labelled positions with labels.
+
+    The loss is computed when first read: a training loop that takes its own loss from the logits
+    (a sum normalised over the whole step) does not pay for a second cross-entropy over (N, V).
+    """
 
     logits: torch.Tensor
-    loss: torch.Tensor | None = None
     hidden: EncoderOutput | None = None
+    targets: torch.Tensor | None = None  # (N,) labels of the labelled positions, when labels were given
+
+    @cached_property
+    def loss(self) -> torch.Tensor | None:
+        """Mean cross-entropy over the labelled positions, or None without labels."""
+        return None if self.targets is None else F.cross_entropy(self.logits.float(), self.targets)
 
 
 class MaskedLMModel(Model):
@@ -98,19 +108,34 @@ class MaskedLMModel(Model):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> MLMOutput:
         hidden = self.encoder(input_ids, attention_mask, token_type_ids)
-        logits, loss = _mlm_logits_and_loss(self.mlm, self.encoder, hidden.last_hidden_state, labels)
-        return MLMOutput(logits, loss, hidden)
+        logits, targets = _mlm_logits(self.mlm, self.encoder, hidden.last_hidden_state, labels)
+        return MLMOutput(logits, hidden, targets)
 
 
 @dataclass
 class PreTrainingOutput:
-    """MLM logits as in MLMOutput, NSP logits (B, 2), and the summed loss when labels are given."""
+    """MLM logits as in MLMOutput, NSP logits (B, 2), and the losses (computed when first read) of the labels given."""
 
     mlm_logits: torch.Tensor
     nsp_logits: torch.Tensor
-    loss: torch.Tensor | None = None
-    mlm_loss: torch.Tensor | None = None
-    nsp_loss: torch.Tensor | None = None
+    mlm_targets: torch.Tensor | None = None  # (N,) as MLMOutput.targets
+    nsp_labels: torch.Tensor | None = None  # (B,)
+
+    @cached_property
+    def mlm_loss(self) -> torch.Tensor | None:
+        """Mean cross-entropy over the masked positions, or None without MLM labels."""
+        return None if self.mlm_targets is None else F.cross_entropy(self.mlm_logits.float(), self.mlm_targets)
+
+    @cached_property
+    def nsp_loss(self) -> torch.Tensor | None:
+        """Mean cross-entropy of next-sentence prediction, or None without its labels."""
+        return None if self.nsp_labels is None else F.cross_entropy(self.nsp_logits, self.nsp_labels)
+
+    @property
+    def loss(self) -> torch.Tensor | None:
+        """MLM + NSP loss over the labels given, or None without any."""
+        losses = [loss for loss in (self.mlm_loss, self.nsp_loss) if loss is not None]
+        return sum(losses) if losses else None
 
 
 class PreTrainingModel(Model):
@@ -130,23 +155,19 @@ class PreTrainingModel(Model):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 next_sentence_label: torch.Tensor | None = None) -> PreTrainingOutput:
         hidden = self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
-        mlm_logits, mlm_loss = _mlm_logits_and_loss(self.mlm, self.encoder, hidden, labels)
+        mlm_logits, mlm_targets = _mlm_logits(self.mlm, self.encoder, hidden, labels)
         nsp_logits = self.nsp(self.pooler(hidden))
-        nsp_loss = None if next_sentence_label is None else F.cross_entropy(nsp_logits, next_sentence_label)
-        losses = [loss for loss in (mlm_loss, nsp_loss) if loss is not None]
-        total = sum(losses) if losses else None
-        return PreTrainingOutput(mlm_logits, nsp_logits, total, mlm_loss, nsp_loss)
+        return PreTrainingOutput(mlm_logits, nsp_logits, mlm_targets, next_sentence_label)
 
 
-def _mlm_logits_and_loss(head: MLMHead, encoder: Encoder, hidden: torch.Tensor,
-                         labels: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Full logits without labels; with labels, logits and mean cross-entropy on labelled positions only."""
+def _mlm_logits(head: MLMHead, encoder: Encoder, hidden: torch.Tensor,
+                labels: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Full logits (B, T, V) without labels; with labels, logits (N, V) and targets (N,) of the labelled positions."""
     word_embeddings = encoder.embeddings.word.weight
     if labels is None:
         return head(hidden, word_embeddings), None
     selected = labels != IGNORE_INDEX  # (B, T)
-    logits = head(hidden[selected], word_embeddings)  # (N, V)
-    return logits, F.cross_entropy(logits.float(), labels[selected])
+    return head(hidden[selected], word_embeddings), labels[selected]
 
 
 MODEL_CLASSES: dict[str, type[Model]] = {cls.kind: cls for cls in (EncoderModel, MaskedLMModel, PreTrainingModel)}

@@ -1,0 +1,328 @@
+"""Pretraining speed: encoderlab against transformers' BertForMaskedLM, training tokens/s on the same batches.
+
+Both sides train bert-mini (4 layers, hidden 256, 4 heads, intermediate 1024, vocab 30522) on 32 x 128-token
+sequences of real Wikipedia text, masked once with a fixed seed, with the same AdamW, schedule and clipping.
+encoderlab steps with the project's own `optimizer_step`; transformers with the standard
+`loss = model(**batch).loss; loss.backward(); clip; step` loop. Every mode keeps its own model and
+optimizer; the modes take turns (round robin, the order rotated each round) so that the noise of a shared
+machine falls on all of them alike, and each figure is the median over rounds.
+
+    python bench/pretrain_speed.py            # full: all modes including torch.compile (~6 minutes)
+    python bench/pretrain_speed.py --quick    # under a minute: fewer rounds, no torch.compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import command_line, goal, matmul_peak, write_results  # noqa: E402
+
+from encoderlab import EncoderConfig, MaskedLMModel  # noqa: E402
+from encoderlab.data.collate import MaskingCollator  # noqa: E402
+from encoderlab.nn.model import IGNORE_INDEX  # noqa: E402
+from encoderlab.tokenizer import Tokenizer  # noqa: E402
+from encoderlab.train.distributed import Dist  # noqa: E402
+from encoderlab.train.optim import linear_schedule, make_optimizer, param_groups  # noqa: E402
+from encoderlab.train.pretrain import optimizer_step  # noqa: E402
+
+WIKI = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "wikipedia" / "AA"
+PRESET, BATCH, SEQ, SEED = "bert-mini", 32, 128, 0
+LR, WEIGHT_DECAY, BETAS, EPS, CLIP, WARMUP = 1e-4, 0.01, (0.9, 0.98), 1e-6, 1.0, 10
+DOC = re.compile(r"<doc [^>]*>\n(.*?)</doc>", re.DOTALL)
+
+
+# ---- data -------------------------------------------------------------------------------------------
+def wiki_texts(folder: Path, max_chars: int) -> list[str]:
+    """Article bodies from WikiExtractor's gzip files (`<doc ...>` ... `</doc>`), the first files first."""
+    texts, total = [], 0
+    for path in sorted(folder.glob("wiki_0*.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for body in DOC.findall(f.read()):
+                body = body.split("\n", 1)[1] if "\n" in body else body  # the first line repeats the title
+                texts.append(body.strip())
+                total += len(body)
+                if total >= max_chars:
+                    return texts
+    return texts
+
+
+def pack(token_lists: list[list[int]], cls_id: int, sep_id: int, pad_id: int, count: int) -> dict[str, torch.Tensor]:
+    """`count` sequences [CLS] w [SEP] of each article's consecutive SEQ-2 token windows; short tails padded."""
+    width = SEQ - 2
+    rows = []
+    for ids in token_lists:
+        for start in range(0, len(ids), width):
+            window = ids[start:start + width]
+            if len(window) >= width // 2:  # a tail shorter than half a window is dropped, not padded
+                rows.append([cls_id, *window, sep_id])
+            if len(rows) == count:
+                break
+        if len(rows) == count:
+            break
+    if len(rows) < count:
+        raise SystemExit(f"{WIKI}: only {len(rows)} sequences of text, {count} needed")
+    input_ids = torch.full((count, SEQ), pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        input_ids[i, :len(row)] = torch.tensor(row)
+    return {"input_ids": input_ids, "attention_mask": (input_ids != pad_id).long()}
+
+
+def masked_batches(num_batches: int) -> tuple[list[dict[str, torch.Tensor]], dict[str, object]]:
+    """num_batches of BATCH x SEQ, masked 15% (80/10/10) once with a fixed seed; plus where the text came from."""
+    tokenizer = Tokenizer.from_pretrained("minilm")
+    count = num_batches * BATCH
+    if WIKI.is_dir() and any(WIKI.glob("wiki_0*.gz")):
+        texts = wiki_texts(WIKI, max_chars=count * SEQ * 8)  # ~4 characters a token, twice over for dropped tails
+        seqs = pack(tokenizer.encode_plain(texts), tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, count)
+        source = {"data": f"wikipedia {WIKI.resolve()}/wiki_0*.gz, {len(texts)} articles, MiniLM tokenizer"}
+    else:
+        generator = torch.Generator().manual_seed(SEED)
+        ids = torch.randint(1000, tokenizer.vocab_size, (count, SEQ), generator=generator)
+        ids[:, 0], ids[:, -1] = tokenizer.cls_id, tokenizer.sep_id
+        seqs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        source = {"data": f"RANDOM token ids: {WIKI} not found"}
+    collator = MaskingCollator(tokenizer.vocab_size, tokenizer.mask_id, tokenizer.pad_id, tokenizer.special_ids)
+    generator = torch.Generator().manual_seed(SEED)
+    input_ids, labels = collator.mask(seqs["input_ids"], seqs["attention_mask"],
+                                      torch.ones_like(seqs["input_ids"], dtype=torch.bool), generator)
+    batches = []
+    for i in range(0, count, BATCH):
+        part = slice(i, i + BATCH)
+        batches.append({"input_ids": input_ids[part], "attention_mask": seqs["attention_mask"][part],
+                        "token_type_ids": torch.zeros_like(input_ids[part]), "labels": labels[part]})
+    real = int(seqs["attention_mask"].sum())
+    source.update(sequences=count, non_pad_fraction=round(real / seqs["attention_mask"].numel(), 4),
+                  masked_fraction=round(float((labels != IGNORE_INDEX).sum()) / real, 4))
+    return batches, source
+
+
+# ---- the two trainers -------------------------------------------------------------------------------
+@dataclass
+class Mode:
+    """One way of training: a model with its own optimizer, and a step that trains on one batch."""
+
+    name: str
+    step: Callable[[dict[str, torch.Tensor]], float]  # returns the batch's MLM loss
+    setup_s: float = 0.0
+    rates: list[float] = field(default_factory=list)  # tokens/s, one per round
+    loss: float = float("nan")  # of the last step: the sides should agree, as they train on the same batches
+
+
+def _distinct(groups: list[dict]) -> list[dict]:
+    """encoderlab's groups (no decay on biases and LayerNorm) with each parameter once: transformers' decoder
+    weight is the word-embedding matrix again, which AdamW would otherwise update twice a step."""
+    seen: set[int] = set()
+    for group in groups:
+        group["params"] = [p for p in group["params"] if id(p) not in seen and not seen.add(id(p))]
+    return groups
+
+
+def schedule(optimizer: torch.optim.Optimizer, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(WARMUP, total))
+
+
+def encoderlab_mode(name: str, precision: str, compile_: bool, total: int) -> Mode:
+    """encoderlab's MaskedLMModel trained by encoderlab.train.pretrain.optimizer_step."""
+    torch.manual_seed(SEED)
+    model = MaskedLMModel(EncoderConfig.from_preset(PRESET)).train()
+    if compile_:
+        model.encoder.compile()
+    optimizer = make_optimizer(model, LR, WEIGHT_DECAY, BETAS, EPS)
+    scheduler, dist = schedule(optimizer, total), Dist()
+    return Mode(name, lambda batch: optimizer_step(model, [batch], optimizer, scheduler, CLIP, precision, dist)["loss"])
+
+
+def hf_mode(name: str, attn: str, precision: str, total: int) -> Mode:
+    """transformers' BertForMaskedLM (same config and optimizer) in the standard training loop."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    c = EncoderConfig.from_preset(PRESET)
+    config = BertConfig(vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_hidden_layers=c.num_layers,
+                        num_attention_heads=c.num_heads, intermediate_size=c.intermediate_size,
+                        hidden_act=c.hidden_act, max_position_embeddings=c.max_position_embeddings,
+                        attn_implementation=attn)
+    torch.manual_seed(SEED)
+    model = BertForMaskedLM(config).train()
+    if model.config._attn_implementation != attn:
+        raise SystemExit(f"transformers gave attention {model.config._attn_implementation!r}, asked for {attn!r}")
+    optimizer = torch.optim.AdamW(_distinct(param_groups(model, WEIGHT_DECAY)), lr=LR, betas=BETAS, eps=EPS)
+    scheduler = schedule(optimizer, total)
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
+
+    def step(batch: dict[str, torch.Tensor]) -> float:
+        with autocast():
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    return Mode(name, step)
+
+
+# ---- timing -----------------------------------------------------------------------------------------
+def run(modes: list[Mode], batches: list[dict[str, torch.Tensor]], warmup: int, rounds: int,
+        deadline: float) -> None:
+    """Warm every mode up, then up to `rounds` turns of one timed step each (at least 3, then no turn
+    starts after `deadline`, a perf_counter time); every mode trains on the same batches in the same order."""
+    for mode in modes:
+        started = time.perf_counter()
+        for i in range(warmup):
+            mode.step(batches[i % len(batches)])
+        mode.setup_s = time.perf_counter() - started
+        print(f"  warmed up {mode.name} in {mode.setup_s:.1f} s", flush=True)
+    for r in range(rounds):
+        if r >= 3 and time.perf_counter() > deadline:
+            print(f"  time is up after {r} rounds", flush=True)
+            break
+        batch = batches[(warmup + r) % len(batches)]
+        tokens = int(batch["attention_mask"].sum())
+        for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # who goes first rotates
+            started = time.perf_counter()
+            mode.loss = mode.step(batch)
+            mode.rates.append(tokens / (time.perf_counter() - started))
+        print(f"  round {r + 1}: " + ", ".join(f"{m.name} {m.rates[-1]:.0f}" for m in modes), flush=True)
+
+
+# ---- FLOPs ------------------------------------------------------------------------------------------
+def flops_per_token(config: EncoderConfig, masked_fraction: float) -> float:
+    """Training FLOPs per (non-pad) token, forward + backward.
+
+    6 N for the N non-embedding weights of the blocks (Kaplan et al. 2020, "Scaling Laws for Neural Language
+    Models", section 2.1: C ~ 6N per token; 2N forward, 4N backward); attention scores and the weighted sum,
+    QK^T and AV, 2 x 2 T H per layer forward, x3 with the backward = 12 L T H (PaLM, Chowdhery et al. 2022,
+    appendix B; nanoGPT's estimate_mfu uses the same 6N + 12 L H T); bidirectional, so no causal halving.
+    The MLM head runs only on masked tokens: transform (H x H) and decoder (H x V), 6 (H^2 + H V) each, times
+    the masked fraction. Embedding lookups, LayerNorm, softmax and the optimizer are left out, as in those.
+    """
+    L, H, I, V = config.num_layers, config.hidden_size, config.intermediate_size, config.vocab_size
+    block_weights = L * (4 * H * H + 2 * H * I)  # qkv + out, up + down
+    return 6 * block_weights + 12 * L * SEQ * H + masked_fraction * 6 * (H * H + H * V)
+
+
+# ---- main -------------------------------------------------------------------------------------------
+MODES = {  # name: (side, precision or attention + precision, compiled)
+    "encoderlab fp32": ("encoderlab", "fp32", False),
+    "encoderlab bf16": ("encoderlab", "bf16", False),
+    "encoderlab compile fp32": ("encoderlab", "fp32", True),
+    "encoderlab compile bf16": ("encoderlab", "bf16", True),
+    "hf eager fp32": ("hf", "eager fp32", False),
+    "hf sdpa fp32": ("hf", "sdpa fp32", False),
+    "hf sdpa bf16": ("hf", "sdpa bf16", False),
+}
+
+
+def build(name: str, total: int) -> Mode:
+    side, how, compiled = MODES[name]
+    if side == "encoderlab":
+        return encoderlab_mode(name, how, compiled, total)
+    attn, precision = how.split()
+    return hf_mode(name, attn, precision, total)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="under a minute: 2 rounds, no torch.compile")
+    parser.add_argument("--rounds", type=int, help="most timed rounds (each mode takes one step a round)")
+    parser.add_argument("--budget", type=float, help="seconds after which no new round starts (after 3)")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile modes")
+    parser.add_argument("--modes", help="comma-separated subset of modes (nothing is written then)")
+    args = parser.parse_args()
+    started, load_before = time.perf_counter(), _loadavg()
+    torch.set_num_threads(2)
+    if load_before and load_before[0] > 2.5:
+        print(f"warning: load average {load_before[0]} before starting: other work shares the cores, so every "
+              "figure is lower and the ratios are squeezed towards 1", flush=True)
+    rounds = args.rounds or (2 if args.quick else 20)
+    warmup = 1 if args.quick else 3
+    budget = args.budget or (30.0 if args.quick else 300.0)
+    compiled = not (args.quick or args.no_compile)
+    total = warmup + rounds + 1  # the schedule's length: warm-up is linear over its first WARMUP steps
+
+    batches, source = masked_batches(4 if args.quick else 8)
+    print(f"data: {source}", flush=True)
+    names = args.modes.split(",") if args.modes else [n for n in MODES if compiled or not MODES[n][2]]
+    modes = [build(name, total) for name in names]
+    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    run(modes, batches, warmup, rounds, started + budget)
+    peaks = {"fp32": max(peaks["fp32"], matmul_peak(torch.float32)),  # best of before and after
+             "bf16": max(peaks["bf16"], matmul_peak(torch.bfloat16))}
+    timing = {"warmup_steps": warmup, "rounds": len(modes[0].rates), "steps_per_round": 1,
+              "wall_s": round(time.perf_counter() - started, 1), "load_average_1_5_15_min_before": load_before}
+    report(modes, source, peaks, args, timing)
+
+
+def report(modes: list[Mode], source: dict[str, object], peaks: dict[str, float], args: argparse.Namespace,
+           timing: dict[str, int]) -> None:
+    """Print the table; write bench/results/pretrain_speed.json (_quick.json with --quick) unless --modes was given."""
+    config = EncoderConfig.from_preset(PRESET)
+    per_token = flops_per_token(config, float(source["masked_fraction"]))
+    median = {m.name: statistics.median(m.rates) for m in modes}
+    figures: dict[str, object] = {
+        **source, **timing, "preset": PRESET, "batch": BATCH, "seq": SEQ, "threads": torch.get_num_threads(),
+        "step_function": "encoderlab.train.pretrain.optimizer_step",
+        "matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
+        "flops_per_token": round(per_token),
+        "flops_note": "model FLOPs of flops_per_token() (6N + 12LTH + masked head), the same for both sides: "
+                      "transformers' decoder over all positions is not counted as useful work",
+        "compile_modes": "left out (--quick or --no-compile)" if not any("compile" in m.name for m in modes) else "run",
+        "load_average_1_5_15_min_after": _loadavg(),
+        "tokens_per_s": {m.name: round(median[m.name], 1) for m in modes},
+        "tokens_per_s_all_rounds": {m.name: [round(r) for r in m.rates] for m in modes},
+        "warmup_s": {m.name: round(m.setup_s, 1) for m in modes},
+        "last_loss": {m.name: round(m.loss, 3) for m in modes},
+        "mfu_of_bf16_peak": {m.name: round(median[m.name] * per_token / peaks["bf16"], 4) for m in modes},
+        "mfu_of_fp32_peak": {m.name: round(median[m.name] * per_token / peaks["fp32"], 4) for m in modes},
+    }
+    ours = {n: v for n, v in median.items() if n.startswith("encoderlab")}
+    theirs = {n: v for n, v in median.items() if n.startswith("hf")}
+    goals = []
+    if ours and theirs:
+        best, hf_best = max(ours, key=ours.get), max(theirs, key=theirs.get)
+        figures.update(encoderlab_best=best, hf_fastest=hf_best)
+        figures["speedup_vs"] = {n: round(ours[best] / v, 3) for n, v in theirs.items()}
+        figures["paired_speedup_vs"] = {n: round(_paired(modes, best, n), 3) for n in theirs}
+        if "hf eager fp32" in theirs:
+            goals.append(goal(f"{best} / hf eager fp32, tokens/s", ours[best] / theirs["hf eager fp32"], 3.0))
+        goals.append(goal(f"{best} / {hf_best} (HF's fastest), tokens/s", ours[best] / theirs[hf_best], 2.0))
+    for name, value in figures["tokens_per_s"].items():
+        print(f"{name:>26}: {value:8.0f} tokens/s   MFU {figures['mfu_of_bf16_peak'][name]:.1%} of bf16 peak")
+    for g in goals:
+        print(f"goal {g['what']}: {g['value']:.2f} (target {g['target']}) {'met' if g['met'] else 'NOT met'}")
+    if not args.modes:
+        path = write_results("pretrain_speed" + ("_quick" if args.quick else ""), command_line(), figures, goals)
+        print(f"wrote {path}")
+
+
+def _paired(modes: list[Mode], ours: str, theirs: str) -> float:
+    """Median over rounds of the ratio within a round (two steps seconds apart, under much the same load)."""
+    rates = {m.name: m.rates for m in modes}
+    return statistics.median(a / b for a, b in zip(rates[ours], rates[theirs]))
+
+
+def _loadavg() -> list[float] | None:
+    """The machine's load averages: above the 2 threads used here, other work shared the cores."""
+    try:
+        return [float(v) for v in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        return None
+
+
+if __name__ == "__main__":
+    main()
