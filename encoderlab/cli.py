@@ -207,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder: checkpoints, metrics.csv, curves.png")
     pre.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
     pre.set_defaults(func=cmd_pretrain)
+
+    from encoderlab.tasks.cli import add_commands  # finetune, evaluate
+
+    add_commands(commands)
     return parser
 
 

@@ -1,0 +1,17 @@
+"""Fine-tuning and evaluation: text classification and regression, NER, extractive QA, sentence embeddings.
+
+- readers.py     GLUE TSV/CSV, JSONL, CoNLL, SQuAD v1.1/v2.0, each error naming its file and line
+- models.py      heads on the encoder, saved as transformers' BertFor* folders; the BiLSTM baseline
+- base.py        what a task gives the loop (features, collate, loss, predict, score) and shared helpers
+- loop.py        the one fine-tuning loop (AdamW, warmup + linear decay, bf16 option, best checkpoint)
+- classify.py, tagging.py, qa.py, embedding.py   the four tasks
+- metrics.py     accuracy/F1/MCC, Pearson/Spearman, seqeval entity F1, SQuAD EM/F1
+- cli.py         `encoderlab finetune TASK` and `encoderlab evaluate TASK` (add_commands)
+"""
+
+from encoderlab.tasks.loop import TrainOptions, train
+from encoderlab.tasks.models import (BiLSTMClassifier, SentenceEmbedder, SequenceClassifier, SpanExtractor,
+                                     TokenClassifier, load_backbone, load_task_model, save_task_model)
+
+__all__ = ["BiLSTMClassifier", "SentenceEmbedder", "SequenceClassifier", "SpanExtractor", "TokenClassifier",
+           "TrainOptions", "load_backbone", "load_task_model", "save_task_model", "train"]

@@ -1,0 +1,165 @@
+"""What every task provides to the one fine-tuning loop, and the helpers they share.
+
+A task turns examples into features (token ids and targets, unpadded), features into padded batches, a
+batch into a loss, and examples into predictions and metrics. The loop (encoderlab.tasks.loop) knows
+nothing else about it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from encoderlab.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+ENCODE_CHUNK = 1024  # texts per call into the Rust tokenizer: fast, without padding a whole data set at once
+
+
+@dataclass
+class Encoded:
+    """One encoded text (or pair), unpadded, with the offset and word bookkeeping tasks may need."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    offsets: list[tuple[int, int]]
+    sequence_ids: list[int | None]  # 0 text A, 1 text B, None special
+
+
+def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | None = None,
+           max_length: int | None = None, what: str = "texts") -> list[Encoded]:
+    """Encode texts (and pairs) in chunks, each trimmed of padding; warns how many were truncated."""
+    out: list[Encoded] = []
+    truncated = 0
+    for start in range(0, len(texts), ENCODE_CHUNK):
+        chunk = list(texts[start:start + ENCODE_CHUNK])
+        chunk_pairs = list(pairs[start:start + ENCODE_CHUNK]) if pairs is not None else None
+        batch = tokenizer.encode_batch(chunk, chunk_pairs, max_length=max_length, truncation=max_length is not None)
+        truncated += batch.num_truncated
+        for row, length in enumerate(batch.attention_mask.sum(1).tolist()):
+            out.append(Encoded(batch.input_ids[row, :length].tolist(), batch.token_type_ids[row, :length].tolist(),
+                               batch.offsets[row][:length], batch.sequence_ids[row][:length]))
+    if truncated:
+        log.warning("%d of %d %s were longer than %d tokens and were truncated",
+                    truncated, len(texts), what, max_length)
+    return out
+
+
+def pad(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
+    """Right-pad lists of ints to the longest: (B, T) long."""
+    length = max(len(row) for row in rows)
+    return torch.tensor([list(row) + [value] * (length - len(row)) for row in rows], dtype=torch.long)
+
+
+def pad_inputs(features: Sequence[dict[str, Any]], pad_id: int, prefix: str = "") -> dict[str, torch.Tensor]:
+    """input_ids, attention_mask and token_type_ids (B, T) from features holding the first and last lists."""
+    ids = [f[prefix + "input_ids"] for f in features]
+    return {"input_ids": pad(ids, pad_id), "attention_mask": pad([[1] * len(row) for row in ids], 0),
+            "token_type_ids": pad([f[prefix + "token_type_ids"] for f in features], 0)}
+
+
+def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator,
+                           group: int = 50) -> list[list[int]]:
+    """Random batches of similar length: shuffle, sort within groups of `group` batches, shuffle the batches.
+
+    Little compute goes to padding, and every epoch still sees the data in a new random order.
+    group=1 gives plain random batches.
+    """
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    batches = []
+    span = batch_size * max(group, 1)
+    for start in range(0, len(order), span):
+        chunk = sorted(order[start:start + span], key=lambda i: -lengths[i])
+        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+    shuffle = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in shuffle]
+
+
+def sorted_batches(lengths: Sequence[int], batch_size: int) -> Iterator[list[int]]:
+    """Batches for inference: indices sorted by length (longest first), so padding is small."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    for start in range(0, len(order), batch_size):
+        yield order[start:start + batch_size]
+
+
+def autocast(precision: str, device: torch.device | str = "cpu"):
+    """bf16 autocast when asked for, else nothing."""
+    device = torch.device(device)
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of a model's first parameter."""
+    return next(model.parameters()).device
+
+
+def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """The batch with every tensor (also inside nested dicts) moved to `device`."""
+    return {k: to_device(v, device) if isinstance(v, dict) else v.to(device) if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()}
+
+
+class Task(ABC):
+    """One fine-tuning task: features, batches, loss, predictions and metrics."""
+
+    name: ClassVar[str]
+    metrics: tuple[str, ...]  # what evaluate() reports; the first selects the best checkpoint by default
+    group_by_length: ClassVar[bool] = True  # batches of similar length (less padding); False: uniformly random
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int, batch_size: int = 32, precision: str = "fp32") -> None:
+        self.tokenizer, self.max_length = tokenizer, max_length
+        self.batch_size, self.precision = batch_size, precision
+
+    @property
+    def default_metric(self) -> str:
+        """The eval metric that selects the best checkpoint unless --metric names another."""
+        return self.metrics[0]
+
+    @abstractmethod
+    def features(self, examples: list) -> list[dict[str, Any]]:
+        """Training features (token ids and targets, unpadded); one example may give several."""
+
+    def feature_length(self, feature: dict[str, Any]) -> int:
+        """Tokens in a feature, for grouping batches by length."""
+        return len(feature["input_ids"])
+
+    @abstractmethod
+    def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        """A padded batch of tensors."""
+
+    @abstractmethod
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        """The mean loss of a batch (a scalar)."""
+
+    @abstractmethod
+    def predict(self, model: nn.Module, examples: list) -> list:
+        """One prediction per example, in order."""
+
+    @abstractmethod
+    def score(self, examples: list, predictions: list) -> dict[str, float]:
+        """Metrics of predictions against the examples' gold labels."""
+
+    def validate(self, examples: list) -> None:
+        """Raise InputError for an example this task cannot score (checked before training starts)."""
+
+    def evaluate(self, model: nn.Module, examples: list) -> dict[str, float]:
+        """Predict, then score; the model is left in the mode it was in."""
+        was_training = model.training
+        model.eval()
+        try:
+            return self.score(examples, self.predict(model, examples))
+        finally:
+            model.train(was_training)
+
+    def info(self) -> dict[str, Any]:
+        """What task.json records so `encoderlab evaluate` can read data as the model was trained."""
+        return {"task": self.name, "max_length": self.max_length}

@@ -1,0 +1,123 @@
+"""Sequence classification and regression: one text or a pair -> a class (cross-entropy) or a score (MSE).
+
+Metrics: accuracy, F1, Matthews correlation for classes; Pearson and Spearman for scores (GLUE's choice
+per task is made with --metric: e.g. mcc for CoLA, f1 for MRPC and QQP, spearman for STS-B).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encoderlab.errors import InputError
+from encoderlab.tasks.base import Task, autocast, encode, model_device, pad_inputs, sorted_batches
+from encoderlab.tasks.metrics import classification_metrics, correlation_metrics
+from encoderlab.tasks.readers import TextExample
+from encoderlab.tokenizer import Tokenizer
+
+
+def label_set(examples: list[TextExample]) -> list[str]:
+    """The distinct class names, in numeric order when all are integers ("0" < "1" < "10"), else sorted."""
+    names = {str(e.label) for e in examples if e.label is not None}
+    if not names:
+        raise InputError("no labelled examples to learn classes from")
+    if all(name.lstrip("-").isdigit() for name in names):
+        return sorted(names, key=int)
+    return sorted(names)
+
+
+class ClassifyTask(Task):
+    """Sequence classification (or regression with regression=True) over single texts or pairs."""
+
+    name = "classify"
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int, labels: list[str] | None, regression: bool = False,
+                 batch_size: int = 32, precision: str = "fp32") -> None:
+        super().__init__(tokenizer, max_length, batch_size, precision)
+        if not regression and not labels:
+            raise InputError("classification needs the list of labels")
+        self.labels, self.regression = labels, regression
+        self.index = {label: i for i, label in enumerate(labels or [])}
+
+    @property
+    def metrics(self) -> tuple[str, ...]:  # type: ignore[override]
+        return ("spearman", "pearson") if self.regression else ("accuracy", "f1", "mcc")
+
+    @property
+    def num_outputs(self) -> int:
+        """Logits per example: one score, or one per class."""
+        return 1 if self.regression else len(self.labels)
+
+    def target(self, example: TextExample) -> float | int:
+        """The regression score, or the class index (InputError naming the line for an unknown class)."""
+        if example.label is None:
+            raise InputError(f"{example.where}: no label")
+        if self.regression:
+            return float(example.label)
+        if str(example.label) not in self.index:
+            raise InputError(f"{example.where}: label {example.label!r} is not one of the model's labels "
+                             f"({', '.join(self.labels)})")
+        return self.index[str(example.label)]
+
+    def validate(self, examples: list[TextExample]) -> None:
+        for example in examples:
+            self.target(example)
+
+    def encode(self, examples: list[TextExample]) -> list[dict[str, Any]]:
+        """Token ids of each example, single texts or pairs (all examples must have the same number of texts)."""
+        widths = {len(e.texts) for e in examples}
+        if len(widths) != 1 or widths.pop() not in (1, 2):
+            raise InputError(f"{examples[0].where}: classification takes one text or a pair per example")
+        firsts = [e.texts[0] for e in examples]
+        seconds = [e.texts[1] for e in examples] if len(examples[0].texts) == 2 else None
+        encoded = encode(self.tokenizer, firsts, seconds, self.max_length, "examples")
+        return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids} for e in encoded]
+
+    def features(self, examples: list[TextExample]) -> list[dict[str, Any]]:
+        targets = [self.target(e) for e in examples]
+        return [f | {"label": t} for f, t in zip(self.encode(examples), targets)]
+
+    def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = pad_inputs(features, self.tokenizer.pad_id)
+        if "label" in features[0]:
+            dtype = torch.float32 if self.regression else torch.long
+            batch["labels"] = torch.tensor([f["label"] for f in features], dtype=dtype)
+        return batch
+
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float()  # (B, L)
+        if self.regression:
+            return F.mse_loss(logits.squeeze(-1), batch["labels"])
+        return F.cross_entropy(logits, batch["labels"])
+
+    @torch.inference_mode()
+    def logits(self, model: nn.Module, examples: list[TextExample]) -> torch.Tensor:
+        """(N, L) float logits in example order."""
+        features = self.encode(examples)
+        out = torch.empty(len(features), self.num_outputs)
+        device = model_device(model)
+        for indices in sorted_batches([len(f["input_ids"]) for f in features], self.batch_size):
+            batch = {k: v.to(device) for k, v in self.collate([features[i] for i in indices]).items()}
+            with autocast(self.precision, device):
+                out[indices] = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float().cpu()
+        return out
+
+    def predict(self, model: nn.Module, examples: list[TextExample]) -> list[str | float]:
+        """A class name, or a score, per example."""
+        logits = self.logits(model, examples)
+        if self.regression:
+            return logits[:, 0].tolist()
+        return [self.labels[i] for i in logits.argmax(-1).tolist()]
+
+    def score(self, examples: list[TextExample], predictions: list[str | float]) -> dict[str, float]:
+        gold = [self.target(e) for e in examples]
+        if self.regression:
+            return correlation_metrics(gold, predictions)
+        return classification_metrics(gold, [self.index[p] for p in predictions], len(self.labels))
+
+    def info(self) -> dict[str, Any]:
+        return super().info() | {"task_type": "regression" if self.regression else "classification",
+                                 "labels": self.labels}

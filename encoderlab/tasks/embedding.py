@@ -1,0 +1,153 @@
+"""Sentence embeddings: a bi-encoder trained on pairs, scored by cosine similarity.
+
+Losses (sentence-transformers' names):
+- mnrl: MultipleNegativesRanking (Henderson et al. 2017, arXiv:1705.00652): for (anchor, positive[, negative])
+  rows, each anchor must pick its positive among every positive and negative of the batch; cross-entropy
+  over cosine similarities times `scale` (20).
+- cosent: for pairs with a gold score (Su 2022, "CoSENT"): log(1 + sum over pairs i, j with score_i > score_j
+  of exp(scale * (cos_j - cos_i))); only the order of the scores matters, so any scale of score works.
+- cosine: mean squared error between the cosine and the score divided by the training data's largest score.
+
+Evaluation: with gold scores, Pearson and Spearman of the pairs' cosines (the STS benchmark protocol);
+without, retrieval of each pair's second text among all second texts (recall@1 and MRR).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encoderlab.errors import ConfigError, InputError
+from encoderlab.tasks.base import Task, autocast, encode, model_device, pad_inputs, sorted_batches
+from encoderlab.tasks.metrics import correlation_metrics
+from encoderlab.tasks.readers import TextExample
+from encoderlab.tokenizer import Tokenizer
+
+LOSSES = ("mnrl", "cosent", "cosine")
+
+
+def mnrl_loss(anchors: torch.Tensor, candidates: torch.Tensor, scale: float) -> torch.Tensor:
+    """anchors (B, H), candidates (C, H) with C >= B, row i's positive at i: in-batch negatives cross-entropy."""
+    scores = F.normalize(anchors, dim=-1) @ F.normalize(candidates, dim=-1).T * scale  # (B, C)
+    return F.cross_entropy(scores, torch.arange(len(anchors), device=anchors.device))
+
+
+def cosent_loss(cosines: torch.Tensor, scores: torch.Tensor, scale: float) -> torch.Tensor:
+    """cosines (B,), gold scores (B,): penalise every pair ordered against the gold order."""
+    diff = scale * (cosines[None, :] - cosines[:, None])  # (B, B): entry (i, j) = scale * (cos_j - cos_i)
+    diff = diff.masked_fill(scores[:, None] <= scores[None, :], float("-inf"))  # keep only score_i > score_j
+    return torch.logsumexp(torch.cat([diff.new_zeros(1), diff.flatten()]), dim=0)
+
+
+class EmbedTask(Task):
+    """Fine-tune a sentence embedder on pairs (optionally scored) or triplets."""
+
+    name = "embed"
+    metrics = ("spearman", "pearson")  # with scored eval pairs; recall_at_1 and mrr without
+    # Both losses compare the pairs of a batch with each other: batches of one length would be of one genre
+    # (STS-B's captions are short, its news long), and the model would never learn to rank across them.
+    group_by_length = False
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int, loss: str = "cosent", scale: float = 20.0,
+                 score_max: float | None = None, batch_size: int = 32, precision: str = "fp32") -> None:
+        super().__init__(tokenizer, max_length, batch_size, precision)
+        if loss not in LOSSES:
+            raise ConfigError(f"--loss {loss!r}: expected one of {', '.join(LOSSES)}")
+        self.loss_name, self.scale, self.score_max = loss, scale, score_max
+
+    def check(self, examples: list[TextExample], training: bool) -> None:
+        """Pairs (or, for mnrl training, triplets); scores where the loss needs them."""
+        for e in examples:
+            widths = (2, 3) if training and self.loss_name == "mnrl" else (2,)
+            if len(e.texts) not in widths:
+                raise InputError(f"{e.where}: expected {' or '.join(map(str, widths))} texts, got {len(e.texts)}")
+            if training and self.loss_name != "mnrl" and not isinstance(e.label, float):
+                raise InputError(f"{e.where}: the {self.loss_name} loss needs a numeric score on every pair")
+
+    def validate(self, examples: list[TextExample]) -> None:
+        self.check(examples, training=False)
+
+    def features(self, examples: list[TextExample]) -> list[dict[str, Any]]:
+        self.check(examples, training=True)
+        if self.loss_name == "cosine" and self.score_max is None:
+            self.score_max = max(abs(float(e.label)) for e in examples) or 1.0
+        columns = [encode(self.tokenizer, [e.texts[c] for e in examples], None, self.max_length, "texts")
+                   for c in range(len(examples[0].texts))]
+        out = []
+        for row, example in enumerate(examples):
+            feature: dict[str, Any] = {"label": example.label if isinstance(example.label, float) else 0.0}
+            for c, column in enumerate(columns):
+                feature[f"{c}.input_ids"] = column[row].input_ids
+                feature[f"{c}.token_type_ids"] = column[row].token_type_ids
+            out.append(feature)
+        return out
+
+    def feature_length(self, feature: dict[str, Any]) -> int:
+        return len(feature["0.input_ids"])
+
+    def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        columns = sorted({key.split(".")[0] for key in features[0] if key.endswith(".input_ids")})
+        batch: dict[str, Any] = {c: pad_inputs(features, self.tokenizer.pad_id, prefix=f"{c}.") for c in columns}
+        batch["labels"] = torch.tensor([f["label"] for f in features], dtype=torch.float32)
+        return batch
+
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        vectors = [model(b["input_ids"], b["attention_mask"], b["token_type_ids"]).float()
+                   for key, b in sorted(batch.items()) if key != "labels"]  # (B, H) per text column
+        if self.loss_name == "mnrl":
+            return mnrl_loss(vectors[0], torch.cat(vectors[1:]), self.scale)
+        cosines = F.cosine_similarity(vectors[0], vectors[1], dim=-1)
+        if self.loss_name == "cosent":
+            return cosent_loss(cosines, batch["labels"], self.scale)
+        return F.mse_loss(cosines, batch["labels"] / self.score_max)
+
+    @torch.inference_mode()
+    def vectors(self, model: nn.Module, texts: list[str]) -> torch.Tensor:
+        """(N, H) unit vectors, in order."""
+        encoded = encode(self.tokenizer, texts, None, self.max_length, "texts")
+        out = torch.empty(len(texts), model.config.hidden_size)
+        device = model_device(model)
+        for indices in sorted_batches([len(e.input_ids) for e in encoded], self.batch_size):
+            batch = pad_inputs([{"input_ids": encoded[i].input_ids, "token_type_ids": encoded[i].token_type_ids}
+                                for i in indices], self.tokenizer.pad_id)
+            with autocast(self.precision, device):
+                out[indices] = F.normalize(model(**{k: v.to(device) for k, v in batch.items()}).float(), dim=-1).cpu()
+        return out
+
+    def predict(self, model: nn.Module, examples: list[TextExample]) -> list[float]:
+        """The cosine similarity of each pair."""
+        self.check(examples, training=False)
+        first = self.vectors(model, [e.texts[0] for e in examples])
+        second = self.vectors(model, [e.texts[1] for e in examples])
+        return (first * second).sum(-1).tolist()
+
+    def evaluate(self, model: nn.Module, examples: list[TextExample]) -> dict[str, float]:
+        if all(isinstance(e.label, float) for e in examples):
+            return super().evaluate(model, examples)
+        was_training = model.training
+        model.eval()
+        try:
+            return self.retrieval(model, examples)
+        finally:
+            model.train(was_training)
+
+    def retrieval(self, model: nn.Module, examples: list[TextExample]) -> dict[str, float]:
+        """Each first text ranks all second texts: recall@1 and mean reciprocal rank of its own."""
+        self.check(examples, training=False)
+        first = self.vectors(model, [e.texts[0] for e in examples])
+        second = self.vectors(model, [e.texts[1] for e in examples])
+        scores = first @ second.T  # (N, N)
+        rank = (scores > scores.diagonal()[:, None]).sum(1) + 1  # (N,) rank of the true partner
+        return {"recall_at_1": float((rank == 1).float().mean()), "mrr": float((1.0 / rank).mean())}
+
+    def score(self, examples: list[TextExample], predictions: list[float]) -> dict[str, float]:
+        missing = [e.where for e in examples if not isinstance(e.label, float)]
+        if missing:
+            raise InputError(f"{missing[0]}: no numeric score to compare the cosine with")
+        return correlation_metrics([e.label for e in examples], predictions)
+
+    def info(self) -> dict[str, Any]:
+        return super().info() | {"loss": self.loss_name, "scale": self.scale, "score_max": self.score_max}

@@ -1,0 +1,94 @@
+"""Evaluation metrics: classification (scikit-learn), correlation (scipy), entities (seqeval), SQuAD EM/F1.
+
+SQuAD exact match and F1 follow the official evaluation script, evaluate-v1.1.py
+(https://rajpurkar.github.io/SQuAD-explorer/, also used unchanged for the answerable part of v2.0):
+answers are lowercased, stripped of punctuation and of the articles a/an/the, and whitespace-collapsed;
+F1 counts shared tokens; a prediction scores the best over the gold answers; totals are percentages.
+For SQuAD 2.0 an unanswerable question's gold answer is the empty string (evaluate-v2.0.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+
+import numpy as np
+
+
+# ---- classification and regression -----------------------------------------------------------------------
+def classification_metrics(gold: list[int], predicted: list[int], num_labels: int) -> dict[str, float]:
+    """accuracy, F1 (binary on class 1 with two classes, else macro) and Matthews correlation."""
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    average = "binary" if num_labels == 2 else "macro"
+    return {"accuracy": float(accuracy_score(gold, predicted)),
+            "f1": float(f1_score(gold, predicted, average=average, zero_division=0)),
+            "mcc": float(matthews_corrcoef(gold, predicted))}
+
+
+def correlation_metrics(gold: list[float], predicted: list[float]) -> dict[str, float]:
+    """Pearson and Spearman correlation (0 where either side is constant)."""
+    from scipy.stats import pearsonr, spearmanr
+
+    gold_arr, pred_arr = np.asarray(gold, dtype=np.float64), np.asarray(predicted, dtype=np.float64)
+    if len(gold_arr) < 2 or gold_arr.std() == 0 or pred_arr.std() == 0:
+        return {"pearson": 0.0, "spearman": 0.0}
+    return {"pearson": float(pearsonr(gold_arr, pred_arr)[0]), "spearman": float(spearmanr(gold_arr, pred_arr)[0])}
+
+
+# ---- entities ----------------------------------------------------------------------------------------------
+def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:
+    """Entity-level precision, recall and F1 (seqeval's default, conlleval semantics) and token accuracy."""
+    from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
+
+    return {"f1": float(f1_score(gold, predicted, zero_division=0)),
+            "precision": float(precision_score(gold, predicted, zero_division=0)),
+            "recall": float(recall_score(gold, predicted, zero_division=0)),
+            "accuracy": float(accuracy_score(gold, predicted))}
+
+
+# ---- SQuAD -----------------------------------------------------------------------------------------------
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """Lowercase, drop punctuation, drop articles, collapse whitespace (evaluate-v1.1.py normalize_answer)."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, truth: str) -> float:
+    """1.0 when the normalized strings are equal."""
+    return float(normalize_answer(prediction) == normalize_answer(truth))
+
+
+def token_f1(prediction: str, truth: str) -> float:
+    """F1 over the bag of normalized tokens (evaluate-v1.1.py f1_score; two empty answers score 1 as in v2.0)."""
+    pred_tokens, truth_tokens = normalize_answer(prediction).split(), normalize_answer(truth).split()
+    if not pred_tokens or not truth_tokens:
+        return float(pred_tokens == truth_tokens)
+    common = collections.Counter(pred_tokens) & collections.Counter(truth_tokens)
+    shared = sum(common.values())
+    if shared == 0:
+        return 0.0
+    precision, recall = shared / len(pred_tokens), shared / len(truth_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_metrics(predictions: dict[str, str], gold: dict[str, list[str]]) -> dict[str, float]:
+    """exact_match and f1 in percent over the gold questions, each the best over that question's answers.
+
+    A question without a prediction scores 0; unanswerable questions have gold [""].
+    """
+    em = f1 = 0.0
+    for qid, truths in gold.items():
+        truths = truths or [""]
+        prediction = predictions.get(qid)
+        if prediction is None:
+            continue
+        em += max(exact_match(prediction, t) for t in truths)
+        f1 += max(token_f1(prediction, t) for t in truths)
+    total = max(len(gold), 1)
+    return {"exact_match": 100.0 * em / total, "f1": 100.0 * f1 / total}

@@ -1,0 +1,170 @@
+"""Extractive question answering (SQuAD v1.1 / v2.0): start and end logits over the context tokens.
+
+Each question is paired with windows of its context: `[CLS] question [SEP] window [SEP]`, windows of
+max_length tokens that overlap by doc_stride tokens (transformers' `stride` meaning), so an answer near a
+window's edge is whole in a neighbour. A training window whose answer is not wholly inside it (and every
+window of an unanswerable question) points at [CLS], as in the BERT paper (section 4.3).
+
+Decoding (BERT's run_squad.py): in every window take the n_best highest start and end logits over context
+tokens, keep pairs with start <= end and at most max_answer_length tokens, score start + end logit; the best
+over all windows is mapped back to characters through the token offsets. When the model learned
+unanswerable questions (SQuAD 2.0 training data), the answer is "" if the [CLS] score (its lowest over the
+windows) beats the best span.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encoderlab.errors import ConfigError
+from encoderlab.tasks.base import Task, autocast, encode, model_device, pad_inputs, sorted_batches
+from encoderlab.tasks.metrics import squad_metrics
+from encoderlab.tasks.readers import QAExample
+from encoderlab.tokenizer import Tokenizer
+
+
+@dataclass
+class Window:
+    """One (question, context window) input: ids, and the character span of each context token."""
+
+    example: int  # index of the QAExample
+    input_ids: list[int]
+    token_type_ids: list[int]
+    spans: list[tuple[int, int] | None]  # per token: (start, end) in the context, None outside the context
+    start_position: int = 0  # training target: answer's first token, 0 ([CLS]) when not in this window
+    end_position: int = 0
+
+
+def _content(encoded) -> tuple[list[int], list[tuple[int, int]]]:
+    """The ids and offsets of the real tokens (special tokens dropped)."""
+    keep = [i for i, seq in enumerate(encoded.sequence_ids) if seq is not None]
+    return [encoded.input_ids[i] for i in keep], [encoded.offsets[i] for i in keep]
+
+
+def answer_tokens(spans: list[tuple[int, int] | None], char_start: int, char_end: int) -> tuple[int, int] | None:
+    """The first and last token covering characters [char_start, char_end), or None if not wholly inside."""
+    inside = [i for i, span in enumerate(spans) if span is not None]
+    if not inside or spans[inside[0]][0] > char_start or spans[inside[-1]][1] < char_end:
+        return None
+    start = next(i for i in inside if spans[i][1] > char_start)
+    end = next(i for i in reversed(inside) if spans[i][0] < char_end)
+    return (start, end) if start <= end else None
+
+
+class QATask(Task):
+    """Span extraction over (question, context) windows."""
+
+    name = "qa"
+    metrics = ("f1", "exact_match")
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int = 384, doc_stride: int = 128, max_query_length: int = 64,
+                 max_answer_length: int = 30, n_best: int = 20, allow_null: bool = False, batch_size: int = 32,
+                 precision: str = "fp32") -> None:
+        super().__init__(tokenizer, max_length, batch_size, precision)
+        self.doc_stride, self.max_query_length = doc_stride, max_query_length
+        self.max_answer_length, self.n_best, self.allow_null = max_answer_length, n_best, allow_null
+        if max_length - max_query_length - 3 <= doc_stride:
+            raise ConfigError(f"--doc-stride {doc_stride} must be smaller than the context room of a window "
+                              f"(max_length {max_length} - max_query_length {max_query_length} - 3 special tokens)")
+
+    def windows(self, examples: list[QAExample]) -> list[Window]:
+        """Every window of every example, with training targets from each example's first answer."""
+        questions = encode(self.tokenizer, [e.question for e in examples], None, None, "questions")
+        contexts = encode(self.tokenizer, [e.context for e in examples], None, None, "contexts")
+        out = []
+        for index, (example, question, context) in enumerate(zip(examples, questions, contexts)):
+            q_ids = _content(question)[0][: self.max_query_length]
+            c_ids, c_offsets = _content(context)
+            room = self.max_length - len(q_ids) - 3
+            start = 0
+            while True:
+                stop = min(start + room, len(c_ids))
+                out.append(self._window(index, example, q_ids, c_ids[start:stop], c_offsets[start:stop]))
+                if stop >= len(c_ids):
+                    break
+                start = stop - self.doc_stride
+        return out
+
+    def _window(self, index: int, example: QAExample, q_ids: list[int], c_ids: list[int],
+                c_offsets: list[tuple[int, int]]) -> Window:
+        cls, sep = self.tokenizer.cls_id, self.tokenizer.sep_id
+        ids = [cls, *q_ids, sep, *c_ids, sep]
+        types = [0] * (len(q_ids) + 2) + [1] * (len(c_ids) + 1)
+        spans: list[tuple[int, int] | None] = [None] * (len(q_ids) + 2) + list(c_offsets) + [None]
+        window = Window(index, ids, types, spans)
+        if example.answers and not example.is_impossible:
+            answer = example.answers[0]
+            found = answer_tokens(spans, answer.start, answer.start + len(answer.text))
+            if found is not None:
+                window.start_position, window.end_position = found
+        return window
+
+    def features(self, examples: list[QAExample]) -> list[dict[str, Any]]:
+        return [{"input_ids": w.input_ids, "token_type_ids": w.token_type_ids,
+                 "start": w.start_position, "end": w.end_position} for w in self.windows(examples)]
+
+    def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = pad_inputs(features, self.tokenizer.pad_id)
+        if "start" in features[0]:
+            batch["start"] = torch.tensor([f["start"] for f in features])
+            batch["end"] = torch.tensor([f["end"] for f in features])
+        return batch
+
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        start, end = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])  # (B, T) each
+        return (F.cross_entropy(start.float(), batch["start"]) + F.cross_entropy(end.float(), batch["end"])) / 2
+
+    @torch.inference_mode()
+    def predict(self, model: nn.Module, examples: list[QAExample]) -> list[str]:
+        """The answer text of each question ("" for no answer when null answers were learned)."""
+        windows = self.windows(examples)
+        best: list[tuple[float, str]] = [(float("-inf"), "") for _ in examples]
+        null: list[float] = [float("inf")] * len(examples)
+        device = model_device(model)
+        for indices in sorted_batches([len(w.input_ids) for w in windows], self.batch_size):
+            group = [windows[i] for i in indices]
+            batch = {k: v.to(device) for k, v in self.collate(
+                [{"input_ids": w.input_ids, "token_type_ids": w.token_type_ids} for w in group]).items()}
+            with autocast(self.precision, device):
+                start, end = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+            for row, window in enumerate(group):
+                e = window.example
+                null[e] = min(null[e], float(start[row, 0] + end[row, 0]))
+                candidate = self.best_span(start[row].float().cpu(), end[row].float().cpu(), window.spans)
+                if candidate is not None and candidate[0] > best[e][0]:
+                    span_start, span_end = candidate[1], candidate[2]
+                    best[e] = (candidate[0], examples[e].context[span_start:span_end].strip())
+        return [("" if self.allow_null and null[i] > best[i][0] else best[i][1]) for i in range(len(examples))]
+
+    def best_span(self, start: torch.Tensor, end: torch.Tensor,
+                  spans: list[tuple[int, int] | None]) -> tuple[float, int, int] | None:
+        """(score, char start, char end) of the best valid span of one window, or None."""
+        is_context = torch.tensor([s is not None for s in spans] + [False] * (len(start) - len(spans)))
+        start = start.masked_fill(~is_context, float("-inf"))
+        end = end.masked_fill(~is_context, float("-inf"))
+        k = min(self.n_best, int(is_context.sum()))
+        if k == 0:
+            return None
+        top_start, top_end = start.topk(k).indices.tolist(), end.topk(k).indices.tolist()
+        found = None
+        for s in top_start:
+            for e in top_end:
+                if s <= e < s + self.max_answer_length:
+                    score = float(start[s] + end[e])
+                    if found is None or score > found[0]:
+                        found = (score, spans[s][0], spans[e][1])
+        return found
+
+    def score(self, examples: list[QAExample], predictions: list[str]) -> dict[str, float]:
+        gold = {e.id: [a.text for a in e.answers] if not e.is_impossible else [""] for e in examples}
+        return squad_metrics({e.id: p for e, p in zip(examples, predictions)}, gold)
+
+    def info(self) -> dict[str, Any]:
+        return super().info() | {"doc_stride": self.doc_stride, "max_query_length": self.max_query_length,
+                                 "max_answer_length": self.max_answer_length, "n_best": self.n_best,
+                                 "allow_null": self.allow_null}

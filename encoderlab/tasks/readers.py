@@ -1,0 +1,420 @@
+"""Readers for fine-tuning data: GLUE-style TSV/CSV, JSONL, CoNLL column files, SQuAD v1.1/v2.0 JSON.
+
+Every reader is strict: a malformed row raises InputError naming the file and line (or the SQuAD question
+id), bytes that are not UTF-8 name their line, and nothing is dropped silently. A UTF-8 byte-order mark is
+accepted everywhere.
+
+Quoting. A .csv file follows RFC 4180 (quoted fields may hold commas, doubled quotes and newlines). A .tsv
+file follows GLUE, whose files keep quote characters as text (`"Would you like to?"` is a sentence with
+its quotes); a field is unquoted only where a writer must have quoted it: wrapped in quotes with a doubled
+quote or a tab inside, as pandas writes such fields.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from encoderlab.errors import InputError
+
+PathLike = str | os.PathLike
+
+# Header names that hold the label or score, and pairs of text columns, of the GLUE tasks and their kin.
+LABEL_NAMES = ("label", "labels", "gold_label", "score", "similarity", "relatedness", "quality",
+               "is_duplicate", "class", "target")
+TEXT_COLUMN_SETS = (("sentence1", "sentence2"), ("question1", "question2"), ("question", "sentence"),
+                    ("premise", "hypothesis"), ("text_a", "text_b"), ("#1 string", "#2 string"),
+                    ("anchor", "positive", "negative"), ("anchor", "positive"), ("query", "passage"),
+                    ("sentence",), ("text",), ("content",))
+ID_NAMES = ("index", "idx", "id", "guid", "#1 id", "#2 id")
+
+
+@dataclass
+class TextExample:
+    """One or two texts and their label: a class name (str), a score (float), or None when unlabelled."""
+
+    texts: tuple[str, ...]
+    label: str | float | None
+    where: str  # "file:line", for messages
+
+
+@dataclass
+class TaggedSentence:
+    """The words of one sentence and their tags (IOB2 after reading)."""
+
+    words: list[str]
+    tags: list[str]
+    where: str
+
+
+@dataclass
+class Answer:
+    """An answer span: its text and the character offset where it starts in the context."""
+
+    text: str
+    start: int
+
+
+@dataclass
+class QAExample:
+    """One SQuAD question over a context paragraph; no answers and is_impossible=True for SQuAD 2.0 negatives."""
+
+    id: str
+    title: str
+    context: str
+    question: str
+    answers: list[Answer] = field(default_factory=list)
+    is_impossible: bool = False
+
+
+# ---- text files ---------------------------------------------------------------------------------------------
+def read_text(path: PathLike) -> str:
+    """A file's text, BOM removed; InputError naming the file and the line of the first non-UTF-8 byte."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a folder, expected a data file") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8 "
+                         f"(byte 0x{raw[err.start]:02x} at offset {err.start})") from None
+    if not text.strip():
+        raise InputError(f"{path}: the file is empty")
+    return text
+
+
+def _delimiter(path: Path, first_line: str) -> str:
+    """Comma for .csv, tab for .tsv; otherwise a tab if the first line has one, else a comma."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return ","
+    if suffix == ".tsv" or "\t" in first_line:
+        return "\t"
+    return ","
+
+
+def _unquote_tsv(value: str) -> str:
+    """A TSV field without the quotes a writer added (see the module docstring); GLUE's literal quotes stay."""
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        inner = value[1:-1]
+        if '"' not in inner.replace('""', "") and ('""' in inner or "\t" in inner):
+            return inner.replace('""', '"')
+    return value
+
+
+def _records(path: Path, text: str, delimiter: str) -> list[tuple[int, list[str]]]:
+    """(line number, fields) of every non-blank record."""
+    if delimiter == ",":
+        return _csv_records(path, text)
+    out: list[tuple[int, list[str]]] = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        if "\x00" in line:
+            raise InputError(f"{path}:{number}: contains a NUL byte")
+        fields = [_unquote_tsv(value) for value in line.split("\t")]
+        if out and len(fields) != len(out[0][1]) and '"' in line:  # a tab inside a quoted field?
+            fields = _quoted_tsv_line(line, len(out[0][1])) or fields
+        out.append((number, fields))
+    return out
+
+
+def _quoted_tsv_line(line: str, width: int) -> list[str] | None:
+    """The fields of a TSV line read with CSV quoting, if that gives `width` fields."""
+    try:
+        fields = next(csv.reader([line], delimiter="\t", strict=True))
+    except csv.Error:
+        return None
+    return fields if len(fields) == width else None
+
+
+def _csv_records(path: Path, text: str) -> list[tuple[int, list[str]]]:
+    """RFC 4180 records; a record's number is the line it starts on."""
+    reader = csv.reader(text.splitlines(keepends=True), strict=True)
+    out, previous_end = [], 0
+    try:
+        for fields in reader:
+            start, previous_end = previous_end + 1, reader.line_num
+            if any(value.strip() for value in fields):
+                out.append((start, fields))
+    except csv.Error as err:
+        raise InputError(f"{path}:{reader.line_num}: malformed CSV ({err})") from None
+    return out
+
+
+@dataclass
+class Columns:
+    """Which columns of a table hold the texts and the label (indices into each row)."""
+
+    text: list[int]
+    label: int | None
+    names: list[str]
+
+
+def _column_index(spec: str, names: list[str], path: Path) -> int:
+    """A column by header name (case-insensitive) or 0-based index."""
+    lowered = [name.strip().lower() for name in names]
+    if spec.strip().lower() in lowered:
+        return lowered.index(spec.strip().lower())
+    if spec.strip().lstrip("-").isdigit():
+        index = int(spec)
+        if -len(names) <= index < len(names):
+            return index % len(names)
+    raise InputError(f"{path}: no column {spec!r} (columns: {', '.join(names)})")
+
+
+def choose_columns(names: list[str], path: Path, text_cols: list[str] | None = None,
+                   label_col: str | None = None, need_label: bool = True) -> Columns:
+    """The text and label columns: those named, else detected from GLUE's usual header names."""
+    lowered = [name.strip().lower() for name in names]
+    if label_col is not None:
+        label = _column_index(label_col, names, path)
+    else:
+        label = next((lowered.index(n) for n in LABEL_NAMES if n in lowered), None)
+        if label is None and need_label:
+            raise InputError(f"{path}: cannot tell which column holds the label (columns: {', '.join(names)}); "
+                             f"name it with --label-col")
+    if text_cols:
+        text = [_column_index(spec, names, path) for spec in text_cols]
+    else:
+        found = next((group for group in TEXT_COLUMN_SETS if all(n in lowered for n in group)), None)
+        if found is not None:
+            text = [lowered.index(n) for n in found]
+        else:
+            text = [i for i, n in enumerate(lowered) if i != label and n not in ID_NAMES]
+            if not 1 <= len(text) <= 2:
+                raise InputError(f"{path}: cannot tell which columns hold the text (columns: {', '.join(names)}); "
+                                 f"name them with --text-cols")
+    if label is not None and label in text:
+        raise InputError(f"{path}: column {names[label]!r} is both a text and the label column")
+    return Columns(text, label, names)
+
+
+def parse_label(value: str, regression: bool, where: str) -> str | float:
+    """A class name as given, or a float score for regression."""
+    value = value.strip()
+    if not value:
+        raise InputError(f"{where}: the label is empty")
+    if not regression:
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"{where}: expected a number for the regression score, got {value!r}") from None
+
+
+def read_table(path: PathLike, text_cols: list[str] | None = None, label_col: str | None = None,
+               regression: bool = False, header: bool = True, need_label: bool = True) -> list[TextExample]:
+    """The examples of a GLUE-style TSV/CSV file (single texts or pairs; class names or scores)."""
+    path = Path(path)
+    text = read_text(path)
+    first = text.split("\n", 1)[0]
+    records = _records(path, text, _delimiter(path, first))
+    if header:
+        (_, names), rows = records[0], records[1:]
+    else:
+        names, rows = [str(i) for i in range(len(records[0][1]))], records
+    columns = choose_columns(names, path, text_cols, label_col, need_label)
+    out = []
+    for number, fields in rows:
+        where = f"{path}:{number}"
+        if len(fields) != len(names):
+            raise InputError(f"{where}: expected {len(names)} fields ({', '.join(names)}), got {len(fields)}")
+        label = None if columns.label is None else parse_label(fields[columns.label], regression, where)
+        out.append(TextExample(tuple(fields[i] for i in columns.text), label, where))
+    if not out:
+        raise InputError(f"{path}: no examples (only a header?)")
+    return out
+
+
+def read_jsonl(path: PathLike, text_cols: list[str] | None = None, label_col: str | None = None,
+               regression: bool = False, need_label: bool = True) -> list[TextExample]:
+    """The examples of a JSON-lines file: one object per line, text and label keys as for a table header."""
+    path = Path(path)
+    out = []
+    columns: Columns | None = None
+    for number, obj in _json_lines(path):
+        where = f"{path}:{number}"
+        names = list(obj)
+        if columns is None:
+            columns = choose_columns(names, path, text_cols, label_col, need_label)
+            keys = [columns.names[i] for i in columns.text]
+            label_key = None if columns.label is None else columns.names[columns.label]
+        missing = [k for k in keys + ([label_key] if label_key else []) if k not in obj]
+        if missing:
+            raise InputError(f"{where}: missing key(s) {', '.join(missing)}")
+        texts = tuple(obj[k] for k in keys)
+        if not all(isinstance(t, str) for t in texts):
+            raise InputError(f"{where}: text values must be strings")
+        label = None if label_key is None else parse_label(str(obj[label_key]), regression, where)
+        out.append(TextExample(texts, label, where))
+    return out
+
+
+def _json_lines(path: Path) -> list[tuple[int, dict]]:
+    """(line number, object) of every non-blank line of a JSONL file."""
+    out = []
+    for number, line in enumerate(read_text(path).split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
+        out.append((number, obj))
+    if not out:
+        raise InputError(f"{path}: no examples")
+    return out
+
+
+def is_jsonl(path: PathLike) -> bool:
+    """Whether a file is JSON lines (by its extension)."""
+    return Path(path).suffix.lower() in (".jsonl", ".ndjson")
+
+
+def read_texts(path: PathLike, text_cols: list[str] | None = None, label_col: str | None = None,
+               regression: bool = False, header: bool = True, need_label: bool = True) -> list[TextExample]:
+    """A TSV/CSV table or a JSONL file, chosen by extension."""
+    if is_jsonl(path):
+        return read_jsonl(path, text_cols, label_col, regression, need_label)
+    return read_table(path, text_cols, label_col, regression, header, need_label)
+
+
+# ---- CoNLL ---------------------------------------------------------------------------------------------------
+TAG_PREFIXES = {"B": "B", "I": "I", "E": "I", "L": "I", "S": "B", "U": "B"}  # BIOES / BILOU -> IOB2 roles
+
+
+def read_conll(path: PathLike, tag_col: int = -1, token_col: int = 0) -> list[TaggedSentence]:
+    """Sentences of a CoNLL column file (blank line between sentences, -DOCSTART- skipped), tags in IOB2."""
+    path = Path(path)
+    if is_jsonl(path):
+        return _read_tagged_jsonl(path)
+    sentences: list[TaggedSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    start, width = 0, None
+    for number, line in enumerate(read_text(path).split("\n"), start=1):
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            if words:
+                sentences.append(TaggedSentence(words, to_iob2(tags, f"{path}:{start}"), f"{path}:{start}"))
+            words, tags = [], []
+            continue
+        width = width or len(fields)
+        if len(fields) != width:
+            raise InputError(f"{path}:{number}: expected {width} columns as on the first token line, got {len(fields)}")
+        if not (-width <= tag_col < width and -width <= token_col < width):
+            raise InputError(f"{path}:{number}: tag column {tag_col} or token column {token_col} does not exist "
+                             f"({width} columns)")
+        start = start if words else number
+        words.append(fields[token_col])
+        tags.append(fields[tag_col])
+    if words:
+        sentences.append(TaggedSentence(words, to_iob2(tags, f"{path}:{start}"), f"{path}:{start}"))
+    if not sentences:
+        raise InputError(f"{path}: no sentences")
+    return sentences
+
+
+def _read_tagged_jsonl(path: Path) -> list[TaggedSentence]:
+    """Sentences of a JSONL file with "tokens" (or "words") and "tags" (or "ner_tags") string lists."""
+    out = []
+    for number, obj in _json_lines(path):
+        where = f"{path}:{number}"
+        words = obj.get("tokens", obj.get("words"))
+        tags = obj.get("tags", obj.get("ner_tags"))
+        if not isinstance(words, list) or not isinstance(tags, list) or len(words) != len(tags):
+            raise InputError(f"{where}: expected equal-length lists 'tokens' and 'tags'")
+        if not all(isinstance(t, str) for t in words + tags):
+            raise InputError(f"{where}: tokens and tags must be strings")
+        out.append(TaggedSentence(words, to_iob2(tags, where), where))
+    return out
+
+
+def to_iob2(tags: list[str], where: str) -> list[str]:
+    """IOB1, IOB2, BIOES or BILOU tags as IOB2: every entity starts with B-, continues with I-."""
+    out: list[str] = []
+    for tag in tags:
+        if tag == "O":
+            out.append(tag)
+            continue
+        prefix, _, kind = tag.partition("-")
+        if prefix not in TAG_PREFIXES or not kind:
+            raise InputError(f"{where}: tag {tag!r} is not O or B-/I-/E-/S-/L-/U- followed by a type")
+        role = TAG_PREFIXES[prefix]
+        previous = out[-1] if out else "O"
+        # IOB1 starts an entity with I-; so does any I- that does not continue an entity of its type.
+        if role == "I" and previous[2:] != kind:
+            role = "B"
+        out.append(f"{role}-{kind}")
+    return out
+
+
+# ---- SQuAD ---------------------------------------------------------------------------------------------------
+def read_squad(path: PathLike) -> list[QAExample]:
+    """The questions of a SQuAD v1.1 or v2.0 JSON file, answer offsets checked against the context."""
+    path = Path(path)
+    text = read_text(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise InputError(f"{path}: expected a SQuAD object with a 'data' list of articles")
+    out = []
+    for a, article in enumerate(data["data"]):
+        title = str(article.get("title", f"article {a}"))
+        for p, paragraph in enumerate(_require(article, "paragraphs", list, f"{path}: article {title!r}")):
+            where = f"{path}: article {title!r} paragraph {p}"
+            context = _require(paragraph, "context", str, where)
+            for qa in _require(paragraph, "qas", list, where):
+                out.append(_qa_example(qa, title, context, where))
+    if not out:
+        raise InputError(f"{path}: no questions")
+    return out
+
+
+def _require(obj: object, key: str, kind: type, where: str):
+    if not isinstance(obj, dict) or not isinstance(obj.get(key), kind):
+        raise InputError(f"{where}: expected key {key!r} holding a {kind.__name__}")
+    return obj[key]
+
+
+def _qa_example(qa: dict, title: str, context: str, where: str) -> QAExample:
+    """One question, each answer's start checked (and re-found nearby when off by a few characters)."""
+    if not isinstance(qa, dict) or not isinstance(qa.get("id"), (str, int)):
+        raise InputError(f"{where}: every question needs an 'id'")
+    qid = str(qa["id"])
+    where = f"{where} question {qid}"
+    question = _require(qa, "question", str, where)
+    impossible = bool(qa.get("is_impossible", False))
+    answers = []
+    for raw in _require(qa, "answers", list, where):
+        if not (isinstance(raw, dict) and isinstance(raw.get("text"), str)
+                and isinstance(raw.get("answer_start"), int)):
+            raise InputError(f"{where}: each answer needs 'text' (string) and 'answer_start' (integer)")
+        answers.append(Answer(raw["text"], _answer_start(context, raw["text"], raw["answer_start"], where)))
+    if not answers and not impossible:
+        raise InputError(f"{where}: no answers, and is_impossible is not set")
+    return QAExample(qid, title, context, question, answers, impossible)
+
+
+def _answer_start(context: str, text: str, start: int, where: str) -> int:
+    """The answer's offset: as given when the context holds the text there, else the nearest occurrence."""
+    if context[start:start + len(text)] == text:
+        return start
+    found = [i for i in range(len(context)) if context.startswith(text, i)] if text else []
+    if not found:
+        raise InputError(f"{where}: answer {text!r} does not occur in the context")
+    return min(found, key=lambda i: abs(i - start))

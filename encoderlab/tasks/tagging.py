@@ -1,0 +1,119 @@
+"""Token classification (NER): one tag per word, learned on each word's first sub-token.
+
+Words are joined with spaces and tokenized once; each token is assigned to the word its character offset
+falls in. The first token of a word carries the word's tag, every other token -100 (no loss), as in the
+BERT paper's NER setup (section 5.3). Predictions are read back at the same first tokens, so each word
+gets exactly one tag; a word left without tokens (cut off by max_length, or made of characters the
+tokenizer drops) is predicted "O" and counted in a warning. Scored with seqeval (entity-level F1).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encoderlab.errors import InputError
+from encoderlab.nn.model import IGNORE_INDEX
+from encoderlab.tasks.base import Task, autocast, encode, model_device, pad, pad_inputs, sorted_batches
+from encoderlab.tasks.metrics import entity_metrics
+from encoderlab.tasks.readers import TaggedSentence
+from encoderlab.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def tag_set(sentences: list[TaggedSentence]) -> list[str]:
+    """The tags of the training data: "O" first, then by entity type, B- before I-."""
+    tags = {tag for s in sentences for tag in s.tags} - {"O"}
+    return ["O"] + sorted(tags, key=lambda t: (t[2:], t[:1]))
+
+
+def first_token_of_words(words: list[str], offsets: list[tuple[int, int]],
+                         sequence_ids: list[int | None]) -> list[int | None]:
+    """For each word, the index of its first token in the encoded text (None when it has no token).
+
+    The text is `" ".join(words)`, so word i starts at character sum(len(w) + 1 for w in words[:i]).
+    """
+    starts, position = [], 0
+    for word in words:
+        starts.append(position)
+        position += len(word) + 1
+    first: list[int | None] = [None] * len(words)
+    for token, ((char_start, char_end), seq) in enumerate(zip(offsets, sequence_ids)):
+        if seq is None or char_end <= char_start:
+            continue
+        word = bisect.bisect_right(starts, char_start) - 1
+        if first[word] is None:
+            first[word] = token
+    return first
+
+
+class TagTask(Task):
+    """Token classification with word-level tags (IOB2)."""
+
+    name = "ner"
+    metrics = ("f1", "precision", "recall", "accuracy")
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int, labels: list[str], batch_size: int = 32,
+                 precision: str = "fp32") -> None:
+        super().__init__(tokenizer, max_length, batch_size, precision)
+        self.labels = labels
+        self.index = {label: i for i, label in enumerate(labels)}
+
+    def encode(self, sentences: list[TaggedSentence]) -> list[dict[str, Any]]:
+        """Token ids of each sentence and the first token of each word."""
+        encoded = encode(self.tokenizer, [" ".join(s.words) for s in sentences], None, self.max_length, "sentences")
+        return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids,
+                 "first": first_token_of_words(s.words, e.offsets, e.sequence_ids)} for s, e in zip(sentences, encoded)]
+
+    def features(self, sentences: list[TaggedSentence]) -> list[dict[str, Any]]:
+        out = []
+        for sentence, feature in zip(sentences, self.encode(sentences)):
+            labels = [IGNORE_INDEX] * len(feature["input_ids"])
+            for tag, token in zip(sentence.tags, feature["first"]):
+                if tag not in self.index:
+                    raise InputError(f"{sentence.where}: tag {tag!r} is not one of the model's tags "
+                                     f"({', '.join(self.labels)})")
+                if token is not None:
+                    labels[token] = self.index[tag]
+            out.append(feature | {"labels": labels})
+        return out
+
+    def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = pad_inputs(features, self.tokenizer.pad_id)
+        if "labels" in features[0]:
+            batch["labels"] = pad([f["labels"] for f in features], IGNORE_INDEX)
+        return batch
+
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float()  # (B, T, L)
+        return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX)
+
+    @torch.inference_mode()
+    def predict(self, model: nn.Module, sentences: list[TaggedSentence]) -> list[list[str]]:
+        """One tag per word of each sentence."""
+        features = self.encode(sentences)
+        out: list[list[str]] = [[] for _ in sentences]
+        device, untagged = model_device(model), 0
+        for indices in sorted_batches([len(f["input_ids"]) for f in features], self.batch_size):
+            batch = {k: v.to(device) for k, v in self.collate([features[i] for i in indices]).items()}
+            with autocast(self.precision, device):
+                best = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).argmax(-1).cpu()
+            for row, i in enumerate(indices):
+                first = features[i]["first"]
+                untagged += sum(token is None for token in first)
+                out[i] = [self.labels[int(best[row, t])] if t is not None else "O" for t in first]
+        if untagged:
+            log.warning("%d words had no token within max_length %d and were tagged O", untagged, self.max_length)
+        return out
+
+    def score(self, sentences: list[TaggedSentence], predictions: list[list[str]]) -> dict[str, float]:
+        return entity_metrics([s.tags for s in sentences], predictions)
+
+    def info(self) -> dict[str, Any]:
+        return super().info() | {"labels": self.labels}
