@@ -43,12 +43,8 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def read_lines(path: str | os.PathLike, allow_empty_lines: bool = False) -> list[str]:
-    """The lines of a UTF-8 text file, one text per line, with clear errors.
-
-    Raises InputError for a missing or empty file, bytes that are not UTF-8 (with the line number),
-    NUL bytes, or (unless allowed) a blank line, naming the file and line.
-    """
+def read_text(path: str | os.PathLike) -> str:
+    """A UTF-8 file's text, BOM removed; InputError naming the file (and line of the first bad byte)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -57,10 +53,20 @@ def read_lines(path: str | os.PathLike, allow_empty_lines: bool = False) -> list
     except IsADirectoryError:
         raise InputError(f"{path}: is a folder, expected a text file") from None
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at offset {err.start})") from None
+
+
+def read_lines(path: str | os.PathLike, allow_empty_lines: bool = False) -> list[str]:
+    """The lines of a UTF-8 text file, one text per line, with clear errors.
+
+    Raises InputError for a missing or empty file, bytes that are not UTF-8 (with the line number),
+    NUL bytes, or (unless allowed) a blank line, naming the file and line.
+    """
+    path = Path(path)
+    text = read_text(path)
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
         raise InputError(f"{path}: the file is empty (expected one text per line)")

@@ -198,7 +198,8 @@ def test_embed_trains_with_scored_pairs_and_with_in_batch_negatives(tmp_path, ti
                 tmp_path / "pairs.tsv", "--out", tmp_path / "mnrl", "--epochs", "1", "--no-progress")
     assert pairs["info"]["loss"] == "mnrl" and "eval_mrr" in pairs["best"]
     result = run("evaluate", "embed", "--model", tmp_path / "sts", "--data", tmp_path / "scored.tsv")
-    assert result["metrics"]["spearman"] == pytest.approx(scored["best"]["eval_spearman"], abs=1e-6)
+    # near-tied cosines may swap ranks between batchings, so the re-evaluation agrees to 1e-3, not bit for bit
+    assert result["metrics"]["spearman"] == pytest.approx(scored["best"]["eval_spearman"], abs=1e-3)
 
 
 # ---- refusals ----------------------------------------------------------------------------------------------------

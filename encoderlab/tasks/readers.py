@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from encoderlab import io
 from encoderlab.errors import InputError
 
 PathLike = str | os.PathLike
@@ -74,18 +75,7 @@ class QAExample:
 def read_text(path: PathLike) -> str:
     """A file's text, BOM removed; InputError naming the file and the line of the first non-UTF-8 byte."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder, expected a data file") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise InputError(f"{path}:{line}: not valid UTF-8 "
-                         f"(byte 0x{raw[err.start]:02x} at offset {err.start})") from None
+    text = io.read_text(path)
     if not text.strip():
         raise InputError(f"{path}: the file is empty")
     return text
