@@ -29,5 +29,10 @@ demo: $(VENV)/.deps-run
 test: $(VENV)/.deps-test
 	$(PY) -m pytest
 
+bench: $(VENV)/.deps-test
+	$(PY) bench/pretrain_speed.py --quick
+	$(PY) bench/prepare_speed.py --quick
+	$(PY) bench/finetune.py --quick
+
 clean:
 	rm -rf $(VENV) out .pytest_cache
