@@ -100,7 +100,7 @@ def _head_hf_name(spec: FamilySpec, hf_key: str) -> bool:
                if not ours.startswith("encoder.") for t in theirs)
 
 
-def _normalize(spec: FamilySpec, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def normalize_hf_state(spec: FamilySpec, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Strip the backbone prefix, rename old names (gamma/beta, aliases), drop buffers and tied copies."""
     out: dict[str, torch.Tensor] = {}
     for key, tensor in state.items():
@@ -190,7 +190,7 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
         kind = {v: k for k, v in spec.architectures.items()}.get(architecture, "base")
     if kind not in MODEL_CLASSES:
         raise ConfigError(f"unknown model kind {kind!r}; expected one of {sorted(MODEL_CLASSES)}")
-    hf_state = _normalize(spec, read_weights(folder))
+    hf_state = normalize_hf_state(spec, read_weights(folder))
     with torch.device("meta"):  # no time spent on a random init that is overwritten at once
         if kind == "base":
             model = EncoderModel(config, pooler="pooler.dense.weight" in hf_state)
@@ -215,4 +215,4 @@ def load_weights(model: Model, name: str | os.PathLike) -> None:
     """Load a checkpoint folder's weights into an existing model in place (shapes must fit)."""
     folder = resolve_model_path(name)
     spec = FAMILIES[model.config.model_type]
-    model.load_state_dict(hf_to_ours(spec, _normalize(spec, read_weights(folder)), model, str(folder)))
+    model.load_state_dict(hf_to_ours(spec, normalize_hf_state(spec, read_weights(folder)), model, str(folder)))

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from encoderlab.checkpoint import _normalize, hf_to_ours, ours_to_hf, read_weights, resolve_model_path
+from encoderlab.checkpoint import normalize_hf_state, hf_to_ours, ours_to_hf, read_weights, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError
 from encoderlab.infer.embed import pool
@@ -220,7 +220,7 @@ ARCHITECTURES: dict[str, type[nn.Module]] = {cls.architecture: cls for cls in (
 def build_backbone(config: EncoderConfig, hf_state: dict[str, torch.Tensor], source: str) -> EncoderModel:
     """An EncoderModel from Hugging Face tensors; head tensors (classifier, qa_outputs, MLM, NSP) are left out."""
     spec = FAMILIES[config.model_type]
-    state = _normalize(spec, {k: v for k, v in hf_state.items() if not k.startswith(HEAD_PREFIXES)})
+    state = normalize_hf_state(spec, {k: v for k, v in hf_state.items() if not k.startswith(HEAD_PREFIXES)})
     with torch.device("meta"):  # no time spent on a random init that is overwritten at once
         model = EncoderModel(config, pooler="pooler.dense.weight" in state)
     model.load_state_dict(hf_to_ours(spec, state, model, source), assign=True)
