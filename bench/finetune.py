@@ -167,6 +167,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=42, help="random seed (default: 42)")
     parser.add_argument("--progress", action="store_true", help="show the training progress bars")
+    parser.add_argument("--as", dest="label", default=None,
+                        help="store the figures of the (single) task under this name, e.g. sst2-encoderlab-mini "
+                             "for another --model; the goals read only the default names")
     opts = parser.parse_args()
     opts.max_train = per_task(opts.max_train, int)
     opts.max_eval = per_task(opts.max_eval, int)
@@ -181,6 +184,8 @@ def parse_args() -> argparse.Namespace:
     unknown = set(opts.tasks.split(",")) - set(TASKS)
     if unknown:
         parser.error(f"unknown task(s) {sorted(unknown)}; known: {', '.join(TASKS)}")
+    if opts.label and "," in opts.tasks:
+        parser.error("--as names the figures of a single task")
     return opts
 
 
@@ -195,8 +200,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="encoderlab-bench-") as work:
         for task in opts.tasks.split(","):
             print(f"== {task}", file=sys.stderr)
-            figures[task] = run_task(task, opts, Path(work))
-            print(json.dumps({task: figures[task]}, indent=2))
+            key = opts.label or task
+            figures[key] = run_task(task, opts, Path(work)) | {"model": opts.model}
+            print(json.dumps({key: figures[key]}, indent=2))
     figures["torch_threads"] = torch.get_num_threads()
     path = write_results(name, command_line(), figures, goals(figures))
     print(f"wrote {path}")
