@@ -1,0 +1,240 @@
+"""Attention maps: the softmax(QK^T / sqrt(d)) probabilities of every head, as tensors, heat-maps and JSON.
+
+The probabilities come from the encoder's own eager attention path (`output_attentions=True`), run once in
+eval mode and without autocast, so they are exactly what the model computes; they match transformers'
+`output_attentions=True` with `attn_implementation="eager"` (tests/test_attention.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from encoderlab.errors import InputError
+from encoderlab.io import atomic_write
+from encoderlab.nn.encoder import Encoder
+from encoderlab.tokenizer import Tokenizer
+
+if TYPE_CHECKING:  # matplotlib is imported only when a picture is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+MAX_TOKENS_SHOWN = 64  # beyond this, labels on a heat-map are too small to read
+
+
+@dataclass
+class AttentionMaps:
+    """The attention of one input: probs[i] is model layer layers[i], (heads, T, T), query rows x key columns."""
+
+    tokens: list[str]  # T wordpieces, [CLS] and [SEP] included
+    probs: torch.Tensor  # (len(layers), heads, T, T) float32 on the CPU; each row sums to 1
+    layers: list[int]  # the model layer of each entry of probs, counted from 0
+    num_layers: int  # layers in the model, for negative indexes
+    truncated: bool = False  # the input was cut to the model's maximum length
+
+    @property
+    def num_heads(self) -> int:
+        """Heads per layer."""
+        return self.probs.shape[1]
+
+    def layer_index(self, layer: int) -> int:
+        """The position in probs of model layer `layer` (negative counts from the last); InputError if absent."""
+        resolved = _check_index(layer, self.num_layers, "layer")
+        if resolved not in self.layers:
+            raise InputError(f"layer {layer}: not among the layers computed ({self.layers})")
+        return self.layers.index(resolved)
+
+    def select(self, layer: int, head: int | None = None) -> torch.Tensor:
+        """One layer's maps (heads, T, T), or one head's (T, T); negative indexes count from the end."""
+        maps = self.probs[self.layer_index(layer)]
+        return maps if head is None else maps[_check_index(head, self.num_heads, "head")]
+
+
+def _check_index(index: int, size: int, what: str) -> int:
+    """`index` made non-negative (Python style); InputError naming the valid range otherwise."""
+    if not -size <= index < size:
+        raise InputError(f"{what} {index} out of range: the model has {size} {what}s "
+                         f"(valid: 0..{size - 1}, or -{size}..-1 from the last)")
+    return index % size
+
+
+def find_encoder(model: nn.Module) -> Encoder:
+    """The Encoder inside an EncoderModel, MaskedLMModel, PreTrainingModel or task model (via .backbone)."""
+    for candidate in (model, getattr(model, "backbone", None)):
+        if isinstance(candidate, Encoder):
+            return candidate
+        if isinstance(getattr(candidate, "encoder", None), Encoder):
+            return candidate.encoder
+    raise InputError(f"{type(model).__name__} holds no encoderlab Encoder, so it has no attention maps")
+
+
+def attention_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                    token_type_ids: torch.Tensor | None = None, layers: list[int] | None = None) -> torch.Tensor:
+    """Attention probabilities (len(layers) or L, B, heads, T, T) float32 for a batch of ids (B, T)."""
+    encoder = find_encoder(model)
+    picked = _resolve_layers(layers, len(encoder.layers))
+    device = next(encoder.parameters()).device
+    was_training = encoder.training
+    encoder.eval()  # attention dropout off: the probabilities of inference
+    try:
+        # No autocast: an fp32 model keeps its fp32 softmax even when the caller runs under bf16 autocast.
+        with torch.inference_mode(), torch.autocast(device.type, enabled=False):
+            out = encoder(*(t if t is None else t.to(device) for t in (input_ids, attention_mask, token_type_ids)),
+                          output_attentions=True)
+    finally:
+        encoder.train(was_training)
+    return torch.stack([out.attentions[i] for i in picked]).float().cpu()  # (layers, B, heads, T, T)
+
+
+def _resolve_layers(layers: list[int] | None, num_layers: int) -> list[int]:
+    """Layer indexes made non-negative (all layers for None); InputError for one out of range."""
+    if layers is None:
+        return list(range(num_layers))
+    return [_check_index(layer, num_layers, "layer") for layer in layers]
+
+
+def attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, pair: str | None = None,
+                   layers: list[int] | None = None, max_length: int | None = None) -> AttentionMaps:
+    """Run the model once on `text` (and `pair`) and return its tokens and attention (layers, heads, T, T)."""
+    _require_text(text, pair)
+    encoder = find_encoder(model)
+    limit = max_length or encoder.config.max_position_embeddings
+    batch = tokenizer.encode_batch([text], [pair] if pair is not None else None, max_length=limit)
+    picked = _resolve_layers(layers, len(encoder.layers))
+    probs = attention_probs(encoder, batch.input_ids, batch.attention_mask, batch.token_type_ids, picked)
+    tokens = [tokenizer.id_to_token(i) for i in batch.input_ids[0].tolist()]
+    return AttentionMaps(tokens, probs[:, 0], picked, len(encoder.layers), batch.num_truncated > 0)
+
+
+def _require_text(text: str, pair: str | None) -> None:
+    """InputError for an empty or whitespace-only text or pair."""
+    for name, value in (("text", text), ("pair", pair)):
+        if value is not None and not value.strip():
+            raise InputError(f"attention: the {name} is empty or only whitespace (expected some words)")
+
+
+def head_entropy(maps: torch.Tensor) -> torch.Tensor:
+    """Mean entropy of the query rows in nats: (..., T, T) -> (...); 0 = each query looks at one key, ln T = uniform."""
+    return -(maps * maps.clamp_min(1e-30).log()).sum(-1).mean(-1)  # clamp: 0 * log 0 counts as 0
+
+
+# ---- plotting -----------------------------------------------------------------------------------------------
+def plot_attention(maps: AttentionMaps, out_path: str | Path, layer: int = -1, head: int | None = None,
+                   max_tokens: int = MAX_TOKENS_SHOWN, dpi: int = 110) -> Path:
+    """Heat-map PNG of one head (or, with head=None, a grid of every head) of one layer; queries are rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    selected = maps.select(layer, head)  # (T, T) or (heads, T, T)
+    grid = selected if head is None else selected[None]  # (n, T, T)
+    shown = min(len(maps.tokens), max_tokens)
+    fig, axes = _figure(plt, len(grid), shown, single=head is not None)
+    layer_number = maps.layers[maps.layer_index(layer)]
+    vmax = float(grid[..., :shown, :shown].max())  # one colour scale for every panel, so heads compare
+    for n, (axis, probs) in enumerate(zip(axes, grid)):
+        image = axis.imshow(probs[:shown, :shown].numpy(), cmap="viridis", vmin=0.0, vmax=vmax)
+        _label_axes(axis, maps.tokens[:shown], 7 if head is not None else 5)
+        axis.set_title(f"head {head % maps.num_heads if head is not None else n}", fontsize=9)
+    for axis in axes[len(grid):]:
+        axis.set_visible(False)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention probability")
+    fig.suptitle(_title(maps, layer_number, shown), fontsize=10)
+    out_path = Path(out_path)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing")  # a wordpiece the font cannot draw
+        atomic_write(out_path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
+    plt.close(fig)
+    return out_path
+
+
+def _figure(plt: ModuleType, panels: int, tokens: int, single: bool) -> tuple[Figure, list[Axes]]:
+    """A figure with `panels` square axes (a near-square grid), sized so `tokens` labels stay legible."""
+    cols = 1 if single else math.ceil(math.sqrt(panels))
+    rows = math.ceil(panels / cols)
+    side = min(max(0.16 * tokens + 1.5, 4.0), 12.0) if single else min(max(0.09 * tokens + 1.2, 2.5), 6.0)
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * side + 1.2, rows * side + 0.6), squeeze=False,
+                             layout="constrained")
+    return fig, list(axes.flat)
+
+
+def _label_axes(axis: Axes, tokens: list[str], fontsize: int) -> None:
+    """Tokens on both axes: keys along x (columns), queries down y (rows), as probs[query, key]."""
+    ticks = range(len(tokens))
+    # parse_math=False: a token such as "$" must not start matplotlib's mathtext.
+    axis.set_xticks(ticks, tokens, rotation=90, fontsize=fontsize, parse_math=False)
+    axis.set_yticks(ticks, tokens, fontsize=fontsize, parse_math=False)
+    axis.set_xlabel("key", fontsize=fontsize + 1)
+    axis.set_ylabel("query", fontsize=fontsize + 1)
+
+
+def _title(maps: AttentionMaps, layer: int, shown: int) -> str:
+    """Which layer is drawn, and a note when the input was cut for the picture or by the model's limit."""
+    title = f"attention at layer {layer} (layers 0..{maps.num_layers - 1})"
+    if shown < len(maps.tokens):
+        title += f" (first {shown} of {len(maps.tokens)} tokens shown)"
+    if maps.truncated:
+        title += " (input truncated to the model's maximum length)"
+    return title
+
+
+# ---- command line -------------------------------------------------------------------------------------------
+def cmd_attention(args: argparse.Namespace) -> None:
+    """Draw the attention of one text (or pair) at one layer: one head, or a grid of all heads."""
+    from encoderlab.checkpoint import resolve_model_path
+    from encoderlab.tasks.models import load_backbone
+
+    _require_text(args.text, args.pair)  # before the model is loaded
+    if args.max_tokens < 1:
+        raise InputError(f"--max-tokens {args.max_tokens}: expected at least 1")
+    folder = resolve_model_path(args.model)
+    model = load_backbone(folder).float().eval()  # any checkpoint: bare, MLM or fine-tuned; fp32 probabilities
+    maps = attention_maps(model, Tokenizer.from_pretrained(folder), args.text, args.pair, [args.layer])
+    out = plot_attention(maps, args.out, args.layer, args.head, args.max_tokens)
+    print(json.dumps(_summary(maps, args.layer, args.head, out)) if args.json else _describe(maps, args.head, out))
+
+
+def _summary(maps: AttentionMaps, layer: int, head: int | None, out: Path) -> dict:
+    """The JSON of `attention --json`: tokens, the chosen map(s) and each head's mean row entropy."""
+    selected = maps.select(layer, head)
+    entropy = head_entropy(selected)  # () or (heads,)
+    return {"png": str(out), "tokens": maps.tokens, "layer": maps.layers[maps.layer_index(layer)],
+            "head": None if head is None else head % maps.num_heads, "num_heads": maps.num_heads,
+            "truncated": maps.truncated, "attention": selected.tolist(),  # (T, T) or (heads, T, T), rows = queries
+            "entropy_nats": entropy.tolist(), "max_entropy_nats": math.log(len(maps.tokens))}
+
+
+def _describe(maps: AttentionMaps, head: int | None, out: Path) -> str:
+    """The one line printed without --json."""
+    what = f"head {head % maps.num_heads}" if head is not None else f"all {maps.num_heads} heads"
+    return f"wrote {out}: layer {maps.layers[0]}, {what}, {len(maps.tokens)} tokens"
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register `attention` on the main parser's subparsers."""
+    parser = subparsers.add_parser("attention", help="heat-map of a layer's attention for one text",
+                                   description=cmd_attention.__doc__)
+    parser.add_argument("--model", required=True, metavar="M",
+                        help="checkpoint folder (bare, MLM or fine-tuned), or the alias 'minilm'")
+    parser.add_argument("text", metavar="TEXT", help="the text to look at")
+    parser.add_argument("--pair", metavar="TEXT", default=None, help="a second text, encoded as [CLS] A [SEP] B [SEP]")
+    parser.add_argument("--layer", type=int, default=-1, metavar="L",
+                        help="layer to draw, from 0; negative counts from the last (default: -1, the last)")
+    parser.add_argument("--head", type=int, default=None, metavar="H",
+                        help="one head to draw, from 0; negative counts from the last (default: a grid of all)")
+    parser.add_argument("--out", required=True, metavar="FILE.png", help="where to write the PNG")
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS_SHOWN, metavar="N",
+                        help=f"draw at most the first N tokens (default: {MAX_TOKENS_SHOWN})")
+    parser.add_argument("--json", action="store_true",
+                        help="print tokens, the drawn map(s) and each head's entropy as JSON")
+    parser.set_defaults(func=cmd_attention)
