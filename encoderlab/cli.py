@@ -10,6 +10,14 @@ from pathlib import Path
 
 from encoderlab.errors import EncoderlabError
 
+# Modules that add their own subcommands (each has add_commands(subparsers)).
+COMMAND_MODULES = (
+    "encoderlab.tasks.cli",  # finetune, evaluate
+    "encoderlab.infer.cli",  # fill-mask, classify, ner, qa
+    "encoderlab.infer.onnx",  # export onnx
+    "encoderlab.viz.attention",  # attention
+    "encoderlab.infer.server",  # serve
+)
 EPILOG = "--model takes a checkpoint folder (config.json + model.safetensors) or the alias 'minilm'."
 
 
@@ -19,11 +27,15 @@ def _add_model(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
-                        help="how token vectors become one vector (default: mean over real tokens)")
+    from encoderlab.infer.cli import PRECISION_HELP
+
+    parser.add_argument("--pooling", choices=("mean", "cls"), default=None,
+                        help="how token vectors become one vector (default: what the folder declares, else mean)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="texts per forward pass (default: 32)")
     parser.add_argument("--max-length", type=int, default=None, metavar="T",
                         help="truncate texts to T tokens (default: the model's limit)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "int8", "auto"), default="fp32", help=PRECISION_HELP)
+    parser.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads for torch")
 
 
 # ---- info -----------------------------------------------------------------------------------------
@@ -59,28 +71,31 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 
 # ---- embed ----------------------------------------------------------------------------------------
-def _load_for_embedding(name: str):
-    """Model (eval mode) and tokenizer of a checkpoint folder or alias, plus its default max length."""
-    from encoderlab.checkpoint import load_model, resolve_model_path
-    from encoderlab.infer.embed import default_max_length
-    from encoderlab.tokenizer import Tokenizer
+def _embedder(args: argparse.Namespace, normalize: bool):
+    """The embed pipeline the options ask for (pooling and max length default to what the folder declares)."""
+    import torch
 
-    folder = resolve_model_path(name)
-    model = load_model(folder, kind="base")
-    return model, Tokenizer.from_pretrained(folder), default_max_length(folder, model)
+    from encoderlab.infer.pipelines import pipeline
+
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    options = {"normalize": normalize, "batch_size": args.batch_size}
+    if args.pooling:
+        options["pooling"] = args.pooling
+    if args.max_length:
+        options["max_length"] = args.max_length
+    return pipeline("embed", args.model, args.precision, **options)
 
 
 def cmd_embed(args: argparse.Namespace) -> None:
     """Embed every line of a text file into an (N, H) float32 .npy array."""
     import numpy as np
 
-    from encoderlab.infer.embed import embed
     from encoderlab.io import atomic_write, read_lines
 
     texts = read_lines(args.input)
-    model, tokenizer, max_length = _load_for_embedding(args.model)
-    vectors = embed(model, tokenizer, texts, args.pooling, args.normalize, args.batch_size,
-                    args.max_length or max_length)
+    embedder = _embedder(args, args.normalize)
+    vectors = embedder.embed(texts)
     out = Path(args.out)
 
     def write(tmp: Path) -> None:
@@ -89,19 +104,18 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
     atomic_write(out, write)
     print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} float32 "
-          f"({args.pooling} pooling{', normalized' if args.normalize else ''})")
+          f"({embedder.pooling} pooling{', normalized' if args.normalize else ''}, {embedder.precision})")
 
 
 # ---- similarity -----------------------------------------------------------------------------------
 def cmd_similarity(args: argparse.Namespace) -> None:
     """Cosine similarity of the first text with each of the others, most similar first."""
     from encoderlab.errors import InputError
-    from encoderlab.infer.embed import cosine_similarity, embed
+    from encoderlab.infer.embed import cosine_similarity
 
     if len(args.texts) < 2:
         raise InputError("similarity needs at least two texts: a query and one or more candidates")
-    model, tokenizer, max_length = _load_for_embedding(args.model)
-    vectors = embed(model, tokenizer, args.texts, args.pooling, True, args.batch_size, args.max_length or max_length)
+    vectors = _embedder(args, True).embed(args.texts)
     scores = cosine_similarity(vectors[:1], vectors[1:])[0]
     ranked = sorted(zip(args.texts[1:], scores.tolist()), key=lambda pair: -pair[1])
     if args.json:
@@ -208,9 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
     pre.set_defaults(func=cmd_pretrain)
 
-    from encoderlab.tasks.cli import add_commands  # finetune, evaluate
+    import importlib
 
-    add_commands(commands)
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).add_commands(commands)
     return parser
 
 

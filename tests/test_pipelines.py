@@ -294,3 +294,20 @@ def test_cli_bad_input_exits_2(mlm_folder, qa_folder, capsys):
     assert "no [MASK]" in capsys.readouterr().err
     assert main(["qa", "--model", str(qa_folder), "--question", "who ?"]) == 2
     assert main(["classify", "--model", str(mlm_folder) + "-absent", "x"]) == 2
+
+
+def test_ner_long_text_is_windowed_and_agrees_with_short_pieces(tagger_folder, caplog):
+    """Entities of a text far over the window are found all along it, and far from window edges they are
+    those of the sentence read alone."""
+    sentence = "john went to rome and saw lima and oslo with anna and peter ."
+    text = " ".join([sentence] * 30)  # ~450 tokens, the window is 64
+    ner = pipeline("ner", tagger_folder)
+    with caplog.at_level(logging.WARNING):
+        (result,) = ner([text])
+    assert not any("truncated" in r.message for r in caplog.records)
+    alone = [(e["entity"], e["text"]) for e in ner([sentence])[0]["entities"]]
+    assert alone, "the random tagger should tag something in the sentence"
+    assert max(e["end"] for e in result["entities"]) > len(text) - len(sentence)  # entities to the very end
+    assert all(e["text"] == text[e["start"]:e["end"]] for e in result["entities"])
+    found = {(e["entity"], e["text"]) for e in result["entities"]}
+    assert set(alone) <= found

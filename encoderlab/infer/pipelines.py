@@ -336,7 +336,9 @@ class NER(Pipeline):
 
     The model was trained with each word's tag on its first sub-token (encoderlab.tasks.tagging); so each
     word takes the tag predicted at its first token, and consecutive words of one entity (B-X then I-X,
-    or BIOES) are merged. The score is the mean probability of the entity's word tags.
+    or BIOES) are merged. The score is the mean probability of the entity's word tags. A text longer than
+    the window is read in windows that overlap by a quarter; each token keeps the prediction of the window
+    where it sits furthest from an edge.
     """
 
     task = "ner"
@@ -352,23 +354,54 @@ class NER(Pipeline):
 
     def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         texts = check_texts(texts)
-        items = self.encode(texts)
-        results: list[dict[str, Any]] = [{} for _ in texts]
+        whole = self.encode_whole(texts)
+        windows = [(i, start, window) for i, item in enumerate(whole) for start, window in self.windows(item)]
+        probs = [torch.zeros(len(item.input_ids), len(self.labels) or 1) for item in whole]
+        weight = [torch.zeros(len(item.input_ids), 1) for item in whole]
 
         def collect(indices: list[int], logits: torch.Tensor) -> None:
-            probs = logits.float().softmax(-1).cpu()
-            for row, i in enumerate(indices):
-                words = word_tags(items[i], probs[row], self.labels)
-                results[i] = {"text": texts[i], "entities": entities(words, texts[i])}
+            batch_probs = logits.float().softmax(-1).cpu()  # (B, T, L)
+            for row, w in enumerate(indices):
+                i, start, window = windows[w]
+                n = len(window.input_ids) - 2  # the window's content tokens, after its [CLS]
+                # Each token keeps the prediction of the window where it sits most centrally (most context).
+                centrality = torch.minimum(torch.arange(1, n + 1), torch.arange(n, 0, -1)).float()[:, None]
+                better = centrality > weight[i][start:start + n]
+                probs[i][start:start + n] = torch.where(better, batch_probs[row, 1:n + 1], probs[i][start:start + n])
+                weight[i][start:start + n] = torch.maximum(centrality, weight[i][start:start + n])
 
-        self.run(items, lambda batch: self.forward_model(self.model, batch), collect)
-        return results
+        self.run([w for _, _, w in windows], lambda batch: self.forward_model(self.model, batch), collect)
+        return [{"text": text, "entities": entities(word_tags(item, p, self.labels), text)}
+                for text, item, p in zip(texts, whole, probs)]
+
+    def encode_whole(self, texts: list[str]) -> list[Encoded]:
+        """Each text's content tokens (no special tokens, no truncation)."""
+        batch = self.tokenizer.encode_batch(texts, max_length=None, truncation=False)
+        out = []
+        for row, n in enumerate(batch.attention_mask.sum(1).tolist()):
+            keep = [t for t in range(n) if batch.sequence_ids[row][t] is not None]
+            out.append(Encoded([int(batch.input_ids[row, t]) for t in keep], [0] * len(keep),
+                               [batch.offsets[row][t] for t in keep], [0] * len(keep)))
+        return out
+
+    def windows(self, item: Encoded) -> list[tuple[int, Encoded]]:
+        """(first content token, window) pairs covering the text; a quarter of each window overlaps the next."""
+        room = self.max_length - 2
+        step = max(1, room - room // 4)
+        out, start = [], 0
+        while True:
+            ids = item.input_ids[start:start + room]
+            out.append((start, Encoded([self.tokenizer.cls_id, *ids, self.tokenizer.sep_id], [0] * (len(ids) + 2),
+                                       [], [])))
+            if start + room >= len(item.input_ids):
+                return out
+            start += step
 
 
 def word_tags(item: Encoded, probs: torch.Tensor, labels: list[str]) -> list[tuple[int, int, str, float]]:
     """(char start, char end, tag, probability) of each word: tag from its first token, span over all its tokens.
 
-    A token starts a new word unless it begins exactly where the previous token ended (a "##" piece).
+    probs (T, L) has one row per token of the item. A token starts a new word unless it begins exactly where the previous token ended (a "##" piece).
     """
     words: list[list] = []
     previous_end = -1

@@ -1,0 +1,235 @@
+"""Inference speed: encoderlab's embed pipeline (fp32, bf16, int8) against transformers and sentence-transformers.
+
+Same inputs for every contender, tokenization included, one process, 2 torch threads by default:
+- sst2:     the 872 SST-2 dev sentences in file order, batch 32, all-MiniLM-L6-v2 (`minilm`);
+- passages: texts of about 256 tokens (consecutive Wikipedia sentences joined), batch 32, minilm;
+- base:     the SST-2 sentences through a bert-base-sized BertModel (random weights, minilm's vocabulary).
+
+Contenders:
+- hf-eager-fp32: transformers AutoModel (attn_implementation="eager"), batches in file order padded to their
+  longest, then mean pooling: what most scripts do;
+- sentence-transformers: SentenceTransformer.encode(batch_size=32) (it sorts by length itself);
+- encoderlab-fp32 / -bf16 / -int8: pipeline("embed", ...) in each precision this CPU supports.
+
+Each contender runs `--rounds` times, interleaved, and keeps its best round (the machine is shared).
+Achieved GFLOP/s counts the real (unpadded) tokens' matmul work, 2 x parameters-in-layers per token plus
+attention, and is set against the best matmul throughput measured in the same run.
+
+    python bench/inference.py            # all three setups (several minutes on 2 cores)
+    python bench/inference.py --quick    # fewer texts, one round: under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import command_line, goal, matmul_peak, write_results  # noqa: E402
+
+from encoderlab.checkpoint import resolve_model_path  # noqa: E402
+from encoderlab.infer import precision as precisions  # noqa: E402
+from encoderlab.infer.pipelines import pipeline  # noqa: E402
+
+DATA = Path(os.environ.get("ENCODERLAB_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def sst2_sentences() -> list[str]:
+    """SST-2 dev sentences in file order (the first column after the header)."""
+    path = DATA / "sst2" / "dev.tsv"
+    if not path.is_file():
+        raise SystemExit(f"{path}: absent (set ENCODERLAB_DATA to the shared data folder)")
+    return [line.split("\t")[0] for line in path.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]
+
+
+def passages(count: int, tokens: int = 256) -> list[str]:
+    """`count` texts of 80-100% of `tokens` wordpieces: consecutive sentences of one Wikipedia article joined."""
+    from encoderlab.tokenizer import Tokenizer
+
+    from encoderlab.data.corpus import corpus_files, iter_documents
+    from encoderlab.data.sentences import split_sentences
+
+    tokenizer = Tokenizer.from_pretrained("minilm")
+    out: list[str] = []
+    for path in corpus_files([DATA / "wikipedia"]):
+        for document in iter_documents(path):
+            current, length = [], 0  # a passage never spans two documents
+            for sentence in (s for paragraph in document for s in split_sentences(paragraph)):
+                n = len(tokenizer.encode(sentence, max_length=None, add_special_tokens=False))
+                if length + n > tokens - 2:  # room for [CLS] and [SEP]
+                    if length >= 0.8 * tokens:
+                        out.append(" ".join(current))
+                        if len(out) == count:
+                            return out
+                    current, length = [], 0
+                current.append(sentence)
+                length += n
+    raise SystemExit(f"only {len(out)} passages of {tokens} tokens in {DATA / 'wikipedia'}")
+
+
+def base_sized_folder(work: Path) -> Path:
+    """A bert-base-sized BertModel (12 x 768, random weights) with minilm's tokenizer, saved for every contender."""
+    import shutil
+
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    BertModel(BertConfig()).save_pretrained(work / "bert-base")
+    minilm = resolve_model_path("minilm")
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm / name, work / "bert-base" / name)
+    return work / "bert-base"
+
+
+# ---- contenders --------------------------------------------------------------------------------------
+def hf_eager(folder: Path, batch_size: int) -> Callable[[list[str]], np.ndarray]:
+    """transformers AutoModel, eager attention, fp32, file-order batches, mean pooling."""
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+
+    @torch.inference_mode()
+    def run(texts: list[str]) -> np.ndarray:
+        out = []
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start:start + batch_size], padding=True, truncation=True, max_length=512,
+                              return_tensors="pt")
+            hidden = model(**batch).last_hidden_state
+            weights = batch["attention_mask"].unsqueeze(-1).float()
+            out.append(((hidden * weights).sum(1) / weights.sum(1)).numpy())
+        return np.concatenate(out)
+
+    return run
+
+
+def sentence_transformers(folder: Path, batch_size: int) -> Callable[[list[str]], np.ndarray]:
+    """sentence-transformers encode, its own settings (it sorts by length)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(folder), device="cpu")
+    return lambda texts: model.encode(texts, batch_size=batch_size, convert_to_numpy=True)
+
+
+def ours(folder: Path, batch_size: int, mode: str) -> Callable[[list[str]], np.ndarray]:
+    """encoderlab's embed pipeline in one precision."""
+    embedder = pipeline("embed", folder, precision=mode, batch_size=batch_size, max_length=512)
+    return embedder.embed
+
+
+def contenders(folder: Path, batch_size: int) -> dict[str, Callable[[list[str]], np.ndarray]]:
+    """Every contender this machine runs, by name."""
+    out = {"hf-eager-fp32": hf_eager(folder, batch_size),
+           "sentence-transformers": sentence_transformers(folder, batch_size)}
+    for mode in precisions.supported():
+        out[f"encoderlab-{mode}"] = ours(folder, batch_size, mode)
+    return out
+
+
+# ---- measuring ---------------------------------------------------------------------------------------
+def measure(runs: dict[str, Callable[[list[str]], np.ndarray]], texts: list[str],
+            rounds: int) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """Best seconds of each contender over interleaved rounds (after one warm-up on a few texts), and its vectors."""
+    best = {name: float("inf") for name in runs}
+    vectors = {}
+    for run in runs.values():
+        run(texts[:8])
+    for _ in range(rounds):
+        for name, run in runs.items():
+            started = time.perf_counter()
+            vectors[name] = run(texts)
+            best[name] = min(best[name], time.perf_counter() - started)
+    return best, vectors
+
+
+def flops(folder: Path, texts: list[str]) -> float:
+    """Matmul FLOPs of the real tokens: 2 x (layer weights) per token, plus QK^T and PV per layer."""
+    from encoderlab.checkpoint import load_model
+    from encoderlab.tokenizer import Tokenizer
+
+    config = load_model(folder).config
+    lengths = [int(n) for n in Tokenizer.from_pretrained(folder).encode_batch(texts).attention_mask.sum(1)]
+    H, I, L = config.hidden_size, config.intermediate_size, config.num_layers
+    per_token = 2 * L * (4 * H * H + 2 * H * I)
+    return float(sum(per_token * n + 2 * 2 * L * H * n * n for n in lengths))
+
+
+def setup(name: str, folder: Path, texts: list[str], args: argparse.Namespace,
+          peaks: dict[str, float]) -> dict[str, Any]:
+    """Figures of one setup: texts/s of each contender, ratios, cosine to fp32, GFLOP/s against the peak."""
+    print(f"== {name}: {len(texts)} texts", file=sys.stderr)
+    runs = contenders(folder, args.batch_size)
+    seconds, vectors = measure(runs, texts, args.rounds)
+    work = flops(folder, texts)
+    reference = vectors["encoderlab-fp32"]
+    figures: dict[str, Any] = {"texts": len(texts), "batch_size": args.batch_size, "contenders": {}}
+    for contender, took in seconds.items():
+        v = vectors[contender]
+        cosine = (v * reference).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(reference, axis=1)
+        peak = peaks["bf16" if contender.endswith("bf16") else "fp32"]
+        figures["contenders"][contender] = {
+            "texts_per_s": round(len(texts) / took, 1), "seconds": round(took, 3),
+            "vs_hf_eager": round(seconds["hf-eager-fp32"] / took, 2),
+            "vs_sentence_transformers": round(seconds["sentence-transformers"] / took, 2),
+            "cosine_to_fp32_mean": round(float(cosine.mean()), 5), "cosine_to_fp32_min": round(float(cosine.min()), 5),
+            "gflops": round(work / took / 1e9, 1), "fraction_of_peak": round(work / took / peak, 3)}
+        print(f"  {contender:<24} {len(texts) / took:8.1f} texts/s  x{seconds['hf-eager-fp32'] / took:5.2f} hf  "
+              f"cos {cosine.mean():.4f}", file=sys.stderr)
+    ours_only = {k: v for k, v in seconds.items() if k.startswith("encoderlab-")}
+    figures["best_mode"] = min(ours_only, key=ours_only.get).removeprefix("encoderlab-")
+    figures["tflop_per_pass"] = round(work / 1e12, 3)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer texts and one round: under a minute")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads for every contender (default: 2)")
+    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default: 32)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per contender; the best counts")
+    parser.add_argument("--setups", default="sst2,passages,base", help="comma-separated: sst2, passages, base")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.quick:
+        args.rounds, args.setups = 1, "sst2"
+    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    minilm = resolve_model_path("minilm")
+    sentences = sst2_sentences()
+    figures: dict[str, Any] = {"matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
+                               "threads": args.threads, "rounds": args.rounds}
+    with tempfile.TemporaryDirectory(prefix="encoderlab-inference-") as work:
+        for name in args.setups.split(","):
+            if name == "sst2":
+                figures["sst2"] = setup("sst2", minilm, sentences[:256] if args.quick else sentences, args, peaks)
+            elif name == "passages":
+                figures["passages"] = setup("passages", minilm, passages(64 if args.quick else 128), args, peaks)
+            elif name == "base":
+                figures["base"] = setup("base", base_sized_folder(Path(work)),
+                                        sentences[:64 if args.quick else 256], args, peaks)
+            else:
+                raise SystemExit(f"unknown setup {name!r}; expected sst2, passages or base")
+    sst2 = figures["sst2"]["contenders"]
+    best = sst2[f"encoderlab-{figures['sst2']['best_mode']}"]
+    goals = [goal("SST-2 dev, minilm: encoderlab fp32 vs HF eager fp32 (sentences/s ratio)",
+                  sst2["encoderlab-fp32"]["vs_hf_eager"], 5.0),
+             goal(f"SST-2 dev, minilm: encoderlab best mode ({figures['sst2']['best_mode']}) vs HF eager fp32",
+                  best["vs_hf_eager"], 10.0),
+             goal(f"SST-2 dev, minilm: encoderlab best mode ({figures['sst2']['best_mode']}) vs "
+                  f"sentence-transformers encode", best["vs_sentence_transformers"], 3.0)]
+    path = write_results("inference_quick" if args.quick else "inference", command_line(), figures, goals)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
