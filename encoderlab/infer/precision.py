@@ -82,11 +82,12 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x = x.reshape(-1, shape[-1]).float()  # (M, K)
-        scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-8) / 127  # (M, 1): one scale per token
-        quantized = (x / scale).round_().to(torch.int8)
-        y = torch._int_mm(quantized, self.weight_t).float() * (scale * self.weight_scale)  # (M, N)
-        if self.bias is not None:
-            y += self.bias
+        # One scale per token; each step below is one pass over memory (these small matmuls are memory-bound
+        # around the int8 kernel, so passes count).
+        scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-8).div_(127)  # (M, 1): max |x| of each token / 127
+        quantized = torch.div(x, scale).round_().to(torch.int8)
+        y = torch._int_mm(quantized, self.weight_t) * scale  # int32 (M, N) * float (M, 1) -> float, one pass
+        y = torch.addcmul(self.bias, y, self.weight_scale) if self.bias is not None else y.mul_(self.weight_scale)
         return y.reshape(*shape[:-1], -1)
 
 
