@@ -1,0 +1,172 @@
+"""Load test of `encoderlab serve`: N concurrent clients post /embed requests to a MiniLM server on loopback.
+
+The server runs as its own process (`python -m encoderlab serve --model minilm`), so its peak RSS is its own
+and the clients' CPU is not counted as its memory. Each client sends, one after another, batches of 1-8
+SST-2 dev sentences (synthetic text when ../shared/data/sst2/dev.tsv is absent) for a fixed time, and every
+answer is checked: status 200 and one vector per text. Latency is per request, as the client sees it.
+
+    python bench/serve_load.py            # 32 clients for 60 s
+    python bench/serve_load.py --quick    # 32 clients for 10 s: under a minute with the server's start
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import command_line, goal, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
+SST2_DEV = ROOT / ".." / "shared" / "data" / "sst2" / "dev.tsv"
+SEED = 0
+
+
+def sentences() -> tuple[list[str], str]:
+    """SST-2 dev sentences, or synthetic ones when the file is absent; plus where they came from."""
+    if SST2_DEV.is_file():
+        lines = SST2_DEV.read_text(encoding="utf-8").splitlines()[1:]
+        return [line.split("\t")[0] for line in lines if line.strip()], f"sst2 dev {SST2_DEV.resolve()}"
+    rng = random.Random(SEED)
+    words = "the a movie film was is very quite good bad plot acting story long short funny dull and but".split()
+    return [" ".join(rng.choices(words, k=rng.randint(4, 30))) for _ in range(872)], f"SYNTHETIC: {SST2_DEV} absent"
+
+
+def start_server(port: int, threads: int, max_batch: int) -> subprocess.Popen:
+    """`encoderlab serve` on loopback in its own process; returns once /health answers."""
+    command = [sys.executable, "-m", "encoderlab", "serve", "--model", "minilm", "--port", str(port),
+               "--threads", str(threads), "--max-batch", str(max_batch)]
+    # a file, not a pipe: an unread pipe fills up with access-log lines and blocks the server
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 -- it lives as long as the server
+    process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+                               env=os.environ | {"PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log.seek(0)
+            raise SystemExit(f"serve exited {process.returncode}: {log.read()[-2000:]}")
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).raise_for_status()
+            return process
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit("serve did not answer /health within 120 s")
+
+
+def peak_rss_mib(pid: int) -> float | None:
+    """The process's peak resident set (VmHWM) in MiB, from /proc (Linux); None elsewhere."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+async def client(http: httpx.AsyncClient, texts: list[str], seed: int, until: float,
+                 latencies: list[float], errors: list[str]) -> int:
+    """Post batches of 1-8 texts until `until` (a perf_counter time); returns how many texts were sent."""
+    rng, sent = random.Random(seed), 0
+    while time.perf_counter() < until:
+        batch = rng.sample(texts, rng.randint(1, 8))
+        started = time.perf_counter()
+        try:
+            response = await http.post("/embed", json={"texts": batch})
+            ok = response.status_code == 200 and len(response.json()["results"]) == len(batch)
+            if not ok:
+                errors.append(f"{response.status_code}: {response.text[:200]}")
+        except httpx.HTTPError as err:
+            errors.append(f"{type(err).__name__}: {err}")
+        latencies.append(time.perf_counter() - started)
+        sent += len(batch)
+    return sent
+
+
+async def load(url: str, texts: list[str], clients: int, seconds: float) -> dict[str, object]:
+    """Run the clients for `seconds`; requests, texts, rates, latency percentiles and errors."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+        for _ in range(3):  # warm-up: first-call costs are not the server's steady state
+            await http.post("/embed", json={"texts": texts[:8]})
+        started = time.perf_counter()
+        sent = await asyncio.gather(*(client(http, texts, SEED + n, started + seconds, latencies, errors)
+                                      for n in range(clients)))
+        wall = time.perf_counter() - started
+    cuts = statistics.quantiles(latencies, n=100)
+    return {"clients": clients, "seconds": round(wall, 2), "requests": len(latencies), "texts": sum(sent),
+            "requests_per_s": round(len(latencies) / wall, 1), "texts_per_s": round(sum(sent) / wall, 1),
+            "latency_ms": {"p50": round(cuts[49] * 1e3, 1), "p90": round(cuts[89] * 1e3, 1),
+                           "p99": round(cuts[98] * 1e3, 1), "max": round(max(latencies) * 1e3, 1)},
+            "errors": len(errors), "first_errors": errors[:5]}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10 s of load instead of 60 (under a minute in all)")
+    parser.add_argument("--clients", type=int, default=32, help="concurrent clients (default: 32)")
+    parser.add_argument("--seconds", type=float, help="how long the clients send (default: 60, or 10 with --quick)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the server (default: 1)")
+    parser.add_argument("--max-batch", type=int, default=64, help="the server's --max-batch (default: 64)")
+    args = parser.parse_args()
+    texts, source = sentences()
+    load_before = os.getloadavg()
+    port = free_port()
+    started = time.perf_counter()
+    server = start_server(port, args.threads, args.max_batch)
+    startup_s = time.perf_counter() - started
+    try:
+        seconds = args.seconds or (10 if args.quick else 60)
+        figures = asyncio.run(load(f"http://127.0.0.1:{port}", texts, args.clients, seconds))
+        health = httpx.get(f"http://127.0.0.1:{port}/health").json()
+        rss = peak_rss_mib(server.pid)
+    finally:
+        server.terminate()
+        server.wait(30)
+    report(figures, health, rss, startup_s, source, args, load_before)
+
+
+def report(figures: dict, health: dict, rss: float | None, startup_s: float, source: str,
+           args: argparse.Namespace, load_before: tuple[float, float, float]) -> None:
+    """Print the figures; write bench/results/serve_load.json (serve_load_quick.json with --quick)."""
+    stats = health["stats"]["embed"]
+    figures |= {"data": source, "server_threads": args.threads, "max_batch": args.max_batch,
+                "server_startup_s": round(startup_s, 1), "server_peak_rss_mib": rss,
+                "server_requests": stats["requests"], "server_forward_batches": stats["batches"],
+                "texts_per_forward_batch": round(stats["texts"] / max(stats["batches"], 1), 1),
+                "load_average_1_5_15_min_before": [round(v, 2) for v in load_before],
+                "load_average_1_5_15_min_after": [round(v, 2) for v in os.getloadavg()],
+                "note": "clients (httpx, asyncio) run in this process on the same machine as the server"}
+    answered = (figures["requests"] - figures["errors"]) / max(figures["requests"], 1)
+    goals = [goal(f"fraction of requests answered correctly under {args.clients} concurrent clients", answered, 1.0)]
+    latency = figures["latency_ms"]
+    print(f"{figures['requests']} requests ({figures['texts']} texts) in {figures['seconds']} s from "
+          f"{args.clients} clients: {figures['requests_per_s']} requests/s, {figures['texts_per_s']} texts/s; "
+          f"latency p50 {latency['p50']} ms, p99 {latency['p99']} ms; {figures['errors']} errors; "
+          f"{figures['texts_per_forward_batch']} texts a forward batch; server peak RSS {rss} MiB")
+    path = write_results("serve_load" + ("_quick" if args.quick else ""), command_line(), figures, goals)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,550 @@
+"""`encoderlab serve`: one model behind an HTTP API (FastAPI), with concurrent requests batched together.
+
+    encoderlab serve --model minilm --port 8000          # then open http://127.0.0.1:8000/docs
+    curl -s localhost:8000/embed -H 'content-type: application/json' -d '{"texts": ["a cat", "a dog"]}'
+
+A server holds one checkpoint and offers the endpoints whose pipeline that checkpoint loads as
+(POST /embed, /classify, /fill-mask, /ner, /qa); the others answer 404 with the reason. GET /health
+reports the model, the endpoints, the queue and how many forward batches served how many requests.
+
+Each endpoint has a micro-batching worker: requests that arrive within `batch_wait_ms` of the first
+(or until `max_batch` texts) go through the pipeline in one call, on one model thread, so the event loop
+keeps answering (/health among others) while the model runs. Bodies over `max_body_bytes` get 413 before
+any parsing; malformed or over-limit requests 422 naming the field and index; a pipeline's InputError 422
+with its message; anything else 500 with a short message (the traceback goes to the log only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from encoderlab.errors import EncoderlabError, InputError
+from encoderlab.infer.pipelines import Pipeline
+
+log = logging.getLogger(__name__)
+
+TASKS = ("embed", "classify", "fill-mask", "ner", "qa")  # the order endpoints are tried and listed in
+
+
+@dataclass
+class Limits:
+    """What one request may hold, and how long a batch waits for company."""
+
+    max_batch: int = 64
+    """Most texts (or QA items) in one request; also the most a micro-batch collects before it runs."""
+    max_text_chars: int = 10_000
+    """Most characters in any one text, pair text, question or context."""
+    max_body_bytes: int = 1_000_000
+    """Largest request body; a bigger one gets 413 before it is parsed."""
+    batch_wait_ms: float = 5.0
+    """How long the first request of a batch waits for others to join it."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch", "max_text_chars", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} {getattr(self, name)}: expected a positive number")
+        if self.batch_wait_ms < 0:
+            raise InputError(f"batch_wait_ms {self.batch_wait_ms}: expected zero or more")
+
+
+# ---- request and response models --------------------------------------------------------------------
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("text is empty or whitespace only")
+    return text
+
+
+def request_models(limits: Limits) -> dict[str, type[BaseModel]]:
+    """The request body model of each task, with the limits written into its schema (and so into /docs)."""
+    Text = Annotated[str, Field(min_length=1, max_length=limits.max_text_chars), AfterValidator(_not_blank)]
+    many = {"min_length": 1, "max_length": limits.max_batch}
+    strict = ConfigDict(extra="forbid")
+
+    class EmbedRequest(BaseModel):
+        model_config = strict
+        texts: list[Text] = Field(description=f"1 to {limits.max_batch} non-blank texts", **many)
+
+    class ClassifyRequest(BaseModel):
+        model_config = strict
+        texts: list[Text | Annotated[list[Text], Field(min_length=2, max_length=2)]] = Field(
+            description="texts, or [text, pair] items (all of one kind)", **many)
+
+    class NERRequest(BaseModel):
+        model_config = strict
+        texts: list[Text] = Field(description=f"1 to {limits.max_batch} non-blank texts", **many)
+
+    class FillMaskRequest(BaseModel):
+        model_config = strict
+        texts: list[Text] = Field(description="texts with one or more [MASK] (or <mask>) tokens", **many)
+        top_k: int = Field(5, ge=1, le=100, description="predictions per mask")
+
+    class QAItem(BaseModel):
+        model_config = strict
+        question: Text = Field(description="the question")
+        context: Text = Field(description="the passage to answer from; long ones are read in windows")
+
+    class QARequest(BaseModel):
+        model_config = strict
+        items: list[QAItem] = Field(description="question and context pairs", **many)
+
+    return {"embed": EmbedRequest, "classify": ClassifyRequest, "fill-mask": FillMaskRequest,
+            "ner": NERRequest, "qa": QARequest}
+
+
+class EmbedResult(BaseModel):
+    embedding: list[float] = Field(description="the sentence vector (L2-normalized when the model says so)")
+
+
+class ClassifyResult(BaseModel):
+    label: str | None = Field(None, description="the most probable class (absent for regression)")
+    score: float = Field(description="its probability, or the regression value")
+    scores: dict[str, float] | None = Field(None, description="every class's probability")
+
+
+class Prediction(BaseModel):
+    token: str
+    id: int
+    score: float = Field(description="probability")
+
+
+class MaskResult(BaseModel):
+    position: int = Field(description="token position of the mask")
+    predictions: list[Prediction]
+
+
+class FillMaskResult(BaseModel):
+    text: str
+    masks: list[MaskResult] = Field(description="one entry per mask, in text order")
+    filled: str = Field(description="the text with each mask replaced by its top token")
+
+
+class Entity(BaseModel):
+    entity: str = Field(description="entity type, e.g. PER")
+    start: int = Field(description="character offset in the text")
+    end: int
+    text: str
+    score: float = Field(description="mean probability of the entity's word tags")
+
+
+class NERResult(BaseModel):
+    text: str
+    entities: list[Entity]
+
+
+class QAResult(BaseModel):
+    answer: str = Field(description="the answer span ('' when none was found)")
+    start: int = Field(description="character offset in the context")
+    end: int
+    score: float
+
+
+RESULTS: dict[str, type[BaseModel]] = {"embed": EmbedResult, "classify": ClassifyResult,
+                                       "fill-mask": FillMaskResult, "ner": NERResult, "qa": QAResult}
+
+
+def response_model(task: str) -> type[BaseModel]:
+    """{"results": [one result per input, in input order]} for the task."""
+    item = RESULTS[task]
+    return type(f"{item.__name__}s", (BaseModel,), {"__annotations__": {"results": list[item]}})
+
+
+class Health(BaseModel):
+    status: str
+    model: str = Field(description="the checkpoint folder or alias served")
+    tasks: list[str] = Field(description="the endpoints this model offers")
+    unavailable: dict[str, str] = Field(description="endpoints it does not offer, and why")
+    precision: dict[str, str] = Field(description="precision each pipeline runs in")
+    queue: int = Field(description="requests waiting or running")
+    uptime_s: float
+    stats: dict[str, dict[str, int]] = Field(description="per task: requests, texts, forward batches, errors")
+    limits: dict[str, int | float]
+
+
+# ---- micro-batching ---------------------------------------------------------------------------------
+@dataclass
+class Job:
+    """One request's inputs and the future its results go to."""
+
+    items: list[Any]
+    key: Hashable  # only jobs with equal keys (same options, same input shape) share a pipeline call
+    future: asyncio.Future
+
+
+@dataclass
+class Batcher:
+    """Collects jobs for one pipeline and runs them together on the model thread."""
+
+    run: Callable[[list[Any], Hashable], list[dict[str, Any]]]  # (items, key) -> one result per item
+    executor: ThreadPoolExecutor
+    max_items: int
+    wait_s: float
+    pending: deque[Job] = field(default_factory=deque)
+    running: int = 0
+    stats: dict[str, int] = field(default_factory=lambda: {"requests": 0, "texts": 0, "batches": 0, "errors": 0})
+
+    def __post_init__(self) -> None:
+        self.arrived = asyncio.Event()
+
+    async def submit(self, items: list[Any], key: Hashable) -> list[dict[str, Any]]:
+        """The results for `items`, computed in a batch with whatever else arrives meanwhile."""
+        job = Job(items, key, asyncio.get_running_loop().create_future())
+        self.pending.append(job)
+        self.arrived.set()
+        return await job.future
+
+    async def work(self) -> None:
+        """Forever: wait for a job, gather company for up to wait_s, run the batch."""
+        while True:
+            while not self.pending:
+                self.arrived.clear()
+                await self.arrived.wait()
+            await self._gather()
+            jobs = self._take()
+            self.running = len(jobs)
+            try:
+                await self._run(jobs)
+            finally:
+                self.running = 0
+
+    async def _gather(self) -> None:
+        """Wait until max_items are pending or wait_s has passed since now."""
+        deadline = asyncio.get_running_loop().time() + self.wait_s
+        while sum(len(job.items) for job in self.pending) < self.max_items:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            self.arrived.clear()
+            try:
+                async with asyncio.timeout(remaining):
+                    await self.arrived.wait()
+            except TimeoutError:
+                return
+
+    def _take(self) -> list[Job]:
+        """Pending jobs up to max_items texts (at least one job), skipping those whose client left."""
+        jobs, count = [], 0
+        while self.pending and (not jobs or count + len(self.pending[0].items) <= self.max_items):
+            job = self.pending.popleft()
+            if not job.future.done():
+                jobs.append(job)
+                count += len(job.items)
+        return jobs
+
+    async def _run(self, jobs: list[Job]) -> None:
+        """One pipeline call per key; a failed call is retried job by job so each gets its own error."""
+        groups: dict[Hashable, list[Job]] = {}
+        for job in jobs:
+            groups.setdefault(job.key, []).append(job)
+        loop = asyncio.get_running_loop()
+        for key, group in groups.items():
+            self.stats["batches"] += 1
+            items = [item for job in group for item in job.items]
+            try:
+                results = await loop.run_in_executor(self.executor, self.run, items, key)
+            except Exception as err:  # noqa: BLE001 -- settled on the jobs; their endpoints answer 422 or 500
+                if len(group) == 1:
+                    _settle(group[0], error=err)
+                    continue
+                for job in group:
+                    await self._run([job])
+                continue
+            for job in group:
+                _settle(job, results[:len(job.items)])
+                results = results[len(job.items):]
+            self.stats["requests"] += len(group)
+            self.stats["texts"] += sum(len(job.items) for job in group)
+
+
+def _settle(job: Job, results: list[dict[str, Any]] | None = None, error: BaseException | None = None) -> None:
+    """Hand a job its results or error, unless its client has gone."""
+    if job.future.done():
+        return
+    if error is not None:
+        job.future.set_exception(error)
+    else:
+        job.future.set_result(results)
+
+
+def pipeline_runner(pipe: Pipeline) -> Callable[[list[Any], Hashable], list[dict[str, Any]]]:
+    """(items, key) -> results: fill-mask's key is its top_k; other pipelines take the items alone."""
+    if pipe.task == "fill-mask":
+        return lambda items, key: pipe(items, top_k=key[1])
+    return lambda items, key: pipe(items)
+
+
+# ---- the app ----------------------------------------------------------------------------------------
+DRAIN_BYTES = 64 * 2**20  # an oversize body up to this is read and dropped before the 413: closing a socket
+# with unread data resets it, and the client, still sending, would see the reset instead of the answer
+
+
+class BodyCheck:
+    """ASGI middleware: 413 for a body over max_bytes (by Content-Length, or by the bytes actually sent),
+    422 for one that is not UTF-8 (JSON's encoding, RFC 8259 section 8.1), before any parsing."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.max_bytes:
+            if headers.get(b"expect", b"").lower() != b"100-continue":  # else the client has not sent it yet
+                await _drain(receive, DRAIN_BYTES)
+            return await _refuse(send, 413, f"request body too large: Content-Length "
+                                            f"{declared.decode(errors='replace')!r}; the limit is {self.max_bytes} "
+                                            f"bytes (--max-body-bytes)")
+        body = await self._read(receive)
+        if body is None:
+            return await _refuse(send, 413, f"request body too large: more than {self.max_bytes} bytes sent; "
+                                            f"the limit is {self.max_bytes} bytes (--max-body-bytes)")
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as err:
+            return await _refuse(send, 422, [{"loc": ["body", err.start], "msg": f"body is not UTF-8 ({err.reason})",
+                                              "type": "json_invalid"}])
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read(self, receive: Callable) -> bytes | None:
+        """The whole body (a chunked one has no Content-Length to go by); None once it passes max_bytes."""
+        body, more = bytearray(), True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False) and message["type"] == "http.request"
+            if len(body) > self.max_bytes:
+                if more:
+                    await _drain(receive, DRAIN_BYTES)
+                return None
+        return bytes(body)
+
+
+async def _drain(receive: Callable, budget: int) -> None:
+    """Read and drop the rest of a request body, up to `budget` bytes."""
+    more = True
+    while more and budget > 0:
+        message = await receive()
+        budget -= len(message.get("body", b""))
+        more = message.get("more_body", False) and message["type"] == "http.request"
+
+
+async def _refuse(send: Callable, status: int, detail: Any) -> None:
+    """Answer {"detail": ...} with `status` and close the connection (the rest of the body is not read)."""
+    response = JSONResponse({"detail": detail}, status_code=status, headers={"connection": "close"})
+    await response({"type": "http"}, None, send)
+
+
+def _replay(body: bytes, receive: Callable) -> Callable:
+    """An ASGI receive that gives the already-read body once, then defers to the real one (for disconnects)."""
+    sent = False
+
+    async def replay() -> dict:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def _brief(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Validation errors without the echoed input (which may be a megabyte of text)."""
+    return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in errors]
+
+
+def _key(task: str, body: BaseModel) -> Hashable:
+    """What must match for two requests to share a pipeline call."""
+    if task == "fill-mask":
+        return ("top_k", body.top_k)
+    if task == "classify":
+        return ("pairs", tuple(sorted({isinstance(item, list) for item in body.texts})))
+    return task
+
+
+def _items(task: str, body: BaseModel) -> list[Any]:
+    """The pipeline inputs of a request body."""
+    return [item.model_dump() for item in body.items] if task == "qa" else list(body.texts)
+
+
+def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
+               unavailable: dict[str, str] | None = None) -> FastAPI:
+    """The FastAPI app serving these pipelines (task -> pipeline); `unavailable` says why others are missing."""
+    unknown = sorted(set(pipelines) - set(TASKS))
+    if unknown:
+        raise InputError(f"no endpoint for task(s) {', '.join(unknown)}; expected some of {', '.join(TASKS)}")
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")  # one model, one thread: no contention
+    batchers: dict[str, Batcher] = {}
+    started = time.monotonic()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        for task, pipe in pipelines.items():
+            batchers[task] = Batcher(pipeline_runner(pipe), executor, limits.max_batch, limits.batch_wait_ms / 1e3)
+        workers = [asyncio.create_task(b.work(), name=f"batch-{t}") for t, b in batchers.items()]
+        yield
+        for worker in workers:
+            worker.cancel()
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="encoderlab", lifespan=lifespan,
+                  description=f"Model **{model or '?'}**: {', '.join(pipelines)}. Limits: {limits.max_batch} texts "
+                              f"a request, {limits.max_text_chars} characters a text, {limits.max_body_bytes} bytes "
+                              f"a body.")
+    app.state.batchers = batchers
+    app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes)
+    _add_error_handlers(app)
+
+    @app.get("/health", response_model=Health, summary="status, model, endpoints, queue and batch counters")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": model, "tasks": list(pipelines), "unavailable": unavailable or {},
+                "precision": {t: p.precision for t, p in pipelines.items()},
+                "queue": sum(len(b.pending) + b.running for b in batchers.values()),
+                "uptime_s": round(time.monotonic() - started, 3),
+                "stats": {t: dict(b.stats) for t, b in batchers.items()}, "limits": asdict(limits)}
+
+    requests = request_models(limits)
+    for task in TASKS:
+        if task in pipelines:
+            _add_endpoint(app, task, requests[task], batchers, pipelines[task])
+        else:
+            _add_missing(app, task, (unavailable or {}).get(task, "not loaded"), model)
+    return app
+
+
+def _add_endpoint(app: FastAPI, task: str, request: type[BaseModel], batchers: dict[str, Batcher],
+                  pipe: Pipeline) -> None:
+    """POST /{task}: validate, queue for the batcher, answer the results or a short error."""
+    async def endpoint(body: BaseModel) -> Any:
+        batcher = batchers[task]
+        try:
+            return {"results": await batcher.submit(_items(task, body), _key(task, body))}
+        except InputError as err:
+            batcher.stats["errors"] += 1
+            return JSONResponse({"detail": str(err)}, status_code=422)
+        except Exception as err:  # the client gets one line, the log the traceback
+            batcher.stats["errors"] += 1
+            log.error("%s failed on a request of %d input(s)", task, len(_items(task, body)), exc_info=err)
+            return JSONResponse({"detail": f"internal error in {task} ({type(err).__name__}); see the server log"},
+                                status_code=500)
+
+    endpoint.__annotations__["body"] = request  # the real model: FastAPI reads it to parse and document the body
+    doc = type(pipe).__doc__.splitlines()[0] if type(pipe).__doc__ else task
+    app.post(f"/{task}", response_model=response_model(task), summary=doc, name=task,
+             responses={413: {"description": "body too large"}, 422: {"description": "invalid request"}})(endpoint)
+
+
+def _add_missing(app: FastAPI, task: str, reason: str, model: str) -> None:
+    """POST /{task} that answers 404 with why this model has no such endpoint (hidden from /docs)."""
+    async def missing() -> JSONResponse:
+        return JSONResponse({"detail": f"this server's model ({model}) has no {task} endpoint: {reason}"},
+                            status_code=404)
+
+    app.post(f"/{task}", include_in_schema=False, name=f"{task}-missing")(missing)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """422 with brief reasons for invalid requests; 500 with one line for anything unforeseen."""
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _brief(err.errors())}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, err: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=err)
+        return JSONResponse({"detail": f"internal error ({type(err).__name__}); see the server log"}, status_code=500)
+
+
+
+# ---- loading and serving ----------------------------------------------------------------------------
+def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = "fp32",
+                   **options: Any) -> tuple[dict[str, Pipeline], dict[str, str]]:
+    """The pipelines this checkpoint loads as (of `tasks`, default all), and why each other one does not."""
+    from encoderlab.infer.pipelines import pipeline
+
+    wanted = list(tasks or TASKS)
+    unknown = [t for t in wanted if t not in TASKS]
+    if unknown:
+        raise InputError(f"--tasks {', '.join(unknown)}: expected some of {', '.join(TASKS)}")
+    loaded, reasons = {}, {t: "not asked for (--tasks)" for t in TASKS if t not in wanted}
+    for task in wanted:
+        try:
+            loaded[task] = pipeline(task, model, precision, **options)
+        except EncoderlabError as err:  # InputError: wrong kind of model; CheckpointError: weights missing
+            reasons[task] = str(err)
+    if not loaded:
+        raise InputError(f"{model}: no endpoint can be served: " + "; ".join(f"{t}: {r}" for t, r in reasons.items()))
+    log.info("serving %s: %s", model, ", ".join(f"/{t}" for t in loaded))
+    for task, reason in reasons.items():
+        log.info("no /%s: %s", task, reason)
+    return loaded, reasons
+
+
+def serve(model: str, host: str = "127.0.0.1", port: int = 8000, tasks: list[str] | None = None,
+          precision: str = "fp32", limits: Limits | None = None, batch_size: int = 32,
+          max_length: int | None = None, log_level: str = "info") -> None:
+    """Load the model's pipelines and serve them with uvicorn until interrupted."""
+    import uvicorn
+
+    options = {"batch_size": batch_size} | ({"max_length": max_length} if max_length else {})
+    pipelines, reasons = load_pipelines(model, tasks, precision, **options)
+    app = create_app(pipelines, limits or Limits(), model=str(model), unavailable=reasons)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    log.info("encoderlab serve: %s on http://%s:%d (API docs: http://%s:%d/docs)", model, shown, port, shown, port)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    """Serve one model over HTTP: /embed, /classify, /fill-mask, /ner, /qa (whichever it supports), /health, /docs."""
+    import torch
+
+    log.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # which endpoints are up, and the docs URL
+    if args.threads is not None:
+        if args.threads < 1:
+            raise InputError(f"--threads {args.threads}: expected a positive number")
+        torch.set_num_threads(args.threads)
+    limits = Limits(args.max_batch, args.max_text_chars, args.max_body_bytes, args.batch_wait_ms)
+    serve(args.model, args.host, args.port, args.tasks, args.precision, limits, args.batch_size, args.max_length,
+          "debug" if args.verbose else "info")
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """serve."""
+    from encoderlab.infer.cli import PRECISION_HELP
+
+    p = subparsers.add_parser("serve", help="serve a model over HTTP (FastAPI; docs at /docs)",
+                              description=cmd_serve.__doc__)
+    p.add_argument("--model", required=True, metavar="M", help="checkpoint folder (or the alias 'minilm')")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
+    p.add_argument("--tasks", nargs="+", choices=TASKS, metavar="TASK",
+                   help=f"endpoints to offer, of {', '.join(TASKS)} (default: every one the model supports)")
+    p.add_argument("--precision", choices=("fp32", "bf16", "int8", "auto"), default="fp32", help=PRECISION_HELP)
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads for torch (default: torch's)")
+    p.add_argument("--batch-size", type=int, default=32, metavar="N", help="inputs per forward pass (default: 32)")
+    p.add_argument("--max-length", type=int, default=None, metavar="T",
+                   help="tokens per input window (default: the model's limit, or what it was fine-tuned with)")
+    p.add_argument("--max-batch", type=int, default=Limits.max_batch, metavar="N",
+                   help=f"most texts in one request, and in one micro-batch (default: {Limits.max_batch})")
+    p.add_argument("--max-text-chars", type=int, default=Limits.max_text_chars, metavar="N",
+                   help=f"most characters in one text (default: {Limits.max_text_chars})")
+    p.add_argument("--max-body-bytes", type=int, default=Limits.max_body_bytes, metavar="N",
+                   help=f"largest request body; larger gets 413 (default: {Limits.max_body_bytes})")
+    p.add_argument("--batch-wait-ms", type=float, default=Limits.batch_wait_ms, metavar="MS",
+                   help=f"how long a request waits for others to batch with (default: {Limits.batch_wait_ms})")
+    p.set_defaults(func=cmd_serve)
