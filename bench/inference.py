@@ -13,7 +13,8 @@ Contenders:
 
 Each contender runs `--rounds` times, interleaved, and keeps its best round (the machine is shared).
 Achieved GFLOP/s counts the real (unpadded) tokens' matmul work, 2 x parameters-in-layers per token plus
-attention, and is set against the best matmul throughput measured in the same run.
+attention, and is set against the best matmul throughput of the contender's precision (fp32, bf16, or int8
+via torch._int_mm), measured in the same run.
 
     python bench/inference.py            # all three setups (several minutes on 2 cores)
     python bench/inference.py --quick    # fewer texts, one round: under a minute
@@ -165,6 +166,20 @@ def flops(folder: Path, texts: list[str]) -> float:
     return float(sum(per_token * n + 2 * 2 * L * H * n * n for n in lengths))
 
 
+def int8_peak(n: int = 2048, reps: int = 5) -> float:
+    """Best op/s of an (n, n) x (n, n) int8 matmul (torch._int_mm, int32 accumulate); 0 where there is none."""
+    if not precisions.int8_supported():
+        return 0.0
+    a = torch.randint(-127, 128, (n, n), dtype=torch.int8)
+    torch._int_mm(a, a)
+    best = float("inf")
+    for _ in range(reps):
+        started = time.perf_counter()
+        torch._int_mm(a, a)
+        best = min(best, time.perf_counter() - started)
+    return 2 * n**3 / best
+
+
 def setup(name: str, folder: Path, texts: list[str], args: argparse.Namespace,
           peaks: dict[str, float]) -> dict[str, Any]:
     """Figures of one setup: texts/s of each contender, ratios, cosine to fp32, GFLOP/s against the peak."""
@@ -177,7 +192,7 @@ def setup(name: str, folder: Path, texts: list[str], args: argparse.Namespace,
     for contender, took in seconds.items():
         v = vectors[contender]
         cosine = (v * reference).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(reference, axis=1)
-        peak = peaks["bf16" if contender.endswith("bf16") else "fp32"]
+        peak = peaks[next((m for m in ("bf16", "int8") if contender.endswith(m)), "fp32")]
         figures["contenders"][contender] = {
             "texts_per_s": round(len(texts) / took, 1), "seconds": round(took, 3),
             "vs_hf_eager": round(seconds["hf-eager-fp32"] / took, 2),
@@ -203,7 +218,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.quick:
         args.rounds, args.setups = 1, "sst2"
-    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16), "int8": int8_peak()}
     minilm = resolve_model_path("minilm")
     sentences = sst2_sentences()
     figures: dict[str, Any] = {"matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},

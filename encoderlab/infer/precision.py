@@ -80,14 +80,16 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        x = x.reshape(-1, shape[-1]).float()  # (M, K)
-        # One scale per token; each step below is one pass over memory (these small matmuls are memory-bound
-        # around the int8 kernel, so passes count).
-        scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-8).div_(127)  # (M, 1): max |x| of each token / 127
+        shape, dtype = x.shape, x.dtype
+        x = x.reshape(-1, shape[-1])  # (M, K)
+        # One scale per token; each step below is one pass over memory (around the int8 kernel these passes
+        # cost as much as the matmul, so they are few, and in bf16 when the model runs in bf16).
+        # 126, not 127: in bf16, x / scale can round up past 127.5 and wrap around in int8.
+        scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-4).div_(126)  # (M, 1)
         quantized = torch.div(x, scale).round_().to(torch.int8)
-        y = torch._int_mm(quantized, self.weight_t) * scale  # int32 (M, N) * float (M, 1) -> float, one pass
-        y = torch.addcmul(self.bias, y, self.weight_scale) if self.bias is not None else y.mul_(self.weight_scale)
+        y = torch._int_mm(quantized, self.weight_t) * scale  # int32 (M, N) * (M, 1) -> x's dtype, one pass
+        scale_out = self.weight_scale.to(dtype)
+        y = torch.addcmul(self.bias.to(dtype), y, scale_out) if self.bias is not None else y.mul_(scale_out)
         return y.reshape(*shape[:-1], -1)
 
 
@@ -118,7 +120,10 @@ def convert(model: nn.Module, precision: str) -> nn.Module:
     if precision == "bf16":
         return copy.deepcopy(model).to(torch.bfloat16)
     if precision == "int8":
-        return quantize_int8(copy.deepcopy(model))
+        # Around the int8 matmuls (LayerNorm, GELU, attention, the (de)quantization passes) bf16 halves the
+        # memory traffic where the CPU has bf16 arithmetic; elsewhere those parts stay in fp32.
+        model = quantize_int8(copy.deepcopy(model))  # weights quantized from fp32
+        return model.to(torch.bfloat16) if bf16_supported() else model
     raise ConfigError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
 
 
