@@ -33,6 +33,8 @@ bench: $(VENV)/.deps-test
 	$(PY) bench/pretrain_speed.py --quick
 	$(PY) bench/prepare_speed.py --quick
 	$(PY) bench/finetune.py --quick
+	$(PY) bench/inference.py --quick
+	$(PY) bench/serve_load.py --quick
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
