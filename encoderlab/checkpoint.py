@@ -49,17 +49,29 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     if single.is_file():
         return _read_safetensors(single)
     if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (ValueError, KeyError, TypeError) as err:
-            raise CheckpointError(f"{index}: not a valid safetensors index ({err})") from None
-        return {k: v for shard in shards for k, v in _read_safetensors(folder / shard).items()}
+        return {k: v for shard in _index_shards(index) for k, v in _read_safetensors(folder / shard).items()}
     if pickle_file.is_file():
         return _read_torch_bin(pickle_file)
     raise CheckpointError(f"{folder}: no weights found (expected model.safetensors or pytorch_model.bin)")
 
 
+def _index_shards(index: Path) -> list[str]:
+    """The shard file names a model.safetensors.index.json lists (plain names inside its folder)."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{index}: not a valid safetensors index (expected a 'weight_map' object "
+                              f"of tensor name -> shard file; {type(err).__name__}: {err})") from None
+    for shard in shards:
+        if not isinstance(shard, str) or Path(shard).name != shard:
+            raise CheckpointError(f"{index}: shard {shard!r} is not a file name in the checkpoint folder")
+    return shards
+
+
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such weight file")
     try:
         return load_file(path)
     except (SafetensorError, OSError, ValueError) as err:

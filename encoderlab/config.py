@@ -89,21 +89,30 @@ class EncoderConfig:
                     "max_position_embeddings")
         for name in positive:
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not _is_int(value) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if self.hidden_size % self.num_heads:
             raise ConfigError(f"hidden_size ({self.hidden_size}) must be divisible by "
                               f"num_heads ({self.num_heads})")
+        for name in ("model_type", "hidden_act"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
         if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
         for name in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            if not _is_number(value) or not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
-        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
+        for name in ("layer_norm_eps", "initializer_range"):
+            if not _is_number(getattr(self, name)) or getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be a number >= 0, got {getattr(self, name)!r}")
+        if not _is_int(self.type_vocab_size) or self.type_vocab_size < 0:
             raise ConfigError(f"type_vocab_size must be >= 0, got {self.type_vocab_size!r}")
-        if not 0 <= self.pad_token_id < self.vocab_size:
+        if not _is_int(self.pad_token_id) or not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id ({self.pad_token_id}) must lie in [0, vocab_size={self.vocab_size})")
+        if self.labels is not None and not (isinstance(self.labels, list)
+                                            and all(isinstance(label, str) for label in self.labels)):
+            raise ConfigError(f"labels must be a list of strings, got {self.labels!r}")
         from encoderlab.models import FAMILIES
 
         if self.model_type not in FAMILIES:
@@ -141,7 +150,7 @@ class EncoderConfig:
             if key in ours:
                 kwargs[ours[key]] = value
             elif key == "id2label":
-                kwargs["labels"] = [value[k] for k in sorted(value, key=int)]
+                kwargs["labels"] = _labels(value, source)
             elif key in _HF_REQUIRED_VALUES:
                 if value not in _HF_REQUIRED_VALUES[key]:
                     raise ConfigError(f"{source}: {key}={value!r} is not supported "
@@ -187,6 +196,24 @@ class EncoderConfig:
         from encoderlab.io import atomic_write_text
 
         atomic_write_text(Path(path), json.dumps(self.to_hf_dict(architecture), indent=2) + "\n")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _labels(id2label: Any, source: str) -> list[str]:
+    """Class names in id order from Hugging Face's id2label ({"0": "neg", "1": "pos"}): ids 0..N-1, names strings."""
+    if not isinstance(id2label, dict) or not all(str(k).isdigit() and isinstance(v, str) for k, v in id2label.items()):
+        raise ConfigError(f"{source}: id2label must map ids \"0\", \"1\", ... to label names, got {id2label!r}")
+    ids = sorted(int(k) for k in id2label)
+    if ids != list(range(len(ids))):
+        raise ConfigError(f"{source}: id2label ids must be 0..{len(ids) - 1} without gaps, got {ids}")
+    return [id2label[k] for k in sorted(id2label, key=int)]
 
 
 def field_names() -> list[str]:

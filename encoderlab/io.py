@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -10,14 +12,19 @@ from pathlib import Path
 from encoderlab.errors import InputError
 
 
+TEMP_SUFFIX = ".tmp"  # atomic_write's temp files are named .NAME.RANDOM.tmp beside their final name
+LOW_SPACE = 1 << 20  # bytes free below which a failed write is put down to a full disk
+
+
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call write(tmp) on a temp file beside `path`, fsync it, then rename it over `path`.
 
-    A crash or a full disk leaves either the old file or the new one under `path`, never a torn one.
+    A crash or a full disk leaves either the old file or the new one under `path`, never a torn one. Any
+    failure removes the temp file and raises OSError naming `path` (chained to the writer's own error).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -26,9 +33,46 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except Exception as err:
+        failure = write_error(path, err)  # before the unlink: a full disk is only full while tmp is there
+        tmp.unlink(missing_ok=True)
+        raise failure from err
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    fsync_folder(path.parent)
+
+
+def write_error(path: Path, err: Exception) -> OSError:
+    """An OSError naming `path` for a failed write.
+
+    torch.save reports a full disk as a RuntimeError ("unexpected pos ...") and safetensors as a
+    SafetensorError, so a failure that is not an OSError is put down to a full disk when little space is left.
+    """
+    if isinstance(err, OSError):
+        return OSError(err.errno, err.strerror or str(err), str(path))
+    reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    try:
+        full = shutil.disk_usage(path.parent).free < LOW_SPACE
+    except OSError:
+        full = False
+    if full:
+        return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({reason})", str(path))
+    return OSError(errno.EIO, f"write failed ({reason})", str(path))
+
+
+def fsync_folder(folder: Path) -> None:
+    """Flush a folder's entries, so a rename into it survives a power cut (not needed to survive a kill)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # a platform or file system that cannot open folders: the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:
@@ -55,8 +99,29 @@ def read_text(path: str | os.PathLike) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
+        line = line_number(raw[: err.start])
         raise InputError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at offset {err.start})") from None
+
+
+def line_number(before: bytes) -> int:
+    """The line a byte sits on, given the bytes before it (LF, CRLF and a lone CR each end a line)."""
+    before = before.replace(b"\r\n", b"\n")
+    return before.count(b"\n") + before.count(b"\r") + 1
+
+
+def split_lines(text: str, path: str | os.PathLike) -> list[str]:
+    """The lines of a text, each ended by LF, CRLF or a lone CR (mixed freely); InputError names a NUL's line.
+
+    Only those three end a line, so line numbers are the ones an editor shows: a form feed or U+2028 inside
+    a line is text, as it is to csv, json and the tokenizer.
+    """
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final line ending ends the last line; it does not start another
+    for number, line in enumerate(lines, start=1):
+        if "\x00" in line:
+            raise InputError(f"{path}:{number}: contains a NUL byte (a binary file?)")
+    return lines
 
 
 def read_lines(path: str | os.PathLike, allow_empty_lines: bool = False) -> list[str]:
@@ -66,14 +131,11 @@ def read_lines(path: str | os.PathLike, allow_empty_lines: bool = False) -> list
     NUL bytes, or (unless allowed) a blank line, naming the file and line.
     """
     path = Path(path)
-    text = read_text(path)
-    lines = text.splitlines()
+    lines = split_lines(read_text(path), path)
     if not any(line.strip() for line in lines):
         raise InputError(f"{path}: the file is empty (expected one text per line)")
     out = []
     for number, line in enumerate(lines, start=1):
-        if "\x00" in line:
-            raise InputError(f"{path}:{number}: contains a NUL byte")
         if not line.strip():
             if allow_empty_lines:
                 continue

@@ -73,12 +73,12 @@ class QAExample:
 
 # ---- text files ---------------------------------------------------------------------------------------------
 def read_text(path: PathLike) -> str:
-    """A file's text, BOM removed; InputError naming the file and the line of the first non-UTF-8 byte."""
+    """A file's text, BOM removed, line endings made LF; InputError naming the line of a non-UTF-8 or NUL byte."""
     path = Path(path)
     text = io.read_text(path)
     if not text.strip():
         raise InputError(f"{path}: the file is empty")
-    return text
+    return "\n".join(io.split_lines(text, path)) + "\n"  # LF, CRLF and lone CR mixed: one line ending
 
 
 def _delimiter(path: Path, first_line: str) -> str:
@@ -109,8 +109,6 @@ def _records(path: Path, text: str, delimiter: str) -> list[tuple[int, list[str]
         line = line.rstrip("\r")
         if not line.strip():
             continue
-        if "\x00" in line:
-            raise InputError(f"{path}:{number}: contains a NUL byte")
         fields = [_unquote_tsv(value) for value in line.split("\t")]
         if out and len(fields) != len(out[0][1]) and '"' in line:  # a tab inside a quoted field?
             fields = _quoted_tsv_line(line, len(out[0][1])) or fields
@@ -129,7 +127,7 @@ def _quoted_tsv_line(line: str, width: int) -> list[str] | None:
 
 def _csv_records(path: Path, text: str) -> list[tuple[int, list[str]]]:
     """RFC 4180 records; a record's number is the line it starts on."""
-    reader = csv.reader(text.splitlines(keepends=True), strict=True)
+    reader = csv.reader([line + "\n" for line in text.split("\n")], strict=True)  # not splitlines: \f is text
     out, previous_end = [], 0
     try:
         for fields in reader:
@@ -220,7 +218,9 @@ def read_table(path: PathLike, text_cols: list[str] | None = None, label_col: st
         if len(fields) != len(names):
             raise InputError(f"{where}: expected {len(names)} fields ({', '.join(names)}), got {len(fields)}")
         label = None if columns.label is None else parse_label(fields[columns.label], regression, where)
-        out.append(TextExample(tuple(fields[i] for i in columns.text), label, where))
+        texts = tuple(fields[i] for i in columns.text)
+        _require_texts(texts, [names[i] for i in columns.text], where)
+        out.append(TextExample(texts, label, where))
     if not out:
         raise InputError(f"{path}: no examples (only a header?)")
     return out
@@ -245,9 +245,17 @@ def read_jsonl(path: PathLike, text_cols: list[str] | None = None, label_col: st
         texts = tuple(obj[k] for k in keys)
         if not all(isinstance(t, str) for t in texts):
             raise InputError(f"{where}: text values must be strings")
+        _require_texts(texts, keys, where)
         label = None if label_key is None else parse_label(str(obj[label_key]), regression, where)
         out.append(TextExample(texts, label, where))
     return out
+
+
+def _require_texts(texts: tuple[str, ...], names: list[str], where: str) -> None:
+    """Refuse an empty or whitespace-only text, naming its column."""
+    for text, name in zip(texts, names):
+        if not text.strip():
+            raise InputError(f"{where}: the text in {name!r} is empty or whitespace only")
 
 
 def _json_lines(path: Path) -> list[tuple[int, dict]]:
@@ -364,6 +372,8 @@ def read_squad(path: PathLike) -> list[QAExample]:
         raise InputError(f"{path}: expected a SQuAD object with a 'data' list of articles")
     out = []
     for a, article in enumerate(data["data"]):
+        if not isinstance(article, dict):
+            raise InputError(f"{path}: article {a}: expected an object with 'paragraphs', got {type(article).__name__}")
         title = str(article.get("title", f"article {a}"))
         for p, paragraph in enumerate(_require(article, "paragraphs", list, f"{path}: article {title!r}")):
             where = f"{path}: article {title!r} paragraph {p}"
