@@ -229,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(err: Exception) -> str:
+    """An error's message on one line (a YAML parser's message spans several, with a caret under the column)."""
+    lines = [line.strip() for line in str(err).splitlines()]
+    return " ".join(line for line in lines if line and set(line) != {"^"})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code (0 ok, 2 bad input, 1 I/O failure)."""
     args = build_parser().parse_args(argv)
@@ -236,10 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except EncoderlabError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_one_line(err)}", file=sys.stderr)
         return 2
     except OSError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_one_line(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -114,19 +114,16 @@ def cmd_ner(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def cmd_qa(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Answer questions from a context; contexts longer than the window are read in overlapping windows."""
-    from encoderlab.io import read_lines, read_text
+    from encoderlab.io import read_text
 
     if args.input:
-        items = []
-        for number, line in enumerate(read_lines(args.input), 1):
-            try:
-                items.append(json.loads(line))
-            except ValueError as err:
-                raise InputError(f"{args.input}, line {number}: not JSON ({err})") from None
+        items = read_questions(args.input)
     else:
         if not args.question or not (args.context or args.context_file):
             raise InputError("qa needs --question and --context (or --context-file), or --input FILE.jsonl")
         context = read_text(args.context_file) if args.context_file else args.context
+        if args.context_file and not context.strip():
+            raise InputError(f"{args.context_file}: the context file is empty")
         items = [{"question": question, "context": context} for question in args.question]
     results = load("qa", args, doc_stride=args.doc_stride)(items)
 
@@ -134,6 +131,25 @@ def cmd_qa(args: argparse.Namespace) -> list[dict[str, Any]]:
         print(f"{result['answer']!r} [{result['start']}:{result['end']}] {result['score']:.3f}")
 
     return emit(args, results, show)
+
+
+def read_questions(path: str) -> list[dict[str, str]]:
+    """The {"question", "context"} objects of a JSONL file; InputError naming the file and line of a bad one."""
+    from encoderlab.infer.pipelines import qa_inputs
+    from encoderlab.io import read_lines
+
+    items = []
+    for number, line in enumerate(read_lines(path), 1):  # read_lines refuses blank lines: numbers are file lines
+        try:
+            item = json.loads(line)
+        except ValueError as err:
+            raise InputError(f"{path}:{number}: not valid JSON ({err})") from None
+        try:
+            qa_inputs([item])
+        except InputError as err:
+            raise InputError(f"{path}:{number}: {str(err).removeprefix('input 0: ')}") from None
+        items.append(item)
+    return items
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

@@ -13,10 +13,9 @@ padding; sorted ones 1.04x). Texts longer than the model's window are truncated 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,13 +42,21 @@ class Encoded:
     sequence_ids: list[int | None]
 
 
+def as_list(values: Any, what: str) -> list:
+    """A non-empty list of inputs; InputError for one string, a mapping, an empty list, or no list at all."""
+    if isinstance(values, str):
+        raise InputError(f"expected a list of {what}s, got one string (wrap it in a list)")
+    if isinstance(values, (bytes, dict)) or not isinstance(values, Iterable):
+        raise InputError(f"expected a list of {what}s, got a {type(values).__name__}")
+    values = list(values)
+    if not values:
+        raise InputError(f"no {what}s given")
+    return values
+
+
 def check_texts(texts: Sequence[str], what: str = "text") -> list[str]:
     """The texts as a list; InputError naming the first empty, whitespace-only or non-string one."""
-    if isinstance(texts, str):
-        raise InputError(f"expected a list of {what}s, got one string (wrap it in a list)")
-    texts = list(texts)
-    if not texts:
-        raise InputError(f"no {what}s given")
+    texts = as_list(texts, what)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise InputError(f"{what} {i} is a {type(text).__name__}, expected a string")
@@ -108,8 +115,9 @@ class Pipeline:
     @classmethod
     def folder_options(cls, folder: Path) -> dict[str, Any]:
         """Options a checkpoint folder sets (task.json's max_length, sentence-transformers settings)."""
-        info_path = folder / "task.json"
-        info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+        from encoderlab.tasks.models import read_task_info
+
+        info = read_task_info(folder)
         return {"max_length": info["max_length"]} if info.get("max_length") else {}
 
     # ---- the engine --------------------------------------------------------------------------------
@@ -236,13 +244,15 @@ class Embed(Pipeline):
     @classmethod
     def folder_options(cls, folder: Path) -> dict[str, Any]:
         """sentence-transformers settings: max_seq_length, and normalization when the folder has a Normalize module."""
+        from encoderlab.tasks.models import read_json_file
+
         options = super().folder_options(folder)
         settings = folder / "sentence_bert_config.json"
         if settings.is_file() and "max_length" not in options:
-            options["max_length"] = json.loads(settings.read_text(encoding="utf-8")).get("max_seq_length")
+            options["max_length"] = read_json_file(settings).get("max_seq_length")
         modules = folder / "modules.json"
         if modules.is_file():
-            kinds = [m.get("type", "") for m in json.loads(modules.read_text(encoding="utf-8"))]
+            kinds = [str(m.get("type", "")) for m in read_json_file(modules, list) if isinstance(m, dict)]
             options["normalize"] = any(kind.endswith("Normalize") for kind in kinds)
         return options
 
@@ -319,8 +329,7 @@ class Classify(Pipeline):
 
 def split_pairs(inputs: Sequence[str | Sequence[str]]) -> tuple[list[str], list[str] | None]:
     """Single texts, or [text, pair] items (all one kind): (texts, pairs or None)."""
-    if isinstance(inputs, str) or not len(inputs):
-        check_texts(inputs)
+    inputs = as_list(inputs, "text")
     if all(isinstance(item, str) for item in inputs):
         return check_texts(inputs), None
     for i, item in enumerate(inputs):
@@ -462,8 +471,9 @@ class QA(Pipeline):
     @classmethod
     def folder_options(cls, folder: Path) -> dict[str, Any]:
         """task.json's max_length, doc_stride and max_answer_length."""
-        path = folder / "task.json"
-        info = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        from encoderlab.tasks.models import read_task_info
+
+        info = read_task_info(folder)
         return {k: info[k] for k in ("max_length", "doc_stride", "max_answer_length") if info.get(k)}
 
     def __call__(self, inputs: Sequence[dict[str, str]]) -> list[dict[str, Any]]:
@@ -506,10 +516,7 @@ class QA(Pipeline):
 
 def qa_inputs(inputs: Sequence[dict[str, str]]) -> list[tuple[str, str]]:
     """(question, context) pairs from dicts; InputError naming the first bad item."""
-    if isinstance(inputs, dict):
-        inputs = [inputs]
-    if not inputs:
-        raise InputError("no questions given")
+    inputs = as_list([inputs] if isinstance(inputs, dict) else inputs, "question")
     out = []
     for i, item in enumerate(inputs):
         if not isinstance(item, dict) or not isinstance(item.get("question"), str) \

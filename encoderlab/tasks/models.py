@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from safetensors.torch import save_file
@@ -235,28 +235,30 @@ def load_backbone(name: str | os.PathLike) -> EncoderModel:
                           read_weights(folder), str(folder)).train()
 
 
+def read_json_file(path: Path, kind: type = dict) -> Any:
+    """A checkpoint folder's JSON file whose top level is a `kind` (dict or list); CheckpointError naming it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise CheckpointError(f"{path}: not valid UTF-8 JSON ({err})") from None
+    if not isinstance(data, kind):
+        raise CheckpointError(f"{path}: expected a JSON {'object' if kind is dict else 'array'}, "
+                              f"got {type(data).__name__}")
+    return data
+
+
 def _read_config(folder: Path) -> tuple[dict, str | None]:
     path = folder / "config.json"
     if not path.is_file():
         raise CheckpointError(f"{folder}: no config.json (not a checkpoint folder?)")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{path}: not valid UTF-8 JSON ({err})") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
+    config = read_json_file(path)
     return config, (config.get("architectures") or [None])[0]
 
 
 def read_task_info(folder: str | os.PathLike) -> dict:
     """task.json of a fine-tuned folder, or {} for a plain checkpoint."""
     path = resolve_model_path(folder) / TASK_FILE
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{path}: not valid UTF-8 JSON ({err})") from None
+    return read_json_file(path) if path.is_file() else {}
 
 
 def load_task_model(name: str | os.PathLike, head: nn.Module | None = None) -> nn.Module:
@@ -301,10 +303,7 @@ def load_task_model(name: str | os.PathLike, head: nn.Module | None = None) -> n
 def _sentence_transformers_pooling(folder: Path) -> str:
     """The pooling a sentence-transformers folder declares in 1_Pooling/config.json; mean when there is none."""
     path = folder / "1_Pooling" / "config.json"
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{path}: not valid UTF-8 JSON ({err})") from None
+    settings = read_json_file(path) if path.is_file() else {}
     return "cls" if settings.get("pooling_mode_cls_token") else "mean"
 
 

@@ -207,6 +207,8 @@ def read_table(path: PathLike, text_cols: list[str] | None = None, label_col: st
     text = read_text(path)
     first = text.split("\n", 1)[0]
     records = _records(path, text, _delimiter(path, first))
+    if not records:
+        raise InputError(f"{path}: no rows (every line is blank or holds only empty fields)")
     if header:
         (_, names), rows = records[0], records[1:]
     else:

@@ -84,6 +84,13 @@ class TagTask(Task):
             out.append(feature | {"labels": labels})
         return out
 
+    def validate(self, sentences: list[TaggedSentence]) -> None:
+        for sentence in sentences:
+            unknown = sorted(set(sentence.tags) - set(self.index))
+            if unknown:
+                raise InputError(f"{sentence.where}: tag {unknown[0]!r} is not one of the model's tags "
+                                 f"({', '.join(self.labels)})")
+
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         batch = pad_inputs(features, self.tokenizer.pad_id)
         if "labels" in features[0]:
