@@ -10,8 +10,9 @@ reports the model, the endpoints, the queue and how many forward batches served 
 Each endpoint has a micro-batching worker: requests that arrive within `batch_wait_ms` of the first
 (or until `max_batch` texts) go through the pipeline in one call, on one model thread, so the event loop
 keeps answering (/health among others) while the model runs. Bodies over `max_body_bytes` get 413 before
-any parsing; malformed or over-limit requests 422 naming the field and index; a pipeline's InputError 422
-with its message; anything else 500 with a short message (the traceback goes to the log only).
+any parsing, bodies not sent in full within `body_timeout_s` 408; malformed or over-limit requests 422
+naming the field and index; a pipeline's InputError 422 with its message; anything else 500 with a short
+message (the traceback goes to the log only).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from encoderlab.errors import EncoderlabError, InputError
 from encoderlab.infer.pipelines import Pipeline
@@ -52,6 +55,8 @@ class Limits:
     """Largest request body; a bigger one gets 413 before it is parsed."""
     batch_wait_ms: float = 5.0
     """How long the first request of a batch waits for others to join it."""
+    body_timeout_s: float = 30.0
+    """Most seconds a client may take to send its body; a slower one gets 408 (a trickling client holds no task)."""
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_text_chars", "max_body_bytes"):
@@ -59,6 +64,8 @@ class Limits:
                 raise InputError(f"{name} {getattr(self, name)}: expected a positive number")
         if self.batch_wait_ms < 0:
             raise InputError(f"batch_wait_ms {self.batch_wait_ms}: expected zero or more")
+        if not self.body_timeout_s > 0:
+            raise InputError(f"body_timeout_s {self.body_timeout_s}: expected a positive number")
 
 
 # ---- request and response models --------------------------------------------------------------------
@@ -289,14 +296,16 @@ def pipeline_runner(pipe: Pipeline) -> Callable[[list[Any], Hashable], list[dict
 # ---- the app ----------------------------------------------------------------------------------------
 DRAIN_BYTES = 64 * 2**20  # an oversize body up to this is read and dropped before the 413: closing a socket
 # with unread data resets it, and the client, still sending, would see the reset instead of the answer
+DRAIN_IDLE_S = 0.3  # ... but a client that declared a huge body and sends none of it is answered after this pause
 
 
 class BodyCheck:
     """ASGI middleware: 413 for a body over max_bytes (by Content-Length, or by the bytes actually sent),
-    422 for one that is not UTF-8 (JSON's encoding, RFC 8259 section 8.1), before any parsing."""
+    408 for one not sent in full within timeout_s, 422 for one that is not UTF-8 (JSON's encoding, RFC 8259
+    section 8.1), before any parsing."""
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: Any, max_bytes: int, timeout_s: float) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -305,12 +314,19 @@ class BodyCheck:
         declared = headers.get(b"content-length", b"0")
         if not declared.isdigit() or int(declared) > self.max_bytes:
             if headers.get(b"expect", b"").lower() != b"100-continue":  # else the client has not sent it yet
-                await _drain(receive, DRAIN_BYTES)
+                await _drain(receive, self.timeout_s)
             return await _refuse(send, 413, f"request body too large: Content-Length "
                                             f"{declared.decode(errors='replace')!r}; the limit is {self.max_bytes} "
                                             f"bytes (--max-body-bytes)")
-        body = await self._read(receive)
-        if body is None:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                body, more = await self._read(receive)
+        except TimeoutError:
+            return await _refuse(send, 408, f"request body not received within {self.timeout_s:g} s "
+                                            f"(--body-timeout-s)")
+        if len(body) > self.max_bytes:
+            if more:
+                await _drain(receive, self.timeout_s)
             return await _refuse(send, 413, f"request body too large: more than {self.max_bytes} bytes sent; "
                                             f"the limit is {self.max_bytes} bytes (--max-body-bytes)")
         try:
@@ -320,25 +336,28 @@ class BodyCheck:
                                               "type": "json_invalid"}])
         await self.app(scope, _replay(body, receive), send)
 
-    async def _read(self, receive: Callable) -> bytes | None:
-        """The whole body (a chunked one has no Content-Length to go by); None once it passes max_bytes."""
+    async def _read(self, receive: Callable) -> tuple[bytes, bool]:
+        """The body, or its first bytes once they pass max_bytes (a chunked body has no Content-Length to go
+        by); and whether more of it is still to come."""
         body, more = bytearray(), True
-        while more:
+        while more and len(body) <= self.max_bytes:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False) and message["type"] == "http.request"
-            if len(body) > self.max_bytes:
-                if more:
-                    await _drain(receive, DRAIN_BYTES)
-                return None
-        return bytes(body)
+        return bytes(body), more
 
 
-async def _drain(receive: Callable, budget: int) -> None:
-    """Read and drop the rest of a request body, up to `budget` bytes."""
-    more = True
+async def _drain(receive: Callable, seconds: float) -> None:
+    """Read and drop the rest of a request body: up to DRAIN_BYTES, for up to `seconds`, until a DRAIN_IDLE_S pause."""
+    loop = asyncio.get_running_loop()
+    deadline, budget, more = loop.time() + seconds, DRAIN_BYTES, True
     while more and budget > 0:
-        message = await receive()
+        wait = min(DRAIN_IDLE_S, deadline - loop.time())
+        try:
+            async with asyncio.timeout(wait):
+                message = await receive()
+        except TimeoutError:
+            return
         budget -= len(message.get("body", b""))
         more = message.get("more_body", False) and message["type"] == "http.request"
 
@@ -407,7 +426,7 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
                               f"a request, {limits.max_text_chars} characters a text, {limits.max_body_bytes} bytes "
                               f"a body.")
     app.state.batchers = batchers
-    app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes)
+    app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     _add_error_handlers(app)
 
     @app.get("/health", response_model=Health, summary="status, model, endpoints, queue and batch counters")
@@ -464,6 +483,13 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _brief(err.errors())}, status_code=422)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def unparsable(request: Request, err: StarletteHTTPException) -> Response:
+        if err.status_code == 400:  # FastAPI's answer to a body json.loads fails on other than by JSONDecodeError
+            return JSONResponse({"detail": [{"loc": ["body"], "msg": "body is not valid JSON (nested too deeply?)",
+                                             "type": "json_invalid"}]}, status_code=422)
+        return await http_exception_handler(request, err)
+
     @app.exception_handler(Exception)
     async def failed(request: Request, err: Exception) -> JSONResponse:
         log.error("%s %s failed", request.method, request.url.path, exc_info=err)
@@ -518,7 +544,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
         if args.threads < 1:
             raise InputError(f"--threads {args.threads}: expected a positive number")
         torch.set_num_threads(args.threads)
-    limits = Limits(args.max_batch, args.max_text_chars, args.max_body_bytes, args.batch_wait_ms)
+    limits = Limits(args.max_batch, args.max_text_chars, args.max_body_bytes, args.batch_wait_ms,
+                    args.body_timeout_s)
     serve(args.model, args.host, args.port, args.tasks, args.precision, limits, args.batch_size, args.max_length,
           "debug" if args.verbose else "info")
 
@@ -547,4 +574,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help=f"largest request body; larger gets 413 (default: {Limits.max_body_bytes})")
     p.add_argument("--batch-wait-ms", type=float, default=Limits.batch_wait_ms, metavar="MS",
                    help=f"how long a request waits for others to batch with (default: {Limits.batch_wait_ms})")
+    p.add_argument("--body-timeout-s", type=float, default=Limits.body_timeout_s, metavar="S",
+                   help=f"most seconds a client may take to send its body; slower gets 408 "
+                        f"(default: {Limits.body_timeout_s:g})")
     p.set_defaults(func=cmd_serve)
