@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -10,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from encoderlab.errors import InputError
-
 
 TEMP_SUFFIX = ".tmp"  # atomic_write's temp files are named .NAME.RANDOM.tmp beside their final name
 LOW_SPACE = 1 << 20  # bytes free below which a failed write is put down to a full disk
@@ -50,7 +50,7 @@ def write_error(path: Path, err: Exception) -> OSError:
     SafetensorError, so a failure that is not an OSError is put down to a full disk when little space is left.
     """
     if isinstance(err, OSError):
-        return OSError(err.errno, err.strerror or str(err), str(path))
+        return OSError(err.errno or errno.EIO, err.strerror or str(err), str(path))
     reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
     try:
         full = shutil.disk_usage(path.parent).free < LOW_SPACE
@@ -63,16 +63,12 @@ def write_error(path: Path, err: Exception) -> OSError:
 
 def fsync_folder(folder: Path) -> None:
     """Flush a folder's entries, so a rename into it survives a power cut (not needed to survive a kill)."""
-    try:
+    with contextlib.suppress(OSError):  # a file system that cannot sync folders: the rename is still atomic
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # a platform or file system that cannot open folders: the rename is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _umask() -> int:

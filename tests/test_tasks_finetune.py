@@ -233,5 +233,5 @@ def test_every_option_is_in_help(task, options, capsys):
     text = capsys.readouterr().out
     common = ["--model", "--train", "--eval", "--out", "--lr", "--weight-decay", "--warmup-ratio", "--epochs",
               "--batch-size", "--max-length", "--seed", "--seeds", "--precision", "--metric", "--max-train",
-              "--threads", "--device"]
+              "--threads", "--device", "--save-every", "--resume"]
     assert all(option in text for option in common + options)

@@ -128,7 +128,8 @@ def cmd_finetune(args: argparse.Namespace) -> dict[str, Any]:
     batch_size = args.batch_size or BATCH_SIZE[name]
     options = TrainOptions(lr=args.lr or (1e-3 if args.model == BILSTM else 2e-5), weight_decay=args.weight_decay,
                            warmup_ratio=args.warmup_ratio, epochs=args.epochs, batch_size=batch_size, seed=args.seed,
-                           precision=args.precision, eval_every=args.eval_every, progress=not args.no_progress)
+                           precision=args.precision, eval_every=args.eval_every, save_every=args.save_every,
+                           progress=not args.no_progress)
     options.validate()
     if args.seeds < 1:
         raise ConfigError(f"--seeds {args.seeds}: expected a positive number")
@@ -209,7 +210,8 @@ def _one_run(name: str, args: argparse.Namespace, task, tokenizer, features: lis
 
     result = train(model, task, features, options,
                    evaluate=(lambda m: task.evaluate(m, evaluation)) if evaluation else None, metric=args.metric,
-                   save=lambda m: save_task_model(m, out, tokenizer, info), on_eval=write_log)
+                   save=lambda m: save_task_model(m, out, tokenizer, info), on_eval=write_log,
+                   run_dir=out, resume=args.resume)
     write_log(result)
     return record | result.as_dict() | {"out": str(out)}
 
@@ -298,6 +300,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     task = task_for_model(args.task, model, info, tokenizer, args)
     regression = args.task == "classify" and model.regression
     examples = subsample(read_examples(args.task, args.data, args, info, regression), args.max_eval)
+    task.validate(examples)  # a label or tag the model does not know is an error, not a silent miss
     if args.task == "embed" and not all(isinstance(e.label, float) for e in examples):
         predictions, metrics = None, task.retrieval(model, examples)  # unscored pairs: retrieval
     else:
@@ -368,6 +371,11 @@ def _training_options(parser: argparse.ArgumentParser, task: str) -> None:
                              "spearman for scores, f1 for ner and qa)")
     parser.add_argument("--eval-every", type=int, default=0, metavar="N",
                         help="also evaluate (and keep the best) every N steps (default: only after each epoch)")
+    parser.add_argument("--save-every", type=int, default=0, metavar="N",
+                        help="save the resumable training state (OUT/checkpoints) every N steps as well as after "
+                             "each epoch; Ctrl-C saves it too (default: after each epoch)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from OUT/checkpoints to the result an uninterrupted run gives")
     parser.add_argument("--max-train", type=int, default=None, metavar="N",
                         help="train on a fixed random subset of N examples (default: all)")
     parser.add_argument("--max-eval", type=int, default=None, metavar="N",
@@ -427,7 +435,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         sub.add_argument("--train", required=True, metavar="FILE", help=f"training data: {DATA_HELP[task]}")
         sub.add_argument("--eval", metavar="FILE", help="eval data in the same format: scored after each epoch")
         sub.add_argument("--out", required=True, metavar="DIR",
-                         help="folder for the best checkpoint (Hugging Face layout), task.json and training.json")
+                         help="folder for the best checkpoint (Hugging Face layout), task.json, training.json and "
+                              "checkpoints/ (the training state --resume continues from)")
         _reader_options(sub, task)
         _task_options(sub, task)
         _training_options(sub, task)

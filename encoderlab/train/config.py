@@ -96,6 +96,8 @@ class PretrainConfig:
             raise ConfigError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
         if not isinstance(self.model, dict):
             raise ConfigError(f"model must be a mapping of EncoderConfig fields, got {self.model!r}")
+        if not str(self.data).strip():
+            raise ConfigError("data is required: the folder `encoderlab prepare` wrote (shards and meta.json)")
         EncoderConfig.from_preset(self.preset, **self.model)  # unknown preset or model keys fail here, by name
 
     def micro_batch(self, world_size: int) -> int:

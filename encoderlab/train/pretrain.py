@@ -33,7 +33,8 @@ from encoderlab.train import distributed
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.logger import RunLogger
 from encoderlab.train.optim import linear_schedule, make_optimizer
-from encoderlab.train.state import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from encoderlab.train.state import (DeferredInterrupt, latest_checkpoint, load_checkpoint, remove_leftovers,
+                                    rng_state, save_checkpoint, set_rng_state)
 
 
 @dataclass
@@ -164,9 +165,11 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     """Run (or resume) pretraining into run_dir; return the final metrics.
 
     stop_after: leave after that many optimizer steps with a checkpoint (a controlled interruption).
+    Ctrl-C finishes the current step, saves a checkpoint and raises KeyboardInterrupt.
     """
     run_dir = Path(run_dir)
     dist = distributed.setup(cfg.device)
+    _open_run_dir(run_dir, resume, dist.is_main)
     torch.manual_seed(cfg.seed)
     tokenizer = Tokenizer.from_pretrained(Path(cfg.data) / "tokenizer")
     model = build_model(cfg, tokenizer).to(dist.device)
@@ -179,13 +182,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     valid_batches = _valid_batches(cfg, objective, collator, tokenizer)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.warmup_steps, cfg.max_steps))
-    cursor, step = Cursor(), 0
-    if resume and (folder := latest_checkpoint(run_dir)) is not None:
-        state = load_checkpoint(folder, model)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"])
-        cursor, step = Cursor(**state["cursor"]), state["step"]
+    cursor, step = _restore(run_dir, model, optimizer, scheduler) if resume else (Cursor(), 0)
     trainable = DistributedDataParallel(model) if dist.world_size > 1 else model
     if cfg.compile:
         model.encoder.compile()
@@ -194,7 +191,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     final: dict[str, Any] = {}
     stop_at = cfg.max_steps if stop_after is None else min(cfg.max_steps, stop_after)
     bar = logger.progress(step, cfg.max_steps, progress)
-    try:
+    with bar, DeferredInterrupt() as interrupt:
         while step < stop_at:
             metrics = _train_step(trainable, train_batches, cursor, optimizer, scheduler, cfg, micro, dist)
             step += 1
@@ -206,22 +203,33 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
                                                                (cfg.eval_every and step % cfg.eval_every == 0)):
                 final.update(evaluate(model, valid_batches, cfg, micro, dist.device))
                 logger.log(step, final)
-            if dist.is_main and (step == stop_at or (cfg.save_every and step % cfg.save_every == 0)):
+            stopping = step < stop_at and _any_rank(interrupt.requested, dist)
+            if dist.is_main and (step == stop_at or stopping or (cfg.save_every and step % cfg.save_every == 0)):
                 _save(run_dir, step, model, optimizer, scheduler, cursor, cfg)
             dist.barrier()
-    except KeyboardInterrupt:
-        if dist.is_main:
-            _save(run_dir, step, model, optimizer, scheduler, cursor, cfg)
-            logger.note(f"interrupted at step {step}: checkpoint saved, continue with --resume")
-        raise
-    finally:
-        bar.close()
+            if stopping:
+                logger.note(f"interrupted at step {step}: checkpoint saved, continue with --resume")
+                raise KeyboardInterrupt
     if dist.is_main and step == cfg.max_steps:
         _export_final(run_dir, model, tokenizer)
         logger.finish()
     final["step"] = step
     distributed.teardown()
     return final
+
+
+def _open_run_dir(run_dir: Path, resume: bool, is_main: bool) -> None:
+    """Refuse a fresh run over an earlier run's checkpoints (they would mix); clear what a killed run left."""
+    if not resume and (run_dir / "checkpoints" / "latest").exists():
+        raise ConfigError(f"{run_dir}: holds checkpoints of an earlier run; pass --resume to continue it, "
+                          f"or choose another --out")
+    if is_main:
+        remove_leftovers(run_dir, run_dir / "model")
+
+
+def _any_rank(flag: bool, dist: distributed.Dist) -> bool:
+    """True when `flag` is set on any rank, so that all ranks stop at the same step."""
+    return bool(dist.sum(torch.tensor(int(flag), device=dist.device))) if dist.world_size > 1 else flag
 
 
 def _valid_batches(cfg: PretrainConfig, objective: str, collator: MaskingCollator,
@@ -280,12 +288,24 @@ def optimizer_step(model: torch.nn.Module, micro_batches: list[dict[str, torch.T
     return metrics
 
 
+def _restore(run_dir: Path, model: Model, optimizer: torch.optim.Optimizer, scheduler: Any) -> tuple[Cursor, int]:
+    """Load the latest checkpoint into model, optimizer, scheduler and RNGs; the data cursor and step it holds."""
+    folder = latest_checkpoint(run_dir)
+    if folder is None:  # nothing saved yet (e.g. killed in the first steps): start from the beginning
+        return Cursor(), 0
+    state = load_checkpoint(folder, model)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    return Cursor(**state["cursor"]), state["step"]
+
+
 def _save(run_dir: Path, step: int, model: Model, optimizer: torch.optim.Optimizer, scheduler: Any,
           cursor: Cursor, cfg: PretrainConfig) -> None:
     """A resumable checkpoint of this exact point in training."""
     state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
              "rng": rng_state(), "cursor": {"epoch": cursor.epoch, "index": cursor.index}}
-    save_checkpoint(run_dir, step, model, state, cfg.keep_checkpoints)
+    save_checkpoint(run_dir, step, model.save_pretrained, state, cfg.keep_checkpoints)
 
 
 def _export_final(run_dir: Path, model: Model, tokenizer: Tokenizer) -> None:

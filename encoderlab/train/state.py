@@ -3,24 +3,31 @@
 Layout of RUN/checkpoints/step-000200/:
   config.json, model.safetensors   the model, loadable by encoderlab and transformers
   trainer_state.pt                 optimizer, scheduler, RNG states, step and data position
-RUN/checkpoints/latest names the newest complete one. A step folder is built under a temporary
-name and renamed into place, so a crash never leaves a half-written checkpoint under a final name.
+RUN/checkpoints/latest names the newest complete one. A step folder is built under a temporary name
+(.step-000200.RANDOM.tmp) and renamed into place, and an old one is renamed away before it is deleted, so a
+kill or a full disk never leaves a half-written or half-deleted checkpoint under a final name, and `latest`
+always names a complete one; a run starts by removing the temporaries a killed one left (remove_leftovers).
+Both training loops (pretraining and fine-tuning) save here, and both turn Ctrl-C into a checkpoint at the
+next step boundary (DeferredInterrupt).
 """
 
 from __future__ import annotations
 
 import random
 import shutil
+import signal
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import torch
 
 from encoderlab.checkpoint import load_weights
 from encoderlab.errors import CheckpointError
-from encoderlab.io import atomic_write, atomic_write_text
+from encoderlab.io import TEMP_SUFFIX, atomic_write, atomic_write_text, fsync_folder
 from encoderlab.nn.model import Model
 
 STATE_FILE = "trainer_state.pt"
@@ -53,25 +60,61 @@ def _as_python_random_state(state: Any) -> tuple:
     return (version, tuple(internal), gauss)
 
 
-def save_checkpoint(run_dir: Path, step: int, model: Model, trainer_state: dict[str, Any], keep: int) -> Path:
-    """Write checkpoints/step-NNNNNN atomically, point `latest` at it, prune to the newest `keep`."""
-    root = run_dir / "checkpoints"
+def save_checkpoint(run_dir: Path, step: int, save_model: Callable[[Path], None], trainer_state: dict[str, Any],
+                    keep: int) -> Path:
+    """Write checkpoints/step-NNNNNN atomically, point `latest` at it, prune to the newest `keep`.
+
+    save_model(folder) writes the weights there. On any failure (a full disk) the half-built folder is
+    removed and OSError names the checkpoint; `latest` and the checkpoint it names are left as they were.
+    """
+    root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
-    staging = Path(tempfile.mkdtemp(prefix=f".step-{step:06d}.", dir=root))
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=TEMP_SUFFIX, dir=root))
     try:
-        model.save_pretrained(staging)
+        save_model(staging)
         atomic_write(staging / STATE_FILE, lambda tmp: torch.save(trainer_state, tmp))
-        if final.exists():
-            shutil.rmtree(final)
+        if final.exists():  # e.g. saved by a run killed before it could update `latest`
+            _remove_folder(final)
         staging.rename(final)
+        fsync_folder(root)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OSError(err.errno, f"checkpoint not written ({err.strerror}); the previous one is kept",
+                      str(final)) from err
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     atomic_write_text(root / "latest", final.name + "\n")
-    for old in sorted(p for p in root.glob("step-*") if p.is_dir())[:-max(keep, 1)]:
-        shutil.rmtree(old, ignore_errors=True)
+    older = sorted(p for p in root.glob("step-*") if p.is_dir() and p != final)
+    for old in older[:max(len(older) - max(keep - 1, 0), 0)]:  # `final` is always kept: `latest` names it
+        _remove_folder(old)
     return final
+
+
+def _remove_folder(folder: Path) -> None:
+    """Rename a folder to a temporary name, then delete it: a kill part way leaves nothing under its name."""
+    doomed = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", suffix=TEMP_SUFFIX, dir=folder.parent))
+    folder.rename(doomed / folder.name)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def remove_leftovers(run_dir: Path, *folders: Path) -> None:
+    """Temporary files and folders (.NAME.RANDOM.tmp) a killed run left in run_dir, its checkpoints/ and the
+    other folders given. Call it before a run writes anything."""
+    for folder in (Path(run_dir), Path(run_dir) / "checkpoints", *folders):
+        for path in Path(folder).glob(f".*{TEMP_SUFFIX}"):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def clear_checkpoints(run_dir: Path) -> None:
+    """Remove run_dir/checkpoints (a fresh run's old resume state), renaming it away first."""
+    root = Path(run_dir) / "checkpoints"
+    if root.is_dir():
+        _remove_folder(root)
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -88,7 +131,42 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def load_checkpoint(folder: Path, model: Model) -> dict[str, Any]:
     """Load model weights in place and return the trainer state (unpickled with weights_only=True)."""
     load_weights(model, folder)
+    return load_trainer_state(folder)
+
+
+def load_trainer_state(folder: Path) -> dict[str, Any]:
+    """The trainer state of a checkpoint folder, unpickled with weights_only=True (a file holding code is refused)."""
     try:
         return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
     except Exception as err:
         raise CheckpointError(f"{folder / STATE_FILE}: unreadable trainer state ({err})") from None
+
+
+class DeferredInterrupt:
+    """Within `with`, Ctrl-C (SIGINT) sets `requested` instead of raising, so a loop can stop between steps.
+
+    Raising KeyboardInterrupt mid-step would leave the model, optimizer and data position out of step with
+    each other, and a checkpoint of that state would not resume exactly. A second Ctrl-C raises at once.
+    It does nothing outside the main thread (signals cannot be caught there) or when SIGINT is ignored.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._installed = False
+        self._previous: Any = None
+
+    def __enter__(self) -> Self:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler if self._previous is None else self._previous)
+            self._installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
