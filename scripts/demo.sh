@@ -19,4 +19,20 @@ encoderlab similarity --model minilm "A person plays an instrument." \
   "The kitten naps in the sun by the window." "Someone performs music with a stringed instrument."
 
 echo
-echo "Files written: $OUT/sentences.npy"
+echo "== 4. The same ranking with int8 weights and per-token int8 activations: --precision int8"
+encoderlab similarity --model minilm --precision int8 "A person plays an instrument." \
+  "A man is playing a guitar on stage." "The stock market fell sharply this morning." \
+  "The kitten naps in the sun by the window." "Someone performs music with a stringed instrument."
+
+echo
+echo "== 5. Where layer 2, head 11 looks: encoderlab attention --model minilm TEXT --layer 2 --head 11"
+encoderlab attention --model minilm "The cat sat on the mat because it was tired." --layer 2 --head 11 \
+  --out "$OUT/attention-l2h11.png"
+encoderlab attention --model minilm "The cat sat on the mat because it was tired." --layer 2 --out "$OUT/attention-l2.png"
+
+echo
+echo "== 6. Export to ONNX and check it against PyTorch: encoderlab export onnx --model minilm --int8"
+encoderlab export onnx --model minilm --out "$OUT/minilm-int8.onnx" --int8
+
+echo
+echo "Files written: $OUT/sentences.npy, $OUT/attention-l2h11.png, $OUT/attention-l2.png, $OUT/minilm-int8.onnx"
