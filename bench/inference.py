@@ -3,7 +3,10 @@
 Same inputs for every contender, tokenization included, one process, 2 torch threads by default:
 - sst2:     the 872 SST-2 dev sentences in file order, batch 32, all-MiniLM-L6-v2 (`minilm`);
 - passages: texts of about 256 tokens (consecutive Wikipedia sentences joined), batch 32, minilm;
-- base:     the SST-2 sentences through a bert-base-sized BertModel (random weights, minilm's vocabulary).
+- base:     the SST-2 sentences through a bert-base-sized BertModel (random weights, minilm's vocabulary);
+- accuracy: what each precision costs in quality: STS-B dev Spearman (x100) of minilm's cosine similarities in
+  every mode, and the cosine of each mode's embeddings to fp32's on the same sentences. The issue asks for
+  cosine >= 0.99 and at most 1 point of task metric against fp32.
 
 Contenders:
 - hf-eager-fp32: transformers AutoModel (attn_implementation="eager"), batches in file order padded to their
@@ -77,6 +80,46 @@ def passages(count: int, tokens: int = 256) -> list[str]:
                 current.append(sentence)
                 length += n
     raise SystemExit(f"only {len(out)} passages of {tokens} tokens in {DATA / 'wikipedia'}")
+
+
+def stsb_pairs() -> tuple[list[str], list[str], list[float]]:
+    """STS-B dev: first sentences, second sentences and gold scores (columns named in the header)."""
+    path = DATA / "stsb" / "dev.tsv"
+    if not path.is_file():
+        raise SystemExit(f"{path}: absent (set ENCODERLAB_DATA to the shared data folder)")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t")
+    rows = [line.split("\t") for line in lines[1:] if line.strip()]
+    first, second, score = (header.index(c) for c in ("sentence1", "sentence2", "score"))
+    return [r[first] for r in rows], [r[second] for r in rows], [float(r[score]) for r in rows]
+
+
+def accuracy(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """STS-B dev Spearman in each precision, its drop from fp32, and the cosine of each mode's vectors to fp32's."""
+    from scipy.stats import spearmanr
+
+    first, second, gold = stsb_pairs()
+    if args.quick:
+        first, second, gold = first[:300], second[:300], gold[:300]
+    print(f"== accuracy: STS-B dev, {len(gold)} pairs", file=sys.stderr)
+    vectors, spearman = {}, {}
+    for mode in precisions.supported():
+        embed = ours(folder, args.batch_size, mode)
+        a, b = embed(first), embed(second)
+        vectors[mode] = np.concatenate([a, b])
+        similarity = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        spearman[mode] = 100 * float(spearmanr(similarity, gold).statistic)
+    reference = vectors["fp32"]
+    modes = {}
+    for mode, v in vectors.items():
+        cosine = (v * reference).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(reference, axis=1)
+        modes[mode] = {"stsb_spearman": round(spearman[mode], 2),
+                       "points_below_fp32": round(spearman["fp32"] - spearman[mode], 2),
+                       "cosine_to_fp32_mean": round(float(cosine.mean()), 5),
+                       "cosine_to_fp32_min": round(float(cosine.min()), 5)}
+        print(f"  {mode:<5} Spearman {spearman[mode]:.2f}  cos mean {cosine.mean():.5f} min {cosine.min():.5f}",
+              file=sys.stderr)
+    return {"pairs": len(gold), "sentences": len(reference), "modes": modes}
 
 
 def base_sized_folder(work: Path) -> Path:
@@ -207,17 +250,29 @@ def setup(name: str, folder: Path, texts: list[str], args: argparse.Namespace,
     return figures
 
 
+def sst2_goals(sst2: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's three speed goals, from the SST-2 setup's figures."""
+    runs, mode = sst2["contenders"], sst2["best_mode"]
+    best = runs[f"encoderlab-{mode}"]
+    return [goal("SST-2 dev, minilm: encoderlab fp32 vs HF eager fp32 (sentences/s ratio)",
+                 runs["encoderlab-fp32"]["vs_hf_eager"], 5.0),
+            goal(f"SST-2 dev, minilm: encoderlab best mode ({mode}) vs HF eager fp32", best["vs_hf_eager"], 10.0),
+            goal(f"SST-2 dev, minilm: encoderlab best mode ({mode}) vs sentence-transformers encode",
+                 best["vs_sentence_transformers"], 3.0)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer texts and one round: under a minute")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for every contender (default: 2)")
     parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default: 32)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per contender; the best counts")
-    parser.add_argument("--setups", default="sst2,passages,base", help="comma-separated: sst2, passages, base")
+    parser.add_argument("--setups", default="sst2,passages,base,accuracy",
+                        help="comma-separated: sst2, passages, base, accuracy")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.quick:
-        args.rounds, args.setups = 1, "sst2"
+        args.rounds, args.setups = 1, "sst2,accuracy"
     peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16), "int8": int8_peak()}
     minilm = resolve_model_path("minilm")
     sentences = sst2_sentences()
@@ -232,16 +287,20 @@ def main() -> None:
             elif name == "base":
                 figures["base"] = setup("base", base_sized_folder(Path(work)),
                                         sentences[:64 if args.quick else 256], args, peaks)
+            elif name == "accuracy":
+                figures["accuracy"] = accuracy(minilm, args)
             else:
-                raise SystemExit(f"unknown setup {name!r}; expected sst2, passages or base")
-    sst2 = figures["sst2"]["contenders"]
-    best = sst2[f"encoderlab-{figures['sst2']['best_mode']}"]
-    goals = [goal("SST-2 dev, minilm: encoderlab fp32 vs HF eager fp32 (sentences/s ratio)",
-                  sst2["encoderlab-fp32"]["vs_hf_eager"], 5.0),
-             goal(f"SST-2 dev, minilm: encoderlab best mode ({figures['sst2']['best_mode']}) vs HF eager fp32",
-                  best["vs_hf_eager"], 10.0),
-             goal(f"SST-2 dev, minilm: encoderlab best mode ({figures['sst2']['best_mode']}) vs "
-                  f"sentence-transformers encode", best["vs_sentence_transformers"], 3.0)]
+                raise SystemExit(f"unknown setup {name!r}; expected sst2, passages, base or accuracy")
+    goals = []
+    if "sst2" in figures:
+        goals += sst2_goals(figures["sst2"])
+    for mode, got in figures.get("accuracy", {}).get("modes", {}).items():
+        if mode != "fp32":
+            goals.append(goal(f"{mode}: cosine of minilm embeddings to fp32 (mean over STS-B dev sentences)",
+                              got["cosine_to_fp32_mean"], 0.99))
+            goals.append({"what": f"{mode}: STS-B dev Spearman points below fp32 (minilm)",
+                          "value": got["points_below_fp32"], "target": "<= 1.0",
+                          "met": bool(got["points_below_fp32"] <= 1.0)})
     path = write_results("inference_quick" if args.quick else "inference", command_line(), figures, goals)
     print(f"wrote {path}")
 

@@ -19,6 +19,7 @@ from encoderlab.errors import InputError
 from encoderlab.infer import precision as precisions
 from encoderlab.infer.pipelines import NER, Encoded, entities, pipeline, sorted_batches, word_tags
 from encoderlab.tokenizer import Tokenizer
+from conftest import shared_file
 from hf_oracle import randomize
 
 WORDS = ("anna peter maria john paris rome oslo lima lives in where does is from the a movie was good bad "
@@ -246,6 +247,27 @@ def test_precision_modes_stay_close_to_fp32_on_minilm(minilm_path, sst2_dev_sent
     vectors = other.embed(texts)
     cosine = (reference * vectors).sum(1) / np.linalg.norm(reference, axis=1) / np.linalg.norm(vectors, axis=1)
     assert cosine.mean() >= 0.99 and cosine.min() >= 0.97, (cosine.mean(), cosine.min())
+
+
+@pytest.mark.parametrize("mode", ["bf16", "int8"])
+def test_precision_modes_cost_at_most_a_point_of_stsb_spearman(minilm_path, mode):
+    """The task-metric half of the precision check: STS-B dev Spearman (x100) of minilm within 1 point of fp32."""
+    from scipy.stats import spearmanr
+
+    if mode not in precisions.supported():
+        pytest.skip(f"{mode} is not supported on this machine")
+    lines = shared_file("stsb/dev.tsv").read_text(encoding="utf-8").splitlines()
+    header, rows = lines[0].split("\t"), [line.split("\t") for line in lines[1:401]]
+    first, second, score = (header.index(c) for c in ("sentence1", "sentence2", "score"))
+    gold = [float(r[score]) for r in rows]
+
+    def spearman(embedder) -> float:
+        a, b = embedder.embed([r[first] for r in rows]), embedder.embed([r[second] for r in rows])
+        return 100 * spearmanr((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1), gold).statistic
+
+    reference = spearman(pipeline("embed", minilm_path))
+    assert reference > 80, reference  # minilm itself must be doing the task, or the comparison means nothing
+    assert abs(reference - spearman(pipeline("embed", minilm_path, precision=mode))) <= 1.0
 
 
 def test_int8_linear_is_close_to_fp32():
