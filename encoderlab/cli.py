@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from encoderlab.errors import EncoderlabError
+from encoderlab.errors import EncoderlabError, Terminated
 
 # Modules that add their own subcommands (each has add_commands(subparsers)).
 COMMAND_MODULES = (
@@ -247,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)
         return 1
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143  # 128 + SIGTERM, as a shell reports it
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

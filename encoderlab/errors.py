@@ -1,4 +1,4 @@
-"""The exceptions encoderlab raises for bad input: each message names the file, line or key at fault."""
+"""The exceptions encoderlab raises: for bad input, each message names the file, line or key at fault."""
 
 
 class EncoderlabError(Exception):
@@ -15,3 +15,7 @@ class CheckpointError(EncoderlabError):
 
 class InputError(EncoderlabError, ValueError):
     """A user data file or text is empty, unreadable or malformed."""
+
+
+class Terminated(KeyboardInterrupt):
+    """A training run stopped by SIGTERM (a scheduler's or a container's stop) after saving; the CLI exits 143."""

@@ -2,8 +2,9 @@
 
 SIGKILL at random points (seeded, a few per run): the latest checkpoint always loads, no half-written file
 sits under a final name, and --resume ends exactly where an uninterrupted run ends. SIGINT saves a checkpoint
-at the step it stopped and exits 130 without a traceback. A full disk while a checkpoint is written leaves the
-previous checkpoint and `latest` intact, removes every temporary file, and is reported in one line (exit 1).
+at the step it stopped and exits 130 without a traceback; SIGTERM does the same and exits 143. A full disk
+while a checkpoint is written leaves the previous checkpoint and `latest` intact, removes every temporary
+file, and is reported in one line (exit 1).
 """
 
 from __future__ import annotations
@@ -139,15 +140,16 @@ def kill_and_resume(argv: list[str], run: Path, kills: int, rng: random.Random, 
     assert proc.returncode == 0, err[-3000:]
 
 
-def interrupt(argv: list[str], run: Path) -> int:
-    """Send SIGINT once a checkpoint is written; check the clean exit; return the step it says it saved."""
+def interrupt(argv: list[str], run: Path, signum: int = signal.SIGINT) -> int:
+    """Send SIGINT (or SIGTERM) once a checkpoint is written; check the clean exit; return the step it saved."""
     proc = spawn(argv)
     wait_for_new_checkpoint(proc, run)
     time.sleep(0.1)  # into the next steps
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-3000:]
-    assert "Traceback" not in err and err.rstrip().endswith("interrupted"), err[-3000:]
+    code, last = (130, "interrupted") if signum == signal.SIGINT else (143, "terminated")
+    assert proc.returncode == code, err[-3000:]
+    assert "Traceback" not in err and err.rstrip().endswith(last), err[-3000:]
     step = int(re.search(r"interrupted at step (\d+)", err).group(1))
     assert latest_step(run) == step
     assert_checkpoints_whole(run)
@@ -201,10 +203,11 @@ def test_pretrain_survives_sigkill_and_resumes_exactly(recipe, pretrained, tmp_p
     assert_same_pretraining(run, pretrained)
 
 
-def test_pretrain_sigint_saves_the_step_and_exits_cleanly(recipe, pretrained, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_pretrain_sigint_saves_the_step_and_exits_cleanly(recipe, pretrained, tmp_path, signum):
     run = tmp_path / "run"
     argv = ["pretrain", "--config", str(recipe), "--out", str(run), "--set", "save_every=10"]
-    step = interrupt(argv, run)
+    step = interrupt(argv, run, signum)
     assert 10 <= step < RECIPE["max_steps"]
     assert max(s for s, _ in losses(run)) == step  # the steps logged are the steps saved
     done = subprocess.run([sys.executable, "-m", "encoderlab", *argv, "--resume"], cwd=ROOT, env=ENV,
@@ -346,10 +349,11 @@ def test_finetune_survives_sigkill_and_resumes_exactly(classify, finetuned, tmp_
     assert_same_finetuning(run, finetuned)
 
 
-def test_finetune_sigint_saves_the_step_and_exits_cleanly(classify, finetuned, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_finetune_sigint_saves_the_step_and_exits_cleanly(classify, finetuned, tmp_path, signum):
     _, argv = classify
     run = tmp_path / "run"
-    step = interrupt([*argv, "--out", str(run)], run)  # the state is saved after each epoch (20 steps) and now
+    step = interrupt([*argv, "--out", str(run)], run, signum)  # the state is saved after each epoch (20 steps) and now
     assert 20 < step < 60
     assert main([*argv, "--out", str(run), "--resume"]) == 0
     assert_same_finetuning(run, finetuned)

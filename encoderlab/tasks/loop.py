@@ -145,7 +145,7 @@ def train(model: nn.Module, task: Task, features: list[dict[str, Any]], options:
             if stopping:
                 log.warning("interrupted at step %d%s", result.steps, "" if run_dir is None else
                             f": training state saved in {Path(run_dir) / 'checkpoints'}, continue with --resume")
-                raise KeyboardInterrupt
+                raise interrupt.stop()
     if evaluate is None and save is not None:
         save(model)
     result.seconds = time.time() - started

@@ -209,7 +209,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
             dist.barrier()
             if stopping:
                 logger.note(f"interrupted at step {step}: checkpoint saved, continue with --resume")
-                raise KeyboardInterrupt
+                raise interrupt.stop()
     if dist.is_main and step == cfg.max_steps:
         _export_final(run_dir, model, tokenizer)
         logger.finish()

@@ -7,8 +7,8 @@ RUN/checkpoints/latest names the newest complete one. A step folder is built und
 (.step-000200.RANDOM.tmp) and renamed into place, and an old one is renamed away before it is deleted, so a
 kill or a full disk never leaves a half-written or half-deleted checkpoint under a final name, and `latest`
 always names a complete one; a run starts by removing the temporaries a killed one left (remove_leftovers).
-Both training loops (pretraining and fine-tuning) save here, and both turn Ctrl-C into a checkpoint at the
-next step boundary (DeferredInterrupt).
+Both training loops (pretraining and fine-tuning) save here, and both turn Ctrl-C and SIGTERM into a
+checkpoint at the next step boundary (DeferredInterrupt).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from encoderlab.checkpoint import load_weights
-from encoderlab.errors import CheckpointError
+from encoderlab.errors import CheckpointError, Terminated
 from encoderlab.io import TEMP_SUFFIX, atomic_write, atomic_write_text, fsync_folder
 from encoderlab.nn.model import Model
 
@@ -143,30 +143,41 @@ def load_trainer_state(folder: Path) -> dict[str, Any]:
 
 
 class DeferredInterrupt:
-    """Within `with`, Ctrl-C (SIGINT) sets `requested` instead of raising, so a loop can stop between steps.
+    """Within `with`, Ctrl-C (SIGINT) and SIGTERM set `requested` instead of raising, so a loop can stop between
+    steps; `stop()` is then the exception to raise (KeyboardInterrupt, or Terminated for SIGTERM).
 
-    Raising KeyboardInterrupt mid-step would leave the model, optimizer and data position out of step with
-    each other, and a checkpoint of that state would not resume exactly. A second Ctrl-C raises at once.
-    It does nothing outside the main thread (signals cannot be caught there) or when SIGINT is ignored.
+    Raising mid-step would leave the model, optimizer and data position out of step with each other, and a
+    checkpoint of that state would not resume exactly. A second signal raises at once. SIGTERM matters as much
+    as Ctrl-C: it is what Slurm, Kubernetes, `docker stop` and torchrun send before they kill a job.
+    It does nothing outside the main thread (signals cannot be caught there), and leaves an ignored signal
+    ignored.
     """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.requested = False
-        self._installed = False
-        self._previous: Any = None
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Self:
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-            self._installed = True
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                if signal.getsignal(signum) != signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, signal.default_int_handler if self._previous is None else self._previous)
-            self._installed = False
+        for signum, previous in self._previous.items():
+            fallback = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+            signal.signal(signum, fallback if previous is None else previous)
+        self._previous.clear()
+
+    def stop(self) -> KeyboardInterrupt:
+        """The exception that ends the run once the state is saved."""
+        return Terminated() if self.signum == signal.SIGTERM else KeyboardInterrupt()
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
+            raise self.stop()
+        self.requested, self.signum = True, signum
