@@ -35,6 +35,7 @@ bench: $(VENV)/.deps-test
 	$(PY) bench/finetune.py --quick
 	$(PY) bench/inference.py --quick
 	$(PY) bench/serve_load.py --quick
+	$(PY) bench/reliability.py --quick
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
