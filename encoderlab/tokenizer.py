@@ -284,12 +284,12 @@ def _resolve(name_or_path: PathLike) -> Path:
     if path.exists():
         return path
     # Imported here: checkpoint pulls in the model code, and only aliases need it.
-    from encoderlab.checkpoint import PACKAGE_ALIASES, resolve_model_path
+    from encoderlab.checkpoint import model_aliases, resolve_model_path
     from encoderlab.errors import CheckpointError
 
-    if str(name_or_path) not in PACKAGE_ALIASES:
-        raise InputError(f"{path}: no such tokenizer file or folder, and not a known alias "
-                         f"({', '.join(PACKAGE_ALIASES)})")
+    aliases = model_aliases()
+    if str(name_or_path) not in aliases:
+        raise InputError(f"{path}: no such tokenizer file or folder, and not a known alias ({', '.join(aliases)})")
     try:
         return resolve_model_path(name_or_path)
     except CheckpointError as err:

@@ -1,0 +1,132 @@
+"""Our own pretrained encoder (models/encoderlab-mini) against the goals of its issue, with transformers beside it.
+
+- held-out MLM accuracy: 15% masking as in training, over the documents `encoderlab prepare` held out of the
+  Wikipedia corpus (runs/wiki-data/valid, or --data); the same masked batches as the training-time evaluation,
+  more of them;
+- fill-mask probes: configs/fill-mask-probes.json, written down before the model was trained; a probe passes when
+  one of its answers is among the top 5. transformers' BertForMaskedLM runs the same probes on the same folder,
+  and its top 5 must agree with ours (the shipped files are what transformers sees);
+- SST-2: the fine-tuned dev accuracy from bench/results/finetune.json (`sst2-encoderlab-mini`), next to minilm and
+  the BiLSTM baseline, when bench/finetune.py has measured it.
+
+    python bench/encoderlab_mini.py            # 64 held-out batches of 64 x 128 tokens
+    python bench/encoderlab_mini.py --quick    # 4 batches: under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import RESULTS, command_line, goal, write_results  # noqa: E402
+
+from encoderlab.checkpoint import load_model, resolve_model_path  # noqa: E402
+from encoderlab.infer.pipelines import pipeline  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def probes(name: str) -> dict[str, Any]:
+    """Top 5 of each probe from our pipeline and from transformers; which pass; whether the two agree."""
+    from transformers import AutoTokenizer, BertForMaskedLM
+
+    spec = json.loads((ROOT / "configs" / "fill-mask-probes.json").read_text(encoding="utf-8"))
+    cases = [(c, True) for c in spec["required"]] + [(c, False) for c in spec["probes"]]
+    ours = pipeline("fill-mask", name)(texts := [c["text"] for c, _ in cases], top_k=5)
+    folder = resolve_model_path(name)
+    hf_tokenizer = AutoTokenizer.from_pretrained(folder)
+    hf_model = BertForMaskedLM.from_pretrained(folder, dtype=torch.float32).eval()
+    results, agree = [], 0
+    for (case, required), got, text in zip(cases, ours, texts):
+        top5 = [p["token"] for p in got["masks"][0]["predictions"]]
+        encoded = hf_tokenizer(text, return_tensors="pt")
+        with torch.no_grad():
+            logits = hf_model(**encoded).logits[0]
+        position = int((encoded["input_ids"][0] == hf_tokenizer.mask_token_id).nonzero()[0])
+        hf_top5 = hf_tokenizer.convert_ids_to_tokens(logits[position].topk(5).indices.tolist())
+        agree += hf_top5 == top5
+        results.append({"text": text, "required": required, "answers": case["answers"], "top5": top5,
+                        "transformers_top5": hf_top5, "passed": any(a in top5 for a in case["answers"])})
+    required = [r for r in results if r["required"]]
+    further = [r for r in results if not r["required"]]
+    return {"results": results, "required_passed": sum(r["passed"] for r in required), "required_total": len(required),
+            "probes_passed": sum(r["passed"] for r in further), "probes_total": len(further),
+            "transformers_agrees_on": f"{agree}/{len(results)}"}
+
+
+def heldout(name: str, data: Path, batches: int) -> dict[str, Any]:
+    """Held-out MLM loss and accuracy with the training recipe's masking and batches."""
+    from encoderlab.data.collate import MaskingCollator
+    from encoderlab.tokenizer import Tokenizer
+    from encoderlab.train.config import load_recipe
+    from encoderlab.train.pretrain import _valid_batches, evaluate
+
+    folder = resolve_model_path(name)
+    cfg = load_recipe(folder / "recipe.yaml", [f"data={data}", f"eval_batches={batches}"])
+    tokenizer = Tokenizer.from_pretrained(data / "tokenizer")
+    collator = MaskingCollator(tokenizer.vocab_size, tokenizer.mask_id, tokenizer.pad_id, tokenizer.special_ids,
+                               mlm_probability=cfg.mlm_probability, whole_word=cfg.whole_word, pad_to_multiple_of=None)
+    valid = _valid_batches(cfg, cfg.objective.removeprefix("mlm+"), collator, tokenizer)
+    if valid is None:
+        raise SystemExit(f"{data}: no held-out split (valid/) to evaluate on")
+    model = load_model(folder, kind="pretraining" if cfg.objective != "mlm" else "mlm")
+    figures = evaluate(model, valid, cfg, cfg.batch_size, torch.device("cpu"))
+    sequences = min(batches * cfg.batch_size, valid.examples.num_examples(0))
+    return {**{k: round(v, 4) for k, v in figures.items()}, "sequences": sequences, "data": str(data)}
+
+
+def sst2() -> dict[str, Any] | None:
+    """SST-2 dev accuracy of our model next to minilm and the BiLSTM, from bench/results/finetune.json."""
+    path = RESULTS / "finetune.json"
+    figures = json.loads(path.read_text(encoding="utf-8"))["figures"] if path.is_file() else {}
+    if "sst2-encoderlab-mini" not in figures:
+        return None
+    ours = figures["sst2-encoderlab-mini"]
+    return {"accuracy": ours["accuracy"], "model": ours.get("model"), "command": ours["command"],
+            "minilm": figures.get("sst2", {}).get("accuracy"), "bilstm": figures.get("bilstm", {}).get("accuracy")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="4 held-out batches instead of 64: under a minute")
+    parser.add_argument("--model", default="encoderlab-mini", help="the model to check (default: encoderlab-mini)")
+    parser.add_argument("--data", type=Path, default=ROOT / "runs" / "wiki-data",
+                        help="the prepared Wikipedia folder with its held-out split (default: runs/wiki-data)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default: 2)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    figures: dict[str, Any] = {"model": args.model, "probes": probes(args.model)}
+    if (args.data / "meta.json").is_file():
+        figures["heldout"] = heldout(args.model, args.data, 4 if args.quick else 64)
+    else:
+        print(f"{args.data}: absent, so held-out accuracy is not measured (prepare it as the README says)",
+              file=sys.stderr)
+    if (fine := sst2()) is not None:
+        figures["sst2"] = fine
+    p = figures["probes"]
+    passed = {r["text"]: r["passed"] for r in p["results"]}
+    goals = []
+    if "heldout" in figures:
+        goals.append(goal("held-out Wikipedia MLM accuracy (15% masking)", figures["heldout"]["eval_mlm_accuracy"], 0.5))
+    goals += [goal("'capital' in the top 5 for 'Paris is the [MASK] of France.'",
+                   float(passed["Paris is the [MASK] of France."]), 1.0),
+              goal("'sat' in the top 5 for 'The cat [MASK] on the mat.'", float(passed["The cat [MASK] on the mat."]), 1.0),
+              goal("further probes passed (of 10)", float(p["probes_passed"]), 8.0)]
+    for r in p["results"]:
+        print(f"{'pass' if r['passed'] else 'miss'}  {r['text']:<55} {', '.join(r['top5'])}")
+    if "heldout" in figures:
+        print(f"held-out MLM accuracy {figures['heldout']['eval_mlm_accuracy']:.4f} over {figures['heldout']['sequences']} sequences")
+    path = write_results("encoderlab_mini_quick" if args.quick else "encoderlab_mini", command_line(), figures, goals)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
