@@ -54,6 +54,8 @@ def card(name: str, model, record: dict, bench: dict | None) -> str:
     c, r = model.config, record["recipe"]
     params = sum(p.numel() for p in model.parameters())
     last = record["curve"][-1]
+    every = max(1, len(record["curve"]) // 8)
+    points = record["curve"][::every] + ([last] if (len(record["curve"]) - 1) % every else [])
     lines = [
         f"# {name}",
         "",
@@ -77,9 +79,9 @@ def card(name: str, model, record: dict, bench: dict | None) -> str:
         "",
         "Learning curve on the held-out documents (`metrics.csv` holds every row):",
         "",
-        "| step | " + " | ".join(str(s) for s, _, _ in record["curve"][::max(1, len(record["curve"]) // 8)]) + " |",
-        "|---|" + "---|" * len(record["curve"][::max(1, len(record["curve"]) // 8)]),
-        "| MLM accuracy | " + " | ".join(f"{a:.3f}" for _, _, a in record["curve"][::max(1, len(record["curve"]) // 8)]) + " |",
+        "| step | " + " | ".join(f"{s:,}" for s, _, _ in points) + " |",
+        "|---|" + "---|" * len(points),
+        "| MLM accuracy | " + " | ".join(f"{a:.3f}" for _, _, a in points) + " |",
         "",
     ]
     if bench:
@@ -94,14 +96,15 @@ def card(name: str, model, record: dict, bench: dict | None) -> str:
                      f"{p['required_passed']}/{p['required_total']}, further {p['probes_passed']}/{p['probes_total']} "
                      f"(goal: both required, 8 of 10)")
         for probe in p["results"]:
-            lines.append(f"  - `{probe['text']}` -> {', '.join(probe['top5'])} "
+            lines.append(f"  - `{probe['text']}` -> {' '.join(f'`{t}`' for t in probe['top5'])} "
                          f"({'pass' if probe['passed'] else 'miss'})")
         if "sst2" in f:
             lines.append(f"- fine-tuned on SST-2 (1 epoch, lr 1e-4): dev accuracy {f['sst2']['accuracy']:.3f}, next to "
                          f"minilm {f['sst2']['minilm']:.3f} and a BiLSTM from scratch {f['sst2']['bilstm']:.3f}")
         lines.append("")
     lines += [
-        "It reproduces with (see the repository README):",
+        "It reproduces with these commands, after the repository README's `tokenizer train` and `prepare` steps "
+        "(runs/wiki-tokenizer, runs/wiki-data):",
         "",
         "```bash",
         "encoderlab pretrain --config configs/bert-mini-wiki-cpu.yaml --out runs/encoderlab-mini            # steps 1-1000",
@@ -111,8 +114,9 @@ def card(name: str, model, record: dict, bench: dict | None) -> str:
         "```",
         "",
         "The second stage continues from step 1,000's checkpoint with a longer schedule, so its learning rate rises "
-        "again from the end of the first stage's decay. This model is far from a useful encoder: BERT's own "
-        "bert-mini saw about 1,000 times more tokens. A GPU, or days of CPU, is what it needs next.",
+        "again from the end of the first stage's decay. This model is far from a useful encoder. Google's "
+        "BERT-Mini (Turc et al. 2019) was trained under BERT-base's regime (1M steps of 256 sequences), over 1,000 "
+        "times the tokens seen here. A GPU is what it needs next.",
         "",
     ]
     return "\n".join(lines)
