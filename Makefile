@@ -36,6 +36,7 @@ bench: $(VENV)/.deps-test
 	$(PY) bench/inference.py --quick
 	$(PY) bench/serve_load.py --quick
 	$(PY) bench/reliability.py --quick
+	$(PY) bench/encoderlab_mini.py --quick
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
