@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import RESULTS, command_line, goal, write_results  # noqa: E402
 
 from encoderlab.checkpoint import load_model, resolve_model_path  # noqa: E402
+from encoderlab.errors import CheckpointError  # noqa: E402
 from encoderlab.infer.pipelines import pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,17 +65,13 @@ def probes(name: str) -> dict[str, Any]:
 
 def heldout(name: str, data: Path, batches: int) -> dict[str, Any]:
     """Held-out MLM loss and accuracy with the training recipe's masking and batches."""
-    from encoderlab.data.collate import MaskingCollator
     from encoderlab.tokenizer import Tokenizer
     from encoderlab.train.config import load_recipe
-    from encoderlab.train.pretrain import _valid_batches, evaluate
+    from encoderlab.train.pretrain import evaluate, heldout_batches
 
     folder = resolve_model_path(name)
     cfg = load_recipe(folder / "recipe.yaml", [f"data={data}", f"eval_batches={batches}"])
-    tokenizer = Tokenizer.from_pretrained(data / "tokenizer")
-    collator = MaskingCollator(tokenizer.vocab_size, tokenizer.mask_id, tokenizer.pad_id, tokenizer.special_ids,
-                               mlm_probability=cfg.mlm_probability, whole_word=cfg.whole_word, pad_to_multiple_of=None)
-    valid = _valid_batches(cfg, cfg.objective.removeprefix("mlm+"), collator, tokenizer)
+    valid = heldout_batches(cfg, Tokenizer.from_pretrained(data / "tokenizer"))
     if valid is None:
         raise SystemExit(f"{data}: no held-out split (valid/) to evaluate on")
     model = load_model(folder, kind="pretraining" if cfg.objective != "mlm" else "mlm")
@@ -103,6 +100,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: 2)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    try:
+        resolve_model_path(args.model)
+    except CheckpointError as err:  # models/ is not tracked: a fresh clone has no encoderlab-mini until it is made
+        print(f"skipped: {err}. Make it as the README's 'Our own model' section says.", file=sys.stderr)
+        return
     figures: dict[str, Any] = {"model": args.model, "probes": probes(args.model)}
     if (args.data / "meta.json").is_file():
         figures["heldout"] = heldout(args.model, args.data, 4 if args.quick else 64)

@@ -4,6 +4,8 @@ Takes RUN/model (what `encoderlab pretrain` exports at the end), stores its weig
 keeps fp32's exponent range, so nothing overflows), copies the tokenizer and the run's metrics.csv and recipe.yaml,
 and writes the model card README.md from the run's own records plus, when present, the measured figures of
 bench/results/encoderlab_mini.json. The folder is built under a temporary name and renamed into place.
+models/ is not tracked by git (the repository keeps no large files); the card is also written to
+docs/NAME-card.md, which is.
 
     python scripts/ship_model.py runs/encoderlab-mini --name encoderlab-mini
 """
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from encoderlab.checkpoint import load_model, save_pretrained  # noqa: E402
+from encoderlab.data.shards import read_meta  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 
 LIMIT_MB = 60
@@ -46,12 +49,15 @@ def run_record(run: Path) -> dict:
     wall += previous
     steps = int(rows[-1]["step"])
     tokens = steps * recipe["batch_size"] * recipe.get("grad_accum", 1) * recipe["max_length"]
-    return {"recipe": recipe, "steps": steps, "tokens": tokens, "wall_hours": wall / 3600, "curve": curve}
+    splits = read_meta(ROOT / recipe["data"])["splits"]
+    data = {split: {key: sum(shard[key] for shard in splits[split]["shards"]) for key in ("documents", "tokens")}
+            for split in ("train", "valid")}
+    return {"recipe": recipe, "steps": steps, "tokens": tokens, "wall_hours": wall / 3600, "curve": curve, "data": data}
 
 
 def card(name: str, model, record: dict, bench: dict | None) -> str:
     """The model card: what it is, what it saw, what it cost, what it scores."""
-    c, r = model.config, record["recipe"]
+    c, r, d = model.config, record["recipe"], record["data"]
     params = sum(p.numel() for p in model.parameters())
     last = record["curve"][-1]
     every = max(1, len(record["curve"]) // 8)
@@ -70,9 +76,10 @@ def card(name: str, model, record: dict, bench: dict | None) -> str:
         f"| tokenizer | WordPiece, uncased, {c.vocab_size:,} tokens, trained by `encoderlab tokenizer train` on the same corpus |",
         f"| objective | MLM, {r['mlm_probability']:.0%} of tokens (80% [MASK], 10% random, 10% kept), packed sentences up to "
         f"{r['max_length']} tokens |",
-        f"| data | Wikipedia: 30,539 documents, 86.8M tokens; 140 documents held out for evaluation |",
+        f"| data | Wikipedia: {d['train']['documents']:,} documents, {d['train']['tokens'] / 1e6:.1f}M tokens for training; "
+        f"{d['valid']['documents']:,} documents ({d['valid']['tokens'] / 1e3:.0f}k tokens) held out for evaluation |",
         f"| steps | {record['steps']:,} of batch {r['batch_size']} x {r['max_length']} tokens |",
-        f"| tokens seen | {record['tokens'] / 1e6:.1f}M |",
+        f"| tokens seen | {record['tokens'] / 1e6:.1f}M (steps x batch x length, sequences being packed) |",
         f"| compute | {record['wall_hours']:.1f} hours on 2 shared CPU cores (AMD EPYC, bf16 autocast); no GPU was available |",
         f"| held-out MLM accuracy (training-time eval, {r['eval_batches']} batches) | {last[2]:.3f} (loss {last[1]:.2f}) |",
         f"| weights | bf16 safetensors |",
@@ -148,7 +155,9 @@ def main() -> None:
         if target.exists():
             target.rename(Path(tmp) / "old")
         build.rename(target)
-    print(f"wrote {target} ({size:.1f} MB)")
+    (ROOT / "docs" / f"{args.name}-card.md").write_text((target / "README.md").read_text(encoding="utf-8"),
+                                                         encoding="utf-8")
+    print(f"wrote {target} ({size:.1f} MB) and docs/{args.name}-card.md")
 
 
 if __name__ == "__main__":
