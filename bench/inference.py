@@ -82,6 +82,11 @@ def passages(count: int, tokens: int = 256) -> list[str]:
     raise SystemExit(f"only {len(out)} passages of {tokens} tokens in {DATA / 'wikipedia'}")
 
 
+def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of a with the same row of b: (N, D), (N, D) -> (N,)."""
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
 def stsb_pairs() -> tuple[list[str], list[str], list[float]]:
     """STS-B dev: first sentences, second sentences and gold scores (columns named in the header)."""
     path = DATA / "stsb" / "dev.tsv"
@@ -107,12 +112,12 @@ def accuracy(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
         embed = ours(folder, args.batch_size, mode)
         a, b = embed(first), embed(second)
         vectors[mode] = np.concatenate([a, b])
-        similarity = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        similarity = row_cosine(a, b)
         spearman[mode] = 100 * float(spearmanr(similarity, gold).statistic)
     reference = vectors["fp32"]
     modes = {}
     for mode, v in vectors.items():
-        cosine = (v * reference).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(reference, axis=1)
+        cosine = row_cosine(v, reference)
         modes[mode] = {"stsb_spearman": round(spearman[mode], 2),
                        "points_below_fp32": round(spearman["fp32"] - spearman[mode], 2),
                        "cosine_to_fp32_mean": round(float(cosine.mean()), 5),
@@ -234,7 +239,7 @@ def setup(name: str, folder: Path, texts: list[str], args: argparse.Namespace,
     figures: dict[str, Any] = {"texts": len(texts), "batch_size": args.batch_size, "contenders": {}}
     for contender, took in seconds.items():
         v = vectors[contender]
-        cosine = (v * reference).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(reference, axis=1)
+        cosine = row_cosine(v, reference)
         peak = peaks[next((m for m in ("bf16", "int8") if contender.endswith(m)), "fp32")]
         figures["contenders"][contender] = {
             "texts_per_s": round(len(texts) / took, 1), "seconds": round(took, 3),

@@ -174,12 +174,10 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     tokenizer = Tokenizer.from_pretrained(Path(cfg.data) / "tokenizer")
     model = build_model(cfg, tokenizer).to(dist.device)
     micro = cfg.micro_batch(dist.world_size)
-    collator = MaskingCollator(tokenizer.vocab_size, tokenizer.mask_id, tokenizer.pad_id, tokenizer.special_ids,
-                               mlm_probability=cfg.mlm_probability, whole_word=cfg.whole_word, pad_to_multiple_of=None)
-    objective = cfg.objective.removeprefix("mlm+")  # mlm -> packed sequences; nsp / sop -> segment pairs
-    train_batches = Batches(PretrainingExamples(TokenShards(cfg.data, "train"), objective, cfg.max_length, cfg.seed,
-                                                cfg.short_seq_prob), collator, cfg.seed, tokenizer.pad_id)
-    valid_batches = _valid_batches(cfg, objective, collator, tokenizer)
+    train_batches = Batches(PretrainingExamples(TokenShards(cfg.data, "train"), _objective(cfg), cfg.max_length,
+                                                cfg.seed, cfg.short_seq_prob), masking_collator(cfg, tokenizer), cfg.seed,
+                            tokenizer.pad_id)
+    valid_batches = heldout_batches(cfg, tokenizer)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.warmup_steps, cfg.max_steps))
     cursor, step = _restore(run_dir, model, optimizer, scheduler) if resume else (Cursor(), 0)
@@ -232,15 +230,25 @@ def _any_rank(flag: bool, dist: distributed.Dist) -> bool:
     return bool(dist.sum(torch.tensor(int(flag), device=dist.device))) if dist.world_size > 1 else flag
 
 
-def _valid_batches(cfg: PretrainConfig, objective: str, collator: MaskingCollator,
-                   tokenizer: Tokenizer) -> Batches | None:
-    """Batches over the held-out split, if `prepare` wrote one."""
+def masking_collator(cfg: PretrainConfig, tokenizer: Tokenizer) -> MaskingCollator:
+    """The recipe's masking (probability, whole-word) over the tokenizer's ids."""
+    return MaskingCollator(tokenizer.vocab_size, tokenizer.mask_id, tokenizer.pad_id, tokenizer.special_ids,
+                           mlm_probability=cfg.mlm_probability, whole_word=cfg.whole_word, pad_to_multiple_of=None)
+
+
+def _objective(cfg: PretrainConfig) -> str:
+    """The example builder's objective: mlm -> packed sequences; nsp / sop -> segment pairs."""
+    return cfg.objective.removeprefix("mlm+")
+
+
+def heldout_batches(cfg: PretrainConfig, tokenizer: Tokenizer) -> Batches | None:
+    """Masked batches over the held-out split, if `prepare` wrote one (what `evaluate` scores)."""
     try:
         shards = TokenShards(cfg.data, "valid")
     except InputError:  # no held-out split was prepared: evaluation is skipped, training goes on
         return None
-    return Batches(PretrainingExamples(shards, objective, cfg.max_length, cfg.seed + 1, cfg.short_seq_prob),
-                   collator, cfg.seed + 1, tokenizer.pad_id)
+    return Batches(PretrainingExamples(shards, _objective(cfg), cfg.max_length, cfg.seed + 1, cfg.short_seq_prob),
+                   masking_collator(cfg, tokenizer), cfg.seed + 1, tokenizer.pad_id)
 
 
 def _train_step(model: torch.nn.Module, batches: Batches, cursor: Cursor, optimizer: torch.optim.Optimizer,
