@@ -132,7 +132,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
     from encoderlab.data.tokenizer_training import train_tokenizer
 
     tokenizer = train_tokenizer(args.corpus, kind=args.kind, vocab_size=args.vocab_size, out_dir=args.out,
-                                lowercase=not args.cased, progress=True)
+                                lowercase=args.lowercase, progress=True)
     print(f"wrote {args.out}: {args.kind} vocabulary of {tokenizer.vocab_size:,} tokens")
 
 
@@ -162,6 +162,7 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from encoderlab.models import PRESETS
+    from encoderlab.tokenizer import KINDS as TOKENIZER_KINDS
 
     parser = argparse.ArgumentParser(prog="encoderlab", description="BERT-family encoders: load, inspect, embed.",
                                      epilog=EPILOG)
@@ -195,10 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
     tok_commands = tok.add_subparsers(dest="tokenizer_command", required=True, metavar="ACTION")
     train = tok_commands.add_parser("train", help="train a vocabulary on raw text", description=cmd_tokenizer_train.__doc__)
     train.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files or folders (.gz too)")
-    train.add_argument("--kind", choices=("wordpiece",), default="wordpiece", help="tokenizer model (default: wordpiece)")
+    train.add_argument("--kind", choices=TOKENIZER_KINDS, default="wordpiece",
+                       help="wordpiece (BERT), bpe (RoBERTa's byte-level BPE) or unigram (ALBERT/DeBERTa "
+                            "SentencePiece-style) (default: wordpiece)")
     train.add_argument("--vocab-size", type=int, default=30522, metavar="N", help="vocabulary size (default: 30522)")
-    train.add_argument("--cased", action="store_true", help="keep case (default: lowercase, like bert-base-uncased)")
-    train.add_argument("--out", required=True, metavar="DIR", help="folder for tokenizer.json and vocab.txt")
+    case = train.add_mutually_exclusive_group()
+    case.add_argument("--cased", dest="lowercase", action="store_false", default=None,
+                      help="keep case (default for bpe)")
+    case.add_argument("--lowercase", dest="lowercase", action="store_true", default=None,
+                      help="lowercase and strip accents (default for wordpiece and unigram)")
+    train.add_argument("--out", required=True, metavar="DIR", help="folder for tokenizer.json and the config "
+                                                                   "files transformers reads")
     train.set_defaults(func=cmd_tokenizer_train)
 
     prep = commands.add_parser("prepare", help="raw text -> memory-mapped token shards", description=cmd_prepare.__doc__)

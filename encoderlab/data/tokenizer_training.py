@@ -16,10 +16,9 @@ from tqdm import tqdm
 
 from encoderlab.data.corpus import corpus_files, iter_documents
 from encoderlab.errors import ConfigError, InputError
-from encoderlab.tokenizer import Tokenizer
+from encoderlab.tokenizer import KINDS, Tokenizer
 
 log = logging.getLogger(__name__)
-KINDS = ("wordpiece",)
 
 
 def corpus_paragraphs(corpus: list[str | os.PathLike], progress: bool = False) -> Iterator[str]:
@@ -31,14 +30,15 @@ def corpus_paragraphs(corpus: list[str | os.PathLike], progress: bool = False) -
 
 
 def train_tokenizer(corpus: list[str | os.PathLike], kind: str = "wordpiece", vocab_size: int = 30522,
-                    out_dir: str | os.PathLike | None = None, lowercase: bool = True,
+                    out_dir: str | os.PathLike | None = None, lowercase: bool | None = None,
                     min_frequency: int = 2, progress: bool = False) -> Tokenizer:
-    """Train a `kind` vocabulary of at most vocab_size tokens on the corpus; save it to out_dir when given."""
+    """Train a `kind` ("wordpiece" | "bpe" | "unigram") vocabulary of at most vocab_size tokens on the corpus;
+    save it to out_dir when given. lowercase=None: the kind's default (uncased BERT/ALBERT, cased RoBERTa)."""
     if kind not in KINDS:
-        raise ConfigError(f"tokenizer kind {kind!r}: expected one of {KINDS}")
+        raise ConfigError(f"tokenizer kind {kind!r}: expected one of {', '.join(KINDS)}")
     counter = _Counter(corpus_paragraphs(corpus, progress))
-    tokenizer = Tokenizer.train_wordpiece_from_iterator(counter, vocab_size, lowercase=lowercase,
-                                                        min_frequency=min_frequency, show_progress=progress)
+    tokenizer = Tokenizer.train_from_iterator(kind, counter, vocab_size, lowercase=lowercase,
+                                              min_frequency=min_frequency, show_progress=progress)
     if counter.count == 0:
         raise InputError(f"{', '.join(map(str, corpus))}: no text to train a tokenizer on")
     if out_dir is not None:
