@@ -183,6 +183,11 @@ def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: Model
     return converted
 
 
+def _has_pooler(spec: FamilySpec, hf_state: dict[str, torch.Tensor]) -> bool:
+    """Whether a checkpoint holds the family's pooler (an MLM-only BERT checkpoint has none)."""
+    return spec.pooler and all(name in hf_state for name in _sources(spec, "pooler.dense.weight"))
+
+
 def ours_to_hf(spec: FamilySpec, model: Model) -> dict[str, torch.Tensor]:
     """`model`'s tensors under Hugging Face names, split where we fused several into one."""
     prefix = "" if model.kind == "base" else spec.base_prefix
@@ -211,7 +216,7 @@ def load_config(folder: str | os.PathLike) -> tuple[EncoderConfig, str | None]:
 
 def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dtype | None = None,
                **config_overrides) -> Model:
-    """Load a checkpoint folder or alias as `kind` ("base", "mlm", "pretraining"; default: what it holds), in fp32
+    """Load a checkpoint folder or alias as `kind` ("base", "mlm", "pretraining", "rtd"; default: what it holds), in fp32
     unless `dtype` is given."""
     folder = resolve_model_path(name)
     config, architecture = load_config(folder)
@@ -225,7 +230,7 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
     hf_state = normalize_hf_state(spec, read_weights(folder))
     with torch.device("meta"):  # no time spent on a random init that is overwritten at once
         if kind == "base":
-            model = EncoderModel(config, pooler="pooler.dense.weight" in hf_state)
+            model = EncoderModel(config, pooler=_has_pooler(spec, hf_state))
         else:
             model = MODEL_CLASSES[kind](config)
     state = hf_to_ours(spec, hf_state, model, str(folder))

@@ -77,6 +77,22 @@ class EncoderConfig:
     """Standard deviation of the normal init of weight matrices (BERT paper, appendix A)."""
     labels: list[str] | None = None
     """Class names of a classification head (Hugging Face id2label), if any."""
+    # ---- variant switches: each family sets some of these in its FamilySpec.defaults ----------------
+    embedding_size: int | None = None
+    """Width of the embedding tables when it differs from hidden_size (ALBERT, ELECTRA): a linear layer
+    projects up to hidden_size (Lan et al. 2019, section 3.1, factorized embedding parameterization)."""
+    shared_layers: bool = False
+    """One set of block weights applied num_layers times (ALBERT, Lan et al. 2019, section 3.1)."""
+    positions_after_pad: bool = False
+    """RoBERTa's position ids: real tokens count from pad_token_id + 1, padding takes pad_token_id (fairseq)."""
+    absolute_positions: bool = True
+    """Learned absolute position embeddings added to the input (DeBERTa-v3 has none: position_biased_input)."""
+    relative_attention: bool = False
+    """DeBERTa's disentangled attention over relative positions (He et al. 2021, section 3.1)."""
+    position_buckets: int = 0
+    """Relative positions are log-bucketed into this many buckets each side (DeBERTa-v3: 256); 0: no buckets."""
+    max_relative_positions: int = -1
+    """Largest relative distance attended to; -1 means max_position_embeddings (DeBERTa)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -113,10 +129,29 @@ class EncoderConfig:
         if self.labels is not None and not (isinstance(self.labels, list)
                                             and all(isinstance(label, str) for label in self.labels)):
             raise ConfigError(f"labels must be a list of strings, got {self.labels!r}")
+        if self.embedding_size is not None and (not _is_int(self.embedding_size) or self.embedding_size <= 0):
+            raise ConfigError(f"embedding_size must be a positive integer or None, got {self.embedding_size!r}")
+        for name in ("shared_layers", "positions_after_pad", "absolute_positions", "relative_attention"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not _is_int(self.position_buckets) or self.position_buckets < 0:
+            raise ConfigError(f"position_buckets must be an integer >= 0, got {self.position_buckets!r}")
+        if not _is_int(self.max_relative_positions) or self.max_relative_positions < -1 or self.max_relative_positions == 0:
+            raise ConfigError(f"max_relative_positions must be -1 or a positive integer, got {self.max_relative_positions!r}")
         from encoderlab.models import FAMILIES
 
         if self.model_type not in FAMILIES:
             raise ConfigError(f"model_type {self.model_type!r} is not one of {sorted(FAMILIES)}")
+        switches = _SWITCH_DEFAULTS | {k: v for k, v in FAMILIES[self.model_type].defaults.items() if k in _SWITCH_DEFAULTS}
+        for name, value in switches.items():
+            if getattr(self, name) != value:
+                raise ConfigError(f"{name}={getattr(self, name)!r} is not possible for model_type "
+                                  f"{self.model_type!r} (it requires {value!r})")
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of the embedding tables: embedding_size, or hidden_size when not factorized."""
+        return self.embedding_size or self.hidden_size
 
     @property
     def head_dim(self) -> int:
@@ -144,18 +179,25 @@ class EncoderConfig:
     @classmethod
     def from_hf_dict(cls, data: dict[str, Any], source: str = "config.json") -> "EncoderConfig":
         """Build from a Hugging Face config dict; unknown keys or unsupported values raise ConfigError."""
-        ours = {_HF_NAMES.get(f.name, f.name): f.name for f in dataclasses.fields(cls) if f.name != "labels"}
-        kwargs: dict[str, Any] = {}
+        from encoderlab.models import FAMILIES
+
+        model_type = data.get("model_type", "bert")
+        if model_type not in FAMILIES:
+            raise ConfigError(f"{source}: model_type {model_type!r} is not one of {sorted(FAMILIES)}")
+        spec = FAMILIES[model_type]
+        ours = {hf: name for name, hf in _hf_names(spec).items() if hf}
+        required = _HF_REQUIRED_VALUES | spec.hf_constants
+        kwargs: dict[str, Any] = dict(spec.defaults)
         for key, value in data.items():
             if key in ours:
                 kwargs[ours[key]] = value
             elif key == "id2label":
                 kwargs["labels"] = _labels(value, source)
-            elif key in _HF_REQUIRED_VALUES:
-                if value not in _HF_REQUIRED_VALUES[key]:
-                    raise ConfigError(f"{source}: {key}={value!r} is not supported "
-                                      f"(expected {_HF_REQUIRED_VALUES[key][0]!r})")
-            elif key not in _HF_BOOKKEEPING:
+            elif key in required:
+                if not _one_of(value, required[key]):
+                    raise ConfigError(f"{source}: {key}={value!r} is not supported for {model_type} "
+                                      f"(expected {required[key][0]!r})")
+            elif key not in _HF_BOOKKEEPING and key not in spec.hf_unused:
                 raise ConfigError(f"{source}: unknown key {key!r}")
         if _is_default_labels(kwargs.get("labels")):
             kwargs.pop("labels")
@@ -165,12 +207,22 @@ class EncoderConfig:
             raise ConfigError(f"{source}: {err}") from None
 
     def to_hf_dict(self, architecture: str) -> dict[str, Any]:
-        """The Hugging Face config.json dict for this config and model class name."""
+        """The Hugging Face config.json dict for this config and model class name.
+
+        A field the family's config.json cannot hold must keep the family's value, or the file would lie.
+        """
+        from encoderlab.models import FAMILIES
+
+        spec = FAMILIES[self.model_type]
         out: dict[str, Any] = {"architectures": [architecture]}
-        for f in dataclasses.fields(self):
-            if f.name != "labels":
-                out[_HF_NAMES.get(f.name, f.name)] = getattr(self, f.name)
-        out["position_embedding_type"] = "absolute"
+        for name, hf in _hf_names(spec).items():
+            if hf:
+                out[hf] = self.embedding_width if name == "embedding_size" else getattr(self, name)
+            elif getattr(self, name) != spec.defaults.get(name, _FIELD_DEFAULTS[name]):
+                raise ConfigError(f"{name}={getattr(self, name)!r} cannot be saved in a transformers "
+                                  f"{self.model_type} config.json (it has no key for it)")
+        out.update({key: values[0] for key, values in (_HF_REQUIRED_VALUES | spec.hf_constants).items()
+                    if key not in ("is_decoder", "add_cross_attention")})
         out["tie_word_embeddings"] = True
         if self.labels:
             out["id2label"] = {str(i): label for i, label in enumerate(self.labels)}
@@ -198,6 +250,14 @@ class EncoderConfig:
         atomic_write_text(Path(path), json.dumps(self.to_hf_dict(architecture), indent=2) + "\n")
 
 
+# The variant switches and their BERT values: a family's FamilySpec.defaults may set them, nothing else may.
+_SWITCH_DEFAULTS = {"shared_layers": False, "positions_after_pad": False, "absolute_positions": True,
+                    "relative_attention": False}
+# Fields only some families write into config.json (through FamilySpec.hf_names).
+_VARIANT_FIELDS = (*_SWITCH_DEFAULTS, "embedding_size", "position_buckets", "max_relative_positions")
+_FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EncoderConfig)}
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -214,6 +274,20 @@ def _labels(id2label: Any, source: str) -> list[str]:
     if ids != list(range(len(ids))):
         raise ConfigError(f"{source}: id2label ids must be 0..{len(ids) - 1} without gaps, got {ids}")
     return [id2label[k] for k in sorted(id2label, key=int)]
+
+
+def _one_of(value: Any, allowed: tuple) -> bool:
+    """Whether a config.json value is one of the allowed ones (lists compared as sets: ["p2c", "c2p"])."""
+    if isinstance(value, list):
+        return any(isinstance(a, (list, tuple)) and sorted(map(str, value)) == sorted(map(str, a)) for a in allowed)
+    return value in allowed
+
+
+def _hf_names(spec) -> dict[str, str | None]:
+    """Our field -> the family's config.json key; None where the family's config.json has no key for it."""
+    names: dict[str, str | None] = {f.name: _HF_NAMES.get(f.name, f.name) for f in dataclasses.fields(EncoderConfig)
+                                    if f.name not in _VARIANT_FIELDS and f.name != "labels"}
+    return names | dict.fromkeys(_VARIANT_FIELDS) | spec.hf_names
 
 
 def field_names() -> list[str]:

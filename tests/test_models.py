@@ -13,12 +13,13 @@ import pytest
 import torch
 from torch import nn
 from torch.testing import assert_close
-from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel, BertTokenizerFast
+import transformers
+from transformers import AutoConfig, BertForMaskedLM, BertForPreTraining, BertModel, BertTokenizerFast
 
 from hf_oracle import TOL, VOCAB, randomize, tiny_hf_config
 
 from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel, PreTrainingModel, load_model
-from encoderlab.models import PRESETS
+from encoderlab.models import FAMILIES, PRESETS
 
 ACTIVATIONS = ["gelu", "gelu_new"]
 
@@ -71,15 +72,17 @@ def batch() -> dict[str, torch.Tensor]:
 
 
 # ---- parameter counts ---------------------------------------------------------------------------------
-def hf_config_of(config: EncoderConfig) -> BertConfig:
+def hf_config_of(config: EncoderConfig, architecture: str = "BertModel"):
     """transformers' view of one of our configs, through the config.json dict we write."""
-    return BertConfig(**config.to_hf_dict("BertModel"))
+    return AutoConfig.for_model(**config.to_hf_dict(architecture))
 
 
 def count_on_meta(config: EncoderConfig) -> tuple[int, int]:
-    """(our EncoderModel count, transformers BertModel count), both built without allocating weights."""
+    """(our EncoderModel count, the family's transformers base model count), built without allocating weights."""
+    architecture = FAMILIES[config.model_type].architectures["base"]
     with torch.device("meta"):
-        return EncoderModel(config).num_parameters(), BertModel(hf_config_of(config)).num_parameters()
+        theirs = getattr(transformers, architecture)(hf_config_of(config, architecture))
+        return EncoderModel(config).num_parameters(), theirs.num_parameters()
 
 
 @pytest.mark.parametrize("preset, expected", [("bert-base", 109_482_240), ("bert-large", 335_141_888)])

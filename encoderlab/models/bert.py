@@ -24,18 +24,24 @@ PRESETS = {
     "bert-large": _preset(24, 1024),
 }
 
-_LAYER = "encoder.layer.{i}."
+def backbone_map(layer: str = "encoder.layer.{i}.") -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The encoder's weight names as BERT lays them out; RoBERTa and ELECTRA keep them unchanged."""
+    return (
+        ("encoder.embeddings.word.", ("embeddings.word_embeddings.",)),
+        ("encoder.embeddings.position.", ("embeddings.position_embeddings.",)),
+        ("encoder.embeddings.segment.", ("embeddings.token_type_embeddings.",)),
+        ("encoder.embeddings.norm.", ("embeddings.LayerNorm.",)),
+        ("encoder.layers.{i}.attn.qkv.", tuple(f"{layer}attention.self.{p}." for p in ("query", "key", "value"))),
+        ("encoder.layers.{i}.attn.out.", (f"{layer}attention.output.dense.",)),
+        ("encoder.layers.{i}.attn_norm.", (f"{layer}attention.output.LayerNorm.",)),
+        ("encoder.layers.{i}.mlp.up.", (f"{layer}intermediate.dense.",)),
+        ("encoder.layers.{i}.mlp.down.", (f"{layer}output.dense.",)),
+        ("encoder.layers.{i}.mlp_norm.", (f"{layer}output.LayerNorm.",)),
+    )
+
+
 WEIGHT_MAP = (
-    ("encoder.embeddings.word.", ("embeddings.word_embeddings.",)),
-    ("encoder.embeddings.position.", ("embeddings.position_embeddings.",)),
-    ("encoder.embeddings.segment.", ("embeddings.token_type_embeddings.",)),
-    ("encoder.embeddings.norm.", ("embeddings.LayerNorm.",)),
-    ("encoder.layers.{i}.attn.qkv.", tuple(f"{_LAYER}attention.self.{p}." for p in ("query", "key", "value"))),
-    ("encoder.layers.{i}.attn.out.", (f"{_LAYER}attention.output.dense.",)),
-    ("encoder.layers.{i}.attn_norm.", (f"{_LAYER}attention.output.LayerNorm.",)),
-    ("encoder.layers.{i}.mlp.up.", (f"{_LAYER}intermediate.dense.",)),
-    ("encoder.layers.{i}.mlp.down.", (f"{_LAYER}output.dense.",)),
-    ("encoder.layers.{i}.mlp_norm.", (f"{_LAYER}output.LayerNorm.",)),
+    *backbone_map(),
     ("pooler.dense.", ("pooler.dense.",)),
     ("mlm.transform.", ("cls.predictions.transform.dense.",)),
     ("mlm.norm.", ("cls.predictions.transform.LayerNorm.",)),

@@ -29,7 +29,9 @@ class Encoder(nn.Module):
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
-        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.project = _projection(config)
+        # ALBERT shares one block among all layers (Lan et al. 2019, section 3.1): it is applied num_layers times.
+        self.layers = nn.ModuleList(Block(config) for _ in range(1 if config.shared_layers else config.num_layers))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
@@ -37,15 +39,26 @@ class Encoder(nn.Module):
         """attention_mask (B, T): 1 for real tokens, 0 for padding; None means no padding."""
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
         x = self.embeddings(input_ids, token_type_ids)
+        if self.project is not None:
+            x = self.project(x)  # (B, T, E) -> (B, T, H)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer in self.layers:
-            x, probs = layer(x, mask, return_probs=output_attentions)
+        for i in range(self.config.num_layers):
+            x, probs = self.layers[i % len(self.layers)](x, mask, return_probs=output_attentions)
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:
                 attentions.append(probs)
         return EncoderOutput(x, None, hidden_states, attentions)
+
+
+def _projection(config: EncoderConfig) -> nn.Linear | None:
+    """The embedding-to-hidden projection of a factorized model, or None when the widths agree."""
+    from encoderlab.models import FAMILIES
+
+    if config.embedding_width == config.hidden_size and not FAMILIES[config.model_type].always_project:
+        return None
+    return nn.Linear(config.embedding_width, config.hidden_size)
 
 
 def init_weights(module: nn.Module, std: float) -> None:

@@ -1,4 +1,5 @@
-"""Whole models, one per Hugging Face architecture kind: the bare encoder, masked LM, and MLM+NSP pretraining.
+"""Whole models, one per Hugging Face architecture kind: the bare encoder, masked LM, MLM+NSP (or SOP)
+pretraining, and replaced-token detection (ELECTRA's discriminator).
 
 They are shared by every family: a family changes the config and the weight-name map, not these classes.
 """
@@ -16,7 +17,7 @@ from torch import nn
 
 from encoderlab.config import EncoderConfig
 from encoderlab.nn.encoder import Encoder, EncoderOutput, init_weights
-from encoderlab.nn.heads import MLMHead, NSPHead, Pooler
+from encoderlab.nn.heads import MLMHead, NSPHead, Pooler, RTDHead
 
 IGNORE_INDEX = -100  # label value of positions that carry no loss (as in torch's cross_entropy)
 
@@ -24,7 +25,7 @@ IGNORE_INDEX = -100  # label value of positions that carry no loss (as in torch'
 class Model(nn.Module):
     """Base of all models: holds the config, counts parameters, loads and saves Hugging Face folders."""
 
-    kind: ClassVar[str]  # "base" | "mlm" | "pretraining": which Hugging Face class this mirrors
+    kind: ClassVar[str]  # "base" | "mlm" | "pretraining" | "rtd": which Hugging Face class this mirrors
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -57,8 +58,13 @@ class EncoderModel(Model):
 
     kind = "base"
 
-    def __init__(self, config: EncoderConfig, pooler: bool = True) -> None:
+    def __init__(self, config: EncoderConfig, pooler: bool | None = None) -> None:
+        """pooler: whether to build the [CLS] pooler; by default, when the family's bare model has one."""
         super().__init__(config)
+        from encoderlab.models import FAMILIES
+
+        if pooler is None:
+            pooler = FAMILIES[config.model_type].pooler
         self.encoder = Encoder(config)
         self.pooler = Pooler(config.hidden_size) if pooler else None
         self.init_weights()
@@ -160,6 +166,40 @@ class PreTrainingModel(Model):
         return PreTrainingOutput(mlm_logits, nsp_logits, mlm_targets, next_sentence_label)
 
 
+@dataclass
+class RTDOutput:
+    """Replaced-token logits (B, T) and, with labels, the mean binary cross-entropy over the real tokens."""
+
+    logits: torch.Tensor
+    labels: torch.Tensor | None = None  # (B, T): 1 replaced, 0 original, IGNORE_INDEX on padding
+    hidden: EncoderOutput | None = None
+
+    @cached_property
+    def loss(self) -> torch.Tensor | None:
+        """Mean binary cross-entropy over the labelled tokens, or None without labels."""
+        if self.labels is None:
+            return None
+        real = self.labels != IGNORE_INDEX
+        return F.binary_cross_entropy_with_logits(self.logits[real].float(), self.labels[real].float())
+
+
+class ReplacedTokenDetector(Model):
+    """Encoder + ELECTRA's discriminator head (HF `ElectraForPreTraining`): is each token the original?"""
+
+    kind = "rtd"
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__(config)
+        self.encoder = Encoder(config)
+        self.rtd = RTDHead(config)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> RTDOutput:
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids)
+        return RTDOutput(self.rtd(hidden.last_hidden_state), labels, hidden)
+
+
 def _mlm_logits(head: MLMHead, encoder: Encoder, hidden: torch.Tensor,
                 labels: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Full logits (B, T, V) without labels; with labels, logits (N, V) and targets (N,) of the labelled positions."""
@@ -170,4 +210,5 @@ def _mlm_logits(head: MLMHead, encoder: Encoder, hidden: torch.Tensor,
     return head(hidden[selected], word_embeddings), labels[selected]
 
 
-MODEL_CLASSES: dict[str, type[Model]] = {cls.kind: cls for cls in (EncoderModel, MaskedLMModel, PreTrainingModel)}
+MODEL_CLASSES: dict[str, type[Model]] = {cls.kind: cls for cls in (EncoderModel, MaskedLMModel, PreTrainingModel,
+                                                                    ReplacedTokenDetector)}

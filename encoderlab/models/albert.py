@@ -1,0 +1,57 @@
+"""ALBERT (Lan et al. 2019, arXiv:1909.11942): BERT with far fewer parameters.
+
+Departures from BERT (section 3.1), each a switch:
+- factorized embeddings: tables of width `embedding_size` (128) projected up to hidden_size; transformers
+  always has that projection, even when the widths are equal;
+- cross-layer sharing: one block's weights used by all layers (`shared_layers`);
+- sentence-order prediction instead of NSP (objective `mlm+sop`; the head is `sop_classifier`);
+- the MLM head maps back down to embedding_size before the tied decoder; a Unigram (SentencePiece) vocabulary
+  of 30,000; no dropout in the v2 models; gelu_new.
+"""
+
+from __future__ import annotations
+
+from encoderlab.models import FamilySpec
+
+_LAYER = "encoder.albert_layer_groups.0.albert_layers.{i}."
+
+
+def _preset(hidden: int, layers: int = 12) -> dict:
+    """ALBERT's table 1 shapes: embedding 128, heads of width 64, feed-forward 4x hidden."""
+    return {"num_layers": layers, "hidden_size": hidden, "num_heads": hidden // 64, "intermediate_size": 4 * hidden}
+
+
+SPEC = FamilySpec(
+    model_type="albert",
+    architectures={"base": "AlbertModel", "mlm": "AlbertForMaskedLM", "pretraining": "AlbertForPreTraining"},
+    base_prefix="albert.",
+    weight_map=(
+        ("encoder.embeddings.word.", ("embeddings.word_embeddings.",)),
+        ("encoder.embeddings.position.", ("embeddings.position_embeddings.",)),
+        ("encoder.embeddings.segment.", ("embeddings.token_type_embeddings.",)),
+        ("encoder.embeddings.norm.", ("embeddings.LayerNorm.",)),
+        ("encoder.project.", ("encoder.embedding_hidden_mapping_in.",)),
+        ("encoder.layers.{i}.attn.qkv.", tuple(f"{_LAYER}attention.{p}." for p in ("query", "key", "value"))),
+        ("encoder.layers.{i}.attn.out.", (f"{_LAYER}attention.dense.",)),
+        ("encoder.layers.{i}.attn_norm.", (f"{_LAYER}attention.LayerNorm.",)),
+        ("encoder.layers.{i}.mlp.up.", (f"{_LAYER}ffn.",)),
+        ("encoder.layers.{i}.mlp.down.", (f"{_LAYER}ffn_output.",)),
+        ("encoder.layers.{i}.mlp_norm.", (f"{_LAYER}full_layer_layer_norm.",)),
+        ("pooler.dense.", ("pooler.",)),
+        ("mlm.transform.", ("predictions.dense.",)),
+        ("mlm.norm.", ("predictions.LayerNorm.",)),
+        ("mlm.bias", ("predictions.bias",)),
+        ("nsp.classifier.", ("sop_classifier.classifier.",)),
+    ),
+    presets={"albert-mini": _preset(256, 4), "albert-base": _preset(768), "albert-large": _preset(1024, 24)},
+    aliases={"predictions.decoder.bias": "predictions.bias"},
+    tied=(("predictions.decoder.weight", "embeddings.word_embeddings.weight"),),
+    ignored=("embeddings.position_ids", "embeddings.token_type_ids"),
+    defaults={"vocab_size": 30000, "embedding_size": 128, "shared_layers": True, "hidden_act": "gelu_new",
+              "hidden_dropout": 0.0, "attention_dropout": 0.0},
+    hf_names={"embedding_size": "embedding_size"},
+    hf_constants={"num_hidden_groups": (1,), "inner_group_num": (1,)},
+    hf_unused=frozenset({"classifier_dropout_prob"}),
+    always_project=True,
+    tokenizer_kind="unigram",
+)
