@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "encoderlab.infer.onnx",  # export onnx
     "encoderlab.viz.attention",  # attention
     "encoderlab.infer.server",  # serve
+    "encoderlab.compare",  # compare
 )
 EPILOG = "--model takes a checkpoint folder (config.json + model.safetensors) or the alias 'minilm'."
 

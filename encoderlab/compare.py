@@ -1,0 +1,427 @@
+"""`encoderlab compare`: the family side by side, measured on this machine.
+
+For each preset: layers, hidden size, heads and parameters (counted on the model `EncoderModel(config)`
+builds, as `encoderlab info` counts them), then CPU inference speed on the same token ids for every model:
+batch-1 latency and batched throughput. Sizes and speeds are also given relative to a reference (bert-base),
+which is measured in the same run, interleaved with the others so that load from other processes falls on
+all models alike. The papers' claims ("40% smaller, 60% faster") are set beside the measured figures.
+
+Weights are random: speed does not depend on their values. Fine-tuned SST-2 accuracy is read from bench
+results where one names the preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from encoderlab.config import EncoderConfig
+from encoderlab.errors import ConfigError, InputError
+from encoderlab.nn.model import EncoderModel
+
+REFERENCE = "bert-base"
+FAMILY_PRESETS = ("bert-base", "roberta-base", "distilbert-base", "albert-base", "electra-small", "electra-base",
+                  "deberta-v3-base")
+"""One base-sized preset per family (two for ELECTRA): the default rows, kept where PRESETS has them."""
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"  # a source checkout's bench records
+MISSING = "—"
+
+# Token counts of the SST-2 dev sentences (872) under bert-base-uncased WordPiece, [CLS] and [SEP] included:
+# 4 to 55, mean 25.2, median 24.5 (measured on ../shared/data/sst2/dev.tsv). The word-piece count without
+# the two special tokens is close to log-normal with these parameters (mean and std of its log):
+SST2_LOG_MEAN, SST2_LOG_STD = 3.02, 0.52
+SST2_PIECES = (2, 53)  # clipped to the dev set's range
+SPECIAL_TOKENS = 2  # [CLS] ... [SEP] (<s> ... </s> for RoBERTa)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the speed is measured."""
+
+    threads: int = 2
+    """torch CPU threads."""
+    sequences: int = 128
+    """Sequences in the throughput pass (a multiple of batch_size keeps every batch full)."""
+    batch_size: int = 32
+    """Sequences per forward pass for throughput, length-sorted so little compute goes to padding."""
+    latency_sequences: int = 32
+    """Sequences timed one at a time (batch 1) for latency; the first ones of the same set."""
+    repeats: int = 3
+    """Timed passes per model; each figure is the median over them."""
+    seed: int = 0
+    """Seed of the token ids and their lengths."""
+
+
+QUICK = Settings(sequences=32, latency_sequences=8, repeats=2)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a family's paper says about its size or speed against BERT."""
+
+    text: str
+    source: str
+
+
+# The seeds' claims, quoted or paraphrased from the papers; `claim_sentences` sets the measured figures beside them.
+CLAIMS: dict[str, Claim] = {
+    "distilbert-base": Claim("40% smaller than BERT-base and 60% faster at inference (CPU, batch size 1)",
+                             "Sanh et al. 2019, arXiv:1910.01108, abstract and Table 3"),
+    "albert-base": Claim("12M parameters against BERT-base's 108M, at the same depth and width",
+                         "Lan et al. 2019, arXiv:1909.11942, Table 1"),
+    "electra-small": Claim("14M parameters (BERT-base: 110M)", "Clark et al. 2020, arXiv:2003.10555, Table 1"),
+    "electra-base": Claim("the size of BERT-base (110M parameters)", "Clark et al. 2020, arXiv:2003.10555, Table 1"),
+    "roberta-base": Claim("BERT-base's architecture; the 50K BPE vocabulary adds about 15M parameters",
+                          "Liu et al. 2019, arXiv:1907.11692, section 4.4"),
+    "deberta-v3-base": Claim("86M backbone parameters plus 98M in the embedding of its 128K vocabulary",
+                             "He et al. 2021, arXiv:2111.09543; model card of microsoft/deberta-v3-base"),
+}
+
+
+@dataclass
+class Row:
+    """One preset's measured figures; `*_vs_reference` are ratios to the reference row (speeds: higher is faster)."""
+
+    preset: str
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    parameters: int
+    embedding_parameters: int
+    latency_ms: float
+    throughput: float
+    size_vs_reference: float = math.nan
+    speed_vs_reference: float = math.nan
+    throughput_vs_reference: float = math.nan
+    sst2_accuracy: float | None = None
+    sst2_source: str | None = None
+
+
+# ---- presets and inputs -----------------------------------------------------------------------------
+def default_presets() -> list[str]:
+    """The family presets that exist at run time (FAMILY_PRESETS filtered by PRESETS)."""
+    from encoderlab.models import PRESETS
+
+    return [name for name in FAMILY_PRESETS if name in PRESETS]
+
+
+def check_presets(names: Iterable[str], what: str = "--presets") -> None:
+    """ConfigError naming each unknown preset and listing the known ones."""
+    from encoderlab.models import PRESETS
+
+    unknown = [name for name in names if name not in PRESETS]
+    if unknown:
+        raise ConfigError(f"{what}: unknown preset{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(map(repr, unknown))}; known presets: {', '.join(PRESETS)}")
+
+
+def sample_inputs(configs: Sequence[EncoderConfig], count: int, seed: int) -> list[list[int]]:
+    """`count` token-id sequences with SST-2-like lengths, valid for every config (ids below the smallest vocab)."""
+    rng = np.random.default_rng(seed)
+    pieces = np.exp(rng.normal(SST2_LOG_MEAN, SST2_LOG_STD, size=count)).round().astype(int)
+    lengths = np.clip(pieces, *SST2_PIECES) + SPECIAL_TOKENS
+    low = 1 + max(config.pad_token_id for config in configs)  # no id reads as padding in any model
+    high = min(config.vocab_size for config in configs)
+    if high - low < 2:
+        raise ConfigError(f"vocab_size {high} leaves no token ids above pad_token_id {low - 1} to draw from")
+    return [rng.integers(low, high, size=int(n)).tolist() for n in lengths]
+
+
+def sorted_batches(inputs: Sequence[list[int]], batch_size: int, pad_id: int) -> list[dict[str, torch.Tensor]]:
+    """Length-sorted batches of input_ids and attention_mask (B, T), padded as the inference pipelines pad."""
+    from encoderlab.infer.pipelines import Encoded, pad_batch
+
+    items = sorted((Encoded(ids, [0] * len(ids), [], []) for ids in inputs), key=lambda item: len(item.input_ids))
+    batches = [pad_batch(items[i:i + batch_size], pad_id) for i in range(0, len(items), batch_size)]
+    return [{"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]} for b in batches]
+
+
+def build_model(preset: str) -> EncoderModel:
+    """A randomly initialized `EncoderModel` of a preset, in eval mode."""
+    return EncoderModel(EncoderConfig.from_preset(preset)).eval()
+
+
+def embedding_parameters(model: EncoderModel) -> int:
+    """Parameters of the input embedding tables and their norm (`model.encoder.embeddings`)."""
+    return sum(p.numel() for p in model.encoder.embeddings.parameters())
+
+
+# ---- timing ----------------------------------------------------------------------------------------
+def timed(model: EncoderModel, batch: dict[str, torch.Tensor]) -> float:
+    """Seconds of one forward pass over a batch of input_ids (B, T) (and attention_mask (B, T))."""
+    start = time.perf_counter()
+    model(**batch)
+    return time.perf_counter() - start
+
+
+@dataclass
+class _Subject:
+    """A model under measurement with its inputs and the timings gathered so far."""
+
+    preset: str
+    model: EncoderModel
+    batches: list[dict[str, torch.Tensor]]
+    latencies: list[float]
+    passes: list[float]
+
+
+def _prepare(presets: Sequence[str], settings: Settings) -> tuple[list[_Subject], list[list[int]]]:
+    """Build each model and its batches from one shared set of token ids; return them and the ids."""
+    configs = [EncoderConfig.from_preset(name) for name in presets]
+    inputs = sample_inputs(configs, settings.sequences, settings.seed)
+    subjects = [_Subject(name, build_model(name), sorted_batches(inputs, settings.batch_size, config.pad_token_id),
+                         [], []) for name, config in zip(presets, configs)]
+    return subjects, inputs
+
+
+def _measure(subjects: Sequence[_Subject], inputs: Sequence[list[int]], settings: Settings,
+             progress: bool) -> None:
+    """Warm each model up, then time every sequence and batch on each model in turn, so load hits all alike."""
+    from tqdm import tqdm
+
+    singles = [{"input_ids": torch.tensor([ids])} for ids in inputs[:settings.latency_sequences]]  # (1, T)
+    steps = len(singles) + len(subjects[0].batches)
+    with tqdm(total=1 + settings.repeats * steps, desc="compare", unit="step", disable=not progress,
+              file=sys.stderr, leave=False) as bar:
+        for subject in subjects:  # first-call allocations and kernel choices are not timed
+            for batch in singles[:2] + subject.batches[-1:]:
+                timed(subject.model, batch)
+        bar.update()
+        for _ in range(settings.repeats):
+            for single in singles:
+                for subject in subjects:
+                    subject.latencies.append(timed(subject.model, single))
+                bar.update()
+            passes = [0.0] * len(subjects)
+            for index in range(len(subjects[0].batches)):
+                for k, subject in enumerate(subjects):
+                    passes[k] += timed(subject.model, subject.batches[index])
+                bar.update()
+            for subject, seconds in zip(subjects, passes):
+                subject.passes.append(seconds)
+
+
+def _row(subject: _Subject, sequences: int) -> Row:
+    """The figures of one measured model."""
+    config = subject.model.config
+    return Row(subject.preset, config.model_type, config.num_layers, config.hidden_size, config.num_heads,
+               subject.model.num_parameters(), embedding_parameters(subject.model),
+               latency_ms=1e3 * statistics.median(subject.latencies),
+               throughput=sequences / statistics.median(subject.passes))
+
+
+# ---- the comparison --------------------------------------------------------------------------------
+def compare(presets: Sequence[str] | None = None, settings: Settings = Settings(), reference: str = REFERENCE,
+            sst2_results: Sequence[str | Path] | None = None, progress: bool = False) -> list[Row]:
+    """Measure each preset (and the reference, first); one Row each, with ratios to the reference."""
+    presets = list(presets) if presets else default_presets()
+    check_presets(presets)
+    check_presets([reference], "--reference")
+    _check_settings(settings)
+    names = [reference] + [name for name in dict.fromkeys(presets) if name != reference]
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(settings.threads)
+    try:
+        with torch.inference_mode():
+            subjects, inputs = _prepare(names, settings)
+            _measure(subjects, inputs, settings, progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+    rows = [_row(subject, settings.sequences) for subject in subjects]
+    accuracies = sst2_accuracies(sst2_results)
+    return [replace(_relative(row, rows[0]), **accuracies.get(row.preset, {})) for row in rows]
+
+
+def _check_settings(settings: Settings) -> None:
+    """ConfigError naming the first setting that is out of range."""
+    for name in ("threads", "sequences", "batch_size", "latency_sequences", "repeats"):
+        value = getattr(settings, name)
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    if settings.latency_sequences > settings.sequences:
+        raise ConfigError(f"latency_sequences ({settings.latency_sequences}) must not exceed "
+                          f"sequences ({settings.sequences})")
+
+
+def _relative(row: Row, reference: Row) -> Row:
+    """The row with its size and speeds as ratios to the reference row's."""
+    return replace(row, size_vs_reference=row.parameters / reference.parameters,
+                   speed_vs_reference=reference.latency_ms / row.latency_ms,
+                   throughput_vs_reference=row.throughput / reference.throughput)
+
+
+# ---- SST-2 accuracy from bench results --------------------------------------------------------------
+def sst2_accuracies(files: Sequence[str | Path] | None = None) -> dict[str, dict[str, Any]]:
+    """Preset name -> {"sst2_accuracy", "sst2_source"} from bench result files (default: bench/results/*.json).
+
+    A result counts when its task key is `sst2` or starts with `sst2-` and its `preset` or `model` field names
+    the preset (bench/finetune.py writes `model`). Explicit files come first; by default full runs are read
+    before `*_quick.json` ones, and the first match wins.
+    """
+    if files is None:
+        found = sorted(RESULTS.glob("*.json")) if RESULTS.is_dir() else []
+        paths = sorted(found, key=lambda path: path.stem.endswith("_quick"))
+    else:
+        paths = [Path(file) for file in files]
+    accuracies: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for key, record in _sst2_records(path, explicit=files is not None):
+            name = str(record.get("preset") or Path(str(record["model"])).name)
+            accuracies.setdefault(name, {"sst2_accuracy": float(record["accuracy"]), "sst2_source": f"{path}:{key}"})
+    return accuracies
+
+
+def _sst2_records(path: Path, explicit: bool) -> list[tuple[str, dict]]:
+    """(key, record) of the SST-2 results in one bench file; InputError for an explicit file that is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        if explicit:
+            raise InputError(f"{path}: not a JSON bench result ({err})") from None
+        return []
+    figures = data.get("figures") if isinstance(data, dict) else None
+    if not isinstance(figures, dict):
+        if explicit:
+            raise InputError(f"{path}: expected a bench result with a 'figures' object")
+        return []
+    return [(key, record) for key, record in figures.items()
+            if (key == "sst2" or key.startswith("sst2-")) and isinstance(record, dict)
+            and isinstance(record.get("accuracy"), (int, float)) and (record.get("preset") or record.get("model"))]
+
+
+# ---- output ----------------------------------------------------------------------------------------
+def claim_sentences(rows: Sequence[Row]) -> list[str]:
+    """For each row after the reference: its measured size and speed against the reference, beside any claim."""
+    reference = rows[0]
+    sentences = []
+    for row in rows[1:]:
+        sentence = (f"{row.preset}: {_millions(row.parameters)} parameters ({_millions(row.embedding_parameters)} "
+                    f"in the embeddings), {_percent_change(row.size_vs_reference, 'fewer', 'more')} than "
+                    f"{reference.preset}; {row.speed_vs_reference:.2f}x its batch-1 speed and "
+                    f"{row.throughput_vs_reference:.2f}x its batch throughput.")
+        if row.preset in CLAIMS:
+            claim = CLAIMS[row.preset]
+            sentence += f" Claimed: {claim.text} ({claim.source})."
+        sentences.append(sentence)
+    return sentences
+
+
+def _millions(count: int) -> str:
+    return f"{count / 1e6:.1f}M"
+
+
+def _percent_change(ratio: float, less: str, more: str) -> str:
+    """'39% fewer' for 0.61, '14% more' for 1.14."""
+    change = round(100 * (1 - ratio))
+    return f"{change}% {less}" if change >= 0 else f"{-change}% {more}"
+
+
+TABLE_COLUMNS = ("preset", "family", "layers", "hidden", "heads", "parameters", "size vs ref",
+                 "latency ms (batch 1)", "speed vs ref", "throughput seq/s", "throughput vs ref", "SST-2 acc")
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    """The rows as a markdown table (ratios are to the first row)."""
+    lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "|".join("---" for _ in TABLE_COLUMNS) + "|"]
+    for row in rows:
+        accuracy = MISSING if row.sst2_accuracy is None else f"{row.sst2_accuracy:.3f}"
+        cells = (row.preset, row.model_type, row.num_layers, row.hidden_size, row.num_heads, f"{row.parameters:,}",
+                 f"{row.size_vs_reference:.2f}x", f"{row.latency_ms:.1f}", f"{row.speed_vs_reference:.2f}x",
+                 f"{row.throughput:.1f}", f"{row.throughput_vs_reference:.2f}x", accuracy)
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines)
+
+
+def describe(settings: Settings) -> str:
+    """One paragraph saying what was measured, on what, and how."""
+    return (f"CPU inference, fp32, random weights, {settings.threads} torch thread(s), torch {torch.__version__}, "
+            f"{_cpu_name()}. Inputs: the same {settings.sequences} token-id sequences for every model (seed "
+            f"{settings.seed}; SST-2-like lengths, {SST2_PIECES[0] + SPECIAL_TOKENS}-"
+            f"{SST2_PIECES[1] + SPECIAL_TOKENS} tokens). Latency: median over {settings.repeats} repeat(s) of the "
+            f"first {settings.latency_sequences} sequences run one at a time. Throughput: sequences per second over "
+            f"length-sorted batches of {settings.batch_size}, median of {settings.repeats} pass(es). Each sequence "
+            f"and batch runs on every model in turn, so load from other processes falls on all alike. Ratios are "
+            f"to the first row (speed: higher is faster).")
+
+
+def _cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo, else 'CPU'."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "CPU"
+
+
+def render_markdown(rows: Sequence[Row], settings: Settings) -> str:
+    """The whole report: what was measured, the table, and the measured claims."""
+    claims = "\n".join(f"- {sentence}" for sentence in claim_sentences(rows))
+    return (f"# The BERT family, measured\n\n{describe(settings)}\n\n{markdown_table(rows)}\n\n"
+            f"## The papers' claims against the measurements\n\n{claims or '(no rows besides the reference)'}\n")
+
+
+def render_json(rows: Sequence[Row], settings: Settings) -> str:
+    """Settings, rows and measured claims as JSON."""
+    return json.dumps({"settings": asdict(settings), "torch": torch.__version__, "cpu": _cpu_name(),
+                       "reference": rows[0].preset, "rows": [asdict(row) for row in rows],
+                       "claims": claim_sentences(rows)}, indent=2)
+
+
+# ---- CLI -------------------------------------------------------------------------------------------
+def cmd_compare(args: argparse.Namespace) -> None:
+    """Measure the family side by side: size, CPU latency and throughput on the same inputs, SST-2 accuracy."""
+    from encoderlab.io import atomic_write_text
+
+    settings = replace(QUICK if args.quick else Settings(), threads=args.threads)
+    if args.repeats is not None:
+        settings = replace(settings, repeats=args.repeats)
+    if args.sequences is not None:
+        settings = replace(settings, sequences=args.sequences,
+                           latency_sequences=min(settings.latency_sequences, args.sequences))
+    rows = compare(args.presets, settings, args.reference, args.sst2_results, progress=not args.no_progress)
+    text = render_json(rows, settings) if args.json else render_markdown(rows, settings)
+    if args.out:
+        atomic_write_text(Path(args.out), text)
+    print(text, end="" if text.endswith("\n") else "\n")
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register `compare` on the main parser's subparsers."""
+    parser = subparsers.add_parser("compare", help="the family side by side: size, CPU speed, SST-2 accuracy",
+                                   description=cmd_compare.__doc__)
+    parser.add_argument("--presets", nargs="+", metavar="NAME", default=None,
+                        help=f"presets to compare (default: those of {', '.join(FAMILY_PRESETS)} that exist)")
+    parser.add_argument("--reference", default=REFERENCE, metavar="NAME",
+                        help=f"preset the ratios are to; always measured, as the first row (default: {REFERENCE})")
+    parser.add_argument("--threads", type=int, default=Settings.threads, metavar="N",
+                        help=f"torch CPU threads (default: {Settings.threads})")
+    parser.add_argument("--sequences", type=int, default=None, metavar="N",
+                        help=f"token-id sequences timed per pass (default: {Settings.sequences}; "
+                             f"--quick: {QUICK.sequences})")
+    parser.add_argument("--repeats", type=int, default=None, metavar="N",
+                        help=f"timed passes per model, median taken (default: {Settings.repeats}; "
+                             f"--quick: {QUICK.repeats})")
+    parser.add_argument("--quick", action="store_true", help="fewer sequences and repeats: a rough table, fast")
+    parser.add_argument("--sst2-results", nargs="+", metavar="FILE", default=None,
+                        help="bench result JSON files to read SST-2 accuracy from (default: bench/results/*.json)")
+    parser.add_argument("--out", metavar="FILE", default=None, help="also write the output to FILE (atomically)")
+    parser.add_argument("--json", action="store_true", help="machine-readable rows instead of markdown")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.set_defaults(func=cmd_compare)
