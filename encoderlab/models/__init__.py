@@ -11,6 +11,25 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class ClassifierHead:
+    """The layout of a family's sequence-classification head (transformers' XForSequenceClassification).
+
+    BERT and ALBERT classify the pooled [CLS] vector; the others put a dense layer and an activation on the
+    first token's vector instead, under their own tensor names.
+    """
+
+    dense: str | None = None
+    """Hugging Face name prefix of the dense layer on the first token ("classifier.dense."); None: the head
+    reads the backbone's [CLS] pooler."""
+    activation: str | None = "tanh"
+    """Activation after the dense layer; None: the config's hidden_act."""
+    out: str = "classifier."
+    """Hugging Face name prefix of the output layer (hidden -> labels)."""
+    dropout_first: bool = True
+    """Whether dropout also comes before the dense layer (DistilBERT has it only before the output layer)."""
+
+
+@dataclass(frozen=True)
 class FamilySpec:
     """Everything that ties one family (BERT, RoBERTa, ...) to Hugging Face: names, presets, weight map."""
 
@@ -48,6 +67,8 @@ class FamilySpec:
     """Whether the embeddings are projected to hidden_size even at equal widths (ALBERT's mapping layer)."""
     tokenizer_kind: str = "wordpiece"
     """The tokenizer the family was released with: wordpiece, bpe (byte-level) or unigram."""
+    classifier_head: ClassifierHead = ClassifierHead()
+    """The sequence-classification head of the family's XForSequenceClassification (default: BERT's)."""
 
 
 def _families() -> dict[str, FamilySpec]:

@@ -9,7 +9,7 @@ Departures from BERT:
 
 from __future__ import annotations
 
-from encoderlab.models import FamilySpec
+from encoderlab.models import ClassifierHead, FamilySpec
 
 _LAYER = "transformer.layer.{i}."
 
@@ -44,4 +44,7 @@ SPEC = FamilySpec(
     hf_constants={"sinusoidal_pos_embds": (False,)},
     hf_unused=frozenset({"qa_dropout", "seq_classif_dropout", "tie_weights_"}),
     pooler=False,
+    # DistilBertForSequenceClassification: the first token -> pre_classifier -> ReLU -> dropout -> classifier.
+    classifier_head=ClassifierHead(dense="pre_classifier.", activation="relu", out="classifier.",
+                                   dropout_first=False),
 )

@@ -11,7 +11,7 @@ Sizes from table 6: small is 12 layers of 256 with 128-wide embeddings and 4 hea
 
 from __future__ import annotations
 
-from encoderlab.models import FamilySpec
+from encoderlab.models import ClassifierHead, FamilySpec
 from encoderlab.models.bert import backbone_map
 
 SPEC = FamilySpec(
@@ -42,4 +42,6 @@ SPEC = FamilySpec(
                          "summary_first_dropout", "classifier_dropout"}),
     pooler=False,
     head_activation="gelu",
+    # ElectraClassificationHead: RoBERTa's layout with gelu in place of tanh, whatever hidden_act says.
+    classifier_head=ClassifierHead(dense="classifier.dense.", activation="gelu", out="classifier.out_proj."),
 )

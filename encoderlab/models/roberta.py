@@ -10,7 +10,7 @@ Departures from BERT, each a switch or a name:
 
 from __future__ import annotations
 
-from encoderlab.models import FamilySpec
+from encoderlab.models import ClassifierHead, FamilySpec
 from encoderlab.models.bert import backbone_map
 
 DEFAULTS = {"vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1, "pad_token_id": 1,
@@ -40,4 +40,6 @@ SPEC = FamilySpec(
     defaults=DEFAULTS,
     head_activation="gelu",
     tokenizer_kind="bpe",
+    # RobertaClassificationHead: the <s> vector -> dense -> tanh -> out_proj; the pooler goes unused.
+    classifier_head=ClassifierHead(dense="classifier.dense.", activation="tanh", out="classifier.out_proj."),
 )
