@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from encoderlab.data.prepare import prepare
 from encoderlab.data.sentences import split_sentences
@@ -218,3 +219,39 @@ def test_tokenizer_training_names_a_bad_file(tmp_path):
     with pytest.raises(InputError, match=r"c\.jsonl:2: expected a JSON object with a \"text\" field"):
         train_tokenizer([tmp_path / "c.jsonl"], vocab_size=100, out_dir=tmp_path / "tok")
     assert not (tmp_path / "tok").exists()
+
+
+# ---- other tokenizer kinds ------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_prepare_and_examples_use_the_tokenizers_own_specials(kind, tmp_path):
+    from encoderlab.data.collate import MaskingCollator
+    from encoderlab.data.examples import PretrainingExamples
+
+    documents = make_documents(40, seed=3)
+    files = write_corpus(tmp_path / "text", documents)
+    tokenizer = train_tokenizer(files, kind=kind, vocab_size=400, out_dir=tmp_path / "tok", min_frequency=1)
+    stats = prepare(files, tmp_path / "tok", tmp_path / "data", workers=1, progress=False)
+    shards = TokenShards(tmp_path / "data")
+    assert stats["documents"] == shards.num_documents == 40
+    assert shards.meta["tokenizer"]["kind"] == kind and shards.mask_id == tokenizer.mask_id
+    # A document's sentences, encoded one by one, decode to the document (BPE keeps the spaces between them).
+    assert [tokenizer.decode(shards.document_tokens(d).tolist()) for d in range(40)] == \
+        [tokenizer.decode(tokenizer.encode(" ".join(doc), add_special_tokens=False, max_length=None))
+         for doc in documents]
+    middle, b_type = tokenizer.pair_layout()
+    for objective in ("mlm", "sop"):
+        example = PretrainingExamples(shards, objective, max_length=32, seed=0).get(0, 0)
+        ids = example.input_ids.tolist()
+        assert ids[0] == tokenizer.cls_id and ids[-1] == tokenizer.sep_id and len(ids) <= 32
+        specials_inside = [i for i in ids[1:-1] if i in tokenizer.special_ids]
+        assert specials_inside == ([] if objective == "mlm" else middle)  # `<s> A </s></s> B </s>` for RoBERTa
+        b_at = ids.index(middle[0]) + len(middle) if objective == "sop" else len(ids)
+        assert set(example.token_type_ids[:b_at].tolist()) == {0}
+        assert set(example.token_type_ids[b_at:].tolist()) <= {b_type}  # RoBERTa: 0 throughout
+    collator = MaskingCollator(shards.vocab_size, shards.mask_id, shards.pad_id, shards.special_ids,
+                               mlm_probability=0.5, whole_word=True)
+    examples = [PretrainingExamples(shards, "mlm", max_length=32, seed=0).get(0, i) for i in range(8)]
+    batch = collator(examples, torch.Generator().manual_seed(0))
+    masked_originals = batch["labels"][batch["labels"] != -100]
+    assert len(masked_originals) > 0 and (batch["input_ids"] == tokenizer.mask_id).any()
+    assert not torch.isin(masked_originals, torch.tensor(sorted(tokenizer.special_ids))).any()

@@ -1,6 +1,7 @@
 """Pretraining examples from token shards, deterministic in (seed, epoch, index) so a run resumes exactly.
 
-Three objectives share one layout, `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, and never cross a document:
+Three objectives share one layout, `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` (the tokenizer's own special
+tokens and pair middle: RoBERTa's is `<s> A </s></s> B </s>`, all type 0), and never cross a document:
 - "mlm": whole sentences of one document packed up to max_length, a long sentence cut into pieces; no B.
   This is RoBERTa's DOC-SENTENCES input (Liu et al., 2019, section 4.2). The packing is the same every
   epoch; only the order changes.
@@ -42,7 +43,7 @@ class Example:
     """One sequence, `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, unpadded."""
 
     input_ids: np.ndarray  # (T,) int64
-    token_type_ids: np.ndarray  # (T,) int64: 0 for [CLS] A [SEP], 1 for B [SEP]
+    token_type_ids: np.ndarray  # (T,) int64: 0 for [CLS] A [SEP], the tokenizer's B type (1; RoBERTa 0) for B [SEP]
     word_starts: np.ndarray  # (T,) bool: the token begins a word (special tokens and segment starts do)
     next_sentence_label: int = -1  # nsp: 0 B follows A, 1 B is random; sop: 0 in order, 1 swapped; -1 n/a
 
@@ -58,7 +59,8 @@ class PretrainingExamples:
                  short_seq_prob: float = 0.1):
         if objective not in OBJECTIVES:
             raise ConfigError(f"objective {objective!r}: expected one of {OBJECTIVES}")
-        minimum = 3 if objective == "mlm" else 5  # room for the specials and one token (two per segment)
+        # room for the specials and one token (one per segment for pairs)
+        minimum = 3 if objective == "mlm" else 4 + len(shards.pair_middle_ids)
         if max_length < minimum:
             raise ConfigError(f"max_length={max_length}: {objective} needs at least {minimum}")
         if not 0 <= short_seq_prob <= 1:
@@ -106,15 +108,17 @@ class PretrainingExamples:
     def _build(self, row: np.void) -> Example:
         """The token arrays of one planned example."""
         a_len, b_len = int(row["a_len"]), int(row["b_len"])
-        length = a_len + 2 + (b_len + 1 if b_len else 0)
+        middle = self.shards.pair_middle_ids if b_len else [self.shards.sep_id]
+        b_at = 1 + a_len + len(middle)
+        length = b_at + (b_len + 1 if b_len else 0)
         input_ids = np.empty(length, np.int64)
         word_starts = np.ones(length, bool)
         token_type_ids = np.zeros(length, np.int64)
-        input_ids[0], input_ids[a_len + 1], input_ids[-1] = self.shards.cls_id, self.shards.sep_id, self.shards.sep_id
+        input_ids[0], input_ids[1 + a_len:b_at], input_ids[-1] = self.shards.cls_id, middle, self.shards.sep_id
         self._fill(input_ids, word_starts, 1, int(row["a_shard"]), int(row["a_start"]), a_len)
         if b_len:
-            self._fill(input_ids, word_starts, a_len + 2, int(row["b_shard"]), int(row["b_start"]), b_len)
-            token_type_ids[a_len + 2:] = 1
+            self._fill(input_ids, word_starts, b_at, int(row["b_shard"]), int(row["b_start"]), b_len)
+            token_type_ids[b_at:] = self.shards.pair_b_type_id
         return Example(input_ids, token_type_ids, word_starts, int(row["label"]))
 
     def _fill(self, input_ids: np.ndarray, word_starts: np.ndarray, at: int, shard: int, start: int,
@@ -179,7 +183,7 @@ def pair_plan(shards: TokenShards, objective: str, max_length: int, short_seq_pr
               rng: random.Random) -> np.ndarray:
     """Segment pairs of every document for "nsp" or "sop" (see the module docstring)."""
     out = _Columns()
-    pairs = _PairMaker(shards, objective, max_length - 3, short_seq_prob, rng, out)
+    pairs = _PairMaker(shards, objective, max_length - 2 - len(shards.pair_middle_ids), short_seq_prob, rng, out)
     for shard, document, ends in _document_sentences(shards):
         pairs.document(shard, document, ends)
     return out.to_plan()

@@ -188,10 +188,13 @@ class DocumentEncoder:
     def __call__(self, documents: list[list[str]]) -> EncodedDocuments:
         """Encode a chunk of documents; documents and sentences without any token are left out."""
         sentences, per_document, held_out = [], [], []
+        # Byte-level BPE spells a word after a space differently ("Ġword"): a sentence that continues its
+        # document keeps the space before it, as RoBERTa's pretraining saw whole documents.
+        space = " " if self.tokenizer.spaces_in_tokens else ""
         for paragraphs in documents:
             before = len(sentences)
             for paragraph in paragraphs:
-                sentences.extend(split_sentences(paragraph))
+                sentences.extend(space + s if len(sentences) > before else s for s in split_sentences(paragraph))
             if len(sentences) > before:
                 per_document.append(len(sentences) - before)
                 held_out.append(document_hash(paragraphs) < self.threshold)
@@ -285,6 +288,8 @@ def _stats(files: list[Path], readers: list[DocumentReader], counts: dict, secon
 
 def _tokenizer_ids(tokenizer: Tokenizer) -> dict:
     """What examples and collators need of the tokenizer, kept in meta.json so they need not load it."""
+    middle, b_type_id = tokenizer.pair_layout()
     return {"path": "tokenizer", "kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
             "pad_id": tokenizer.pad_id, "unk_id": tokenizer.unk_id, "cls_id": tokenizer.cls_id,
-            "sep_id": tokenizer.sep_id, "mask_id": tokenizer.mask_id, "special_ids": sorted(tokenizer.special_ids)}
+            "sep_id": tokenizer.sep_id, "mask_id": tokenizer.mask_id, "special_ids": sorted(tokenizer.special_ids),
+            "pair_middle_ids": middle, "pair_b_type_id": b_type_id}

@@ -148,7 +148,8 @@ def write_meta(folder: Path, dtype: np.dtype, tokenizer_ids: dict, shards: dict[
                **extra) -> None:
     """meta.json, written last and atomically: its presence means the shards are complete.
 
-    tokenizer_ids: vocab_size, pad_id, unk_id, cls_id, sep_id, mask_id, special_ids (what readers need).
+    tokenizer_ids: vocab_size, pad_id, unk_id, cls_id, sep_id, mask_id, special_ids, pair_middle_ids,
+    pair_b_type_id (what readers need).
     shards: split -> the list ShardWriter.close returned.
     """
     splits = {split: {"shards": items, **{key: sum(s[key] for s in items) for key in ("documents", "sentences",
@@ -194,6 +195,10 @@ class TokenShards:
         self.vocab_size, self.pad_id, self.unk_id = ids["vocab_size"], ids["pad_id"], ids["unk_id"]
         self.cls_id, self.sep_id, self.mask_id = ids["cls_id"], ids["sep_id"], ids["mask_id"]
         self.special_ids = frozenset(ids["special_ids"])
+        # How a pair is joined: BERT's [SEP] with B of type 1, RoBERTa's </s></s> with B of type 0 (older
+        # meta.json files predate the keys and were all BERT's layout).
+        self.pair_middle_ids = [int(i) for i in ids.get("pair_middle_ids", [self.sep_id])]
+        self.pair_b_type_id = int(ids.get("pair_b_type_id", 1))
 
     @property
     def tokenizer_dir(self) -> Path:
