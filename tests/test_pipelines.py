@@ -106,6 +106,21 @@ def test_fill_mask_several_masks(mlm_folder):
     assert [[p["id"] for p in m["predictions"]] for m in result["masks"]] == [[r["token"] for r in t] for t in theirs]
 
 
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_fill_mask_with_the_tokenizers_own_mask_token(kind, tmp_path_factory):
+    """RoBERTa's <mask> and ALBERT's [MASK]: either spelling in the input, the oracle given the kind's own."""
+    tokenizer = Tokenizer.train_from_iterator(kind, [" ".join(WORDS)] * 3, vocab_size=300, min_frequency=1)
+    folder = tmp_path_factory.mktemp(f"tok-{kind}")
+    tokenizer.save(folder)
+    mlm = hf_folder(tmp_path_factory, folder, BertForMaskedLM, f"mlm-{kind}")
+    own = tokenizer.mask_token
+    ours = pipeline("fill-mask", mlm)(["anna lives in [MASK] .", "anna lives in <mask> ."], top_k=3)
+    theirs = oracle("fill-mask", mlm)(f"anna lives in {own} .", top_k=3)
+    assert [p["id"] for p in ours[0]["masks"][0]["predictions"]] == [r["token"] for r in theirs]
+    assert ours[0]["masks"] == ours[1]["masks"]
+    assert own not in ours[0]["filled"] and ours[0]["filled"].startswith("anna lives in")
+
+
 def test_classify_matches_transformers(classifier_folder):
     ours = pipeline("classify", classifier_folder)(TEXTS)
     theirs = oracle("text-classification", classifier_folder, top_k=None)(TEXTS)
