@@ -491,11 +491,11 @@ def _bert_template(specials: SpecialTokens, vocab: dict[str, int]) -> processors
         special_tokens=[(cls_token, vocab[cls_token]), (sep_token, vocab[sep_token])])
 
 
-def _register_specials(backend: RustTokenizer, specials: SpecialTokens, vocab: dict[str, int]) -> None:
+def _register_specials(backend: RustTokenizer, specials: SpecialTokens, vocab: dict[str, int],
+                       mask_takes_space: bool = False) -> None:
     """Mark the special tokens so one in a text is one token ("[MASK]", not "[", "mask", "]")."""
     tokens = [t for t in dict.fromkeys((*specials.order, *specials.by_role().values())) if t in vocab]
-    # roberta-base's <mask> takes the space before it (lstrip), so "the <mask>" masks the word " capital".
-    backend.add_special_tokens([AddedToken(t, lstrip=(t == specials.mask and t.startswith("<")), special=True)
+    backend.add_special_tokens([AddedToken(t, lstrip=mask_takes_space and t == specials.mask, special=True)
                                 for t in tokens])
 
 
@@ -557,7 +557,8 @@ def _bpe_rebuilt(model: dict, specials: SpecialTokens, lowercase: bool) -> RustT
     backend.post_processor = processors.RobertaProcessing((specials.sep, vocab[specials.sep]),
                                                           (specials.cls, vocab[specials.cls]),
                                                           trim_offsets=True, add_prefix_space=False)
-    _register_specials(backend, specials, vocab)
+    # roberta-base's <mask> takes the space before it (lstrip), so "the <mask>" masks the word " capital".
+    _register_specials(backend, specials, vocab, mask_takes_space=True)
     return backend
 
 
