@@ -202,18 +202,9 @@ def run(modes: list[Mode], batches: list[dict[str, torch.Tensor]], warmup: int, 
 
 # ---- FLOPs ------------------------------------------------------------------------------------------
 def flops_per_token(config: EncoderConfig, masked_fraction: float) -> float:
-    """Training FLOPs per (non-pad) token, forward + backward.
-
-    6 N for the N non-embedding weights of the blocks (Kaplan et al. 2020, "Scaling Laws for Neural Language
-    Models", section 2.1: C ~ 6N per token; 2N forward, 4N backward); attention scores and the weighted sum,
-    QK^T and AV, 2 x 2 T H per layer forward, x3 with the backward = 12 L T H (PaLM, Chowdhery et al. 2022,
-    appendix B; nanoGPT's estimate_mfu uses the same 6N + 12 L H T); bidirectional, so no causal halving.
-    The MLM head runs only on masked tokens: transform (H x H) and decoder (H x V), 6 (H^2 + H V) each, times
-    the masked fraction. Embedding lookups, LayerNorm, softmax and the optimizer are left out, as in those.
-    """
-    L, H, I, V = config.num_layers, config.hidden_size, config.intermediate_size, config.vocab_size
-    block_weights = L * (4 * H * H + 2 * H * I)  # qkv + out, up + down
-    return 6 * block_weights + 12 * L * SEQ * H + masked_fraction * 6 * (H * H + H * V)
+    """Training FLOPs per (non-pad) token, forward + backward: encoderlab.train.flops (6N + 12 L T H + the MLM
+    head on the masked fraction)."""
+    return mlm_flops_per_token(config, SEQ, masked_fraction)
 
 
 # ---- main -------------------------------------------------------------------------------------------
