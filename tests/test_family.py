@@ -33,12 +33,17 @@ HF_CONFIGS = {
                                                         max_position_embeddings=64),
     "albert": lambda: transformers.AlbertConfig(**TINY, embedding_size=16),
     "electra": lambda: transformers.ElectraConfig(**TINY, embedding_size=16),
+    # 8 buckets: distances past 4 are log-bucketed already in the 11-token batch.
+    "deberta-v2": lambda: transformers.DebertaV2Config(**TINY, relative_attention=True, position_buckets=8,
+                                                       pos_att_type=["p2c", "c2p"], share_att_key=True,
+                                                       norm_rel_ebd="layer_norm", position_biased_input=False,
+                                                       type_vocab_size=0),
 }
 FAMILY_KINDS = [(family, kind) for family in HF_CONFIGS for kind in FAMILIES[family].architectures]
 
 # The issue's table: transformers' counts for the base configs built with the same hyperparameters.
 PUBLISHED = {"roberta-base": 124_645_632, "distilbert-base": 66_362_880, "albert-base": 11_683_584,
-             "electra-small": 13_483_008, "electra-base": 108_891_648}
+             "electra-small": 13_483_008, "electra-base": 108_891_648, "deberta-v3-base": 183_831_552}
 
 
 def hf_class(family: str, kind: str) -> type:

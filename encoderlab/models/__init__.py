@@ -72,9 +72,10 @@ class FamilySpec:
 
 
 def _families() -> dict[str, FamilySpec]:
-    from encoderlab.models import albert, bert, distilbert, electra, roberta
+    from encoderlab.models import albert, bert, deberta, distilbert, electra, roberta
 
-    return {spec.model_type: spec for spec in (bert.SPEC, roberta.SPEC, distilbert.SPEC, albert.SPEC, electra.SPEC)}
+    return {spec.model_type: spec for spec in (bert.SPEC, roberta.SPEC, distilbert.SPEC, albert.SPEC, electra.SPEC,
+                                               deberta.SPEC)}
 
 
 FAMILIES: dict[str, FamilySpec] = _families()

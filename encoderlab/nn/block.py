@@ -1,4 +1,7 @@
-"""One post-LayerNorm transformer block, as in BERT: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+"""One post-LayerNorm transformer block, as in BERT: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+
+The attention is BERT's, or DeBERTa's disentangled attention where the config asks for `relative_attention`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from torch import nn
 
 from encoderlab.config import EncoderConfig
 from encoderlab.nn.attention import SelfAttention
+from encoderlab.nn.disentangled import DisentangledAttention, RelativePositions
 from encoderlab.nn.dropout import Dropout
 from encoderlab.nn.mlp import FeedForward
 
@@ -16,15 +20,23 @@ class Block(nn.Module):
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
-        self.attn = SelfAttention(config.hidden_size, config.num_heads, config.attention_dropout)
+        if config.relative_attention:
+            self.attn = DisentangledAttention(config.hidden_size, config.num_heads, config.attention_dropout,
+                                              config.hidden_dropout)
+        else:
+            self.attn = SelfAttention(config.hidden_size, config.num_heads, config.attention_dropout)
         self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.mlp = FeedForward(config.hidden_size, config.intermediate_size, config.hidden_act)
         self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
-                return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attended, probs = self.attn(x, mask, return_probs)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, return_probs: bool = False,
+                positions: RelativePositions | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """positions: the relative positions of a disentangled attention (DeBERTa), else None."""
+        if positions is None:
+            attended, probs = self.attn(x, mask, return_probs)
+        else:
+            attended, probs = self.attn(x, mask, return_probs, positions)
         x = self.attn_norm(x + self.dropout(attended))
         x = self.mlp_norm(x + self.dropout(self.mlp(x)))
         return x, probs

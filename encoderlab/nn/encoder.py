@@ -1,4 +1,8 @@
-"""The encoder stack: embeddings, then N transformer blocks. Weight init lives here, in one place."""
+"""The encoder stack: embeddings, then N transformer blocks. Weight init lives here, in one place.
+
+With `relative_attention` (DeBERTa) the encoder also holds the relative-position table, normalizes it and
+works out each pair's relative position once per forward for all layers.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from torch import nn
 
 from encoderlab.config import EncoderConfig
 from encoderlab.nn.block import Block
+from encoderlab.nn.disentangled import RelativeEmbeddings
 from encoderlab.nn.embeddings import Embeddings
 
 
@@ -32,6 +37,7 @@ class Encoder(nn.Module):
         self.project = _projection(config)
         # ALBERT shares one block among all layers (Lan et al. 2019, section 3.1): it is applied num_layers times.
         self.layers = nn.ModuleList(Block(config) for _ in range(1 if config.shared_layers else config.num_layers))
+        self.relative = RelativeEmbeddings(config) if config.relative_attention else None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
@@ -41,10 +47,16 @@ class Encoder(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)
         if self.project is not None:
             x = self.project(x)  # (B, T, E) -> (B, T, H)
+        positions = None
+        if self.relative is not None:
+            positions = self.relative(input_ids.shape[1], input_ids.device)
+            if mask is not None:  # as DeBERTa's code does: padding is zeroed and attends to nothing either
+                x = x.masked_fill(~mask[:, 0, 0, :, None], 0.0)
+                mask = mask & mask.transpose(-1, -2)  # (B, 1, T, T)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i in range(self.config.num_layers):
-            x, probs = self.layers[i % len(self.layers)](x, mask, return_probs=output_attentions)
+            x, probs = self.layers[i % len(self.layers)](x, mask, output_attentions, positions)
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:

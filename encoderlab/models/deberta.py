@@ -1,0 +1,84 @@
+"""DeBERTa-v3 (He et al. 2021, arXiv:2111.09543) on DeBERTa's disentangled attention (He et al. 2021,
+arXiv:2006.03654); transformers' model_type "deberta-v2". "v2 notes" below: the "New in v2" list of the
+microsoft/DeBERTa README, repeated in transformers' deberta-v2 model doc.
+
+Departures from BERT, each a switch or a module chosen by one:
+- disentangled attention over relative positions in every block (`relative_attention`, nn/disentangled.py):
+  content-to-position and position-to-content terms (arXiv:2006.03654, section 3.1) projected with the
+  content's own query and key matrices (share_att_key, v2 notes), distances log-bucketed into 2 x 256 rows
+  (`position_buckets`, v2 notes);
+- the relative table and its LayerNorm live in the encoder (encoder.rel_embeddings, encoder.LayerNorm);
+- no absolute position table (position_biased_input false: `absolute_positions`), no token types; padded
+  embeddings are zeroed and padded queries attend to nothing, as in the released code;
+- no pooler; the MLM head is BERT's (transformers' `legacy` head); LayerNorm epsilon 1e-7;
+  a SentencePiece (Unigram) vocabulary of 128K pieces (v2 notes; 128,100 ids).
+Left out, and refused in config.json: nGiE's convolution beside the first layer (v2 notes) and separate
+position projections (DeBERTa-v2 xlarge and v1), other pos_att_type, an un-normalized table, absolute positions.
+DeBERTa-v3's RTD pretraining with gradient-disentangled embedding sharing (arXiv:2111.09543, section 3) is an
+objective, not part of this module.
+"""
+
+from __future__ import annotations
+
+from encoderlab.models import FamilySpec
+
+_LAYER = "encoder.layer.{i}."
+
+
+def _preset(layers: int, hidden: int, heads: int) -> dict:
+    """A DeBERTa-v3 shape: feed-forward 4x hidden, 256 position buckets each side."""
+    return {"num_layers": layers, "hidden_size": hidden, "num_heads": heads, "intermediate_size": 4 * hidden,
+            "position_buckets": 256}
+
+
+PRESETS = {
+    # Ours, for tests and quick runs; not a Microsoft release.
+    "deberta-v3-mini": _preset(4, 256, 4),
+    # The released models (microsoft/deberta-v3-* config.json files; arXiv:2111.09543, section 5).
+    "deberta-v3-xsmall": _preset(12, 384, 6),
+    "deberta-v3-small": _preset(6, 768, 12),
+    "deberta-v3-base": _preset(12, 768, 12),
+    "deberta-v3-large": _preset(24, 1024, 16),
+}
+
+SPEC = FamilySpec(
+    model_type="deberta-v2",
+    architectures={"base": "DebertaV2Model", "mlm": "DebertaV2ForMaskedLM"},
+    base_prefix="deberta.",
+    weight_map=(
+        ("encoder.embeddings.word.", ("embeddings.word_embeddings.",)),
+        ("encoder.embeddings.segment.", ("embeddings.token_type_embeddings.",)),
+        ("encoder.embeddings.norm.", ("embeddings.LayerNorm.",)),
+        ("encoder.layers.{i}.attn.qkv.", tuple(f"{_LAYER}attention.self.{p}_proj." for p in ("query", "key", "value"))),
+        ("encoder.layers.{i}.attn.out.", (f"{_LAYER}attention.output.dense.",)),
+        ("encoder.layers.{i}.attn_norm.", (f"{_LAYER}attention.output.LayerNorm.",)),
+        ("encoder.layers.{i}.mlp.up.", (f"{_LAYER}intermediate.dense.",)),
+        ("encoder.layers.{i}.mlp.down.", (f"{_LAYER}output.dense.",)),
+        ("encoder.layers.{i}.mlp_norm.", (f"{_LAYER}output.LayerNorm.",)),
+        ("encoder.relative.table.", ("encoder.rel_embeddings.",)),
+        ("encoder.relative.norm.", ("encoder.LayerNorm.",)),
+        ("mlm.transform.", ("cls.predictions.transform.dense.",)),
+        ("mlm.norm.", ("cls.predictions.transform.LayerNorm.",)),
+        ("mlm.bias", ("cls.predictions.bias",)),
+    ),
+    presets=PRESETS,
+    aliases={"cls.predictions.decoder.bias": "cls.predictions.bias"},
+    tied=(("cls.predictions.decoder.weight", "embeddings.word_embeddings.weight"),),
+    ignored=("embeddings.position_ids",),
+    # position_buckets is not fixed here: a config.json without it means no buckets, as in transformers.
+    defaults={"vocab_size": 128100, "type_vocab_size": 0, "layer_norm_eps": 1e-7, "relative_attention": True,
+              "absolute_positions": False},
+    hf_names={"position_buckets": "position_buckets", "max_relative_positions": "max_relative_positions"},
+    hf_constants={
+        "relative_attention": (True,),
+        "pos_att_type": (["p2c", "c2p"], "p2c|c2p", "c2p|p2c"),  # a list, or the "|"-joined string of v3's files
+        "share_att_key": (True,),
+        "norm_rel_ebd": ("layer_norm",),
+        "position_biased_input": (False,),
+        "conv_kernel_size": (0,),
+        "legacy": (True,),  # the MLM head under cls.predictions.*, laid out as BERT's
+    },
+    hf_unused=frozenset({"pooler_dropout", "pooler_hidden_act", "pooler_hidden_size", "conv_act", "conv_groups"}),
+    pooler=False,
+    tokenizer_kind="unigram",
+)

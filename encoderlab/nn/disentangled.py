@@ -1,0 +1,126 @@
+"""DeBERTa's disentangled self-attention over relative positions (He et al. 2021, arXiv:2006.03654).
+
+Departures from BERT's attention (section 3.1, eq. 4), as DeBERTa-v2/v3 ship them:
+- besides content-to-content Qc_i . Kc_j, the score of query i for key j adds content-to-position
+  Qc_i . Kr_d (c2p) and position-to-content Kc_j . Qr_d (p2c), where Kr, Qr are relative-position embeddings
+  P (2k x H) projected by the content's own key and query matrices (shared projections, new in DeBERTa-v2), and
+  d = delta(i, j) is the clamped, bucketed distance i - j shifted into [0, 2k) (eq. 3);
+- the three terms are scaled together by 1 / sqrt(3d) (eq. 4: one sqrt(d) per term);
+- P is LayerNorm-ed once per forward (norm_rel_ebd "layer_norm") and dropped out in each layer;
+- distances beyond k/2 are bucketed logarithmically up to max_relative_positions (`log_bucket`, new in v2), so
+  k = position_buckets (256 in DeBERTa-v3, arXiv:2111.09543) covers 512 tokens.
+("New in v2": the microsoft/DeBERTa README's list, repeated in transformers' deberta-v2 model doc.)
+The p2c term is indexed with delta(i, j), as in the released code that trained the checkpoints (and in
+transformers); eq. 4 writes delta(j, i). The parity tests pin this down.
+
+Fast path: torch's SDPA with the c2p + p2c term (and the padding) as an additive float mask; the eager path
+writes the softmax out so the probabilities can be returned, as SelfAttention does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encoderlab.config import EncoderConfig
+from encoderlab.nn.dropout import dropout as drop
+
+_TERMS = 3  # content-to-content, content-to-position, position-to-content
+
+
+def log_bucket(distance: torch.Tensor, buckets: int, max_position: int) -> torch.Tensor:
+    """Relative distances (any shape, long) -> bucketed distances in [-buckets, buckets] (same shape, long).
+
+    Distances within half the buckets stay exact; longer ones share buckets whose width grows
+    geometrically up to max_position (DeBERTa's released code, make_log_bucket_position). Computed in float32,
+    as there, so that a distance lands in the same bucket as in the trained checkpoints.
+    """
+    mid = buckets // 2
+    size = distance.abs().clamp(min=mid).float()  # below mid the log is never used
+    ratio = torch.log(size / mid) / torch.log(torch.tensor((max_position - 1) / mid))  # 0 at mid, 1 at max_position - 1
+    far = torch.ceil(ratio * (mid - 1)).long() + mid
+    return torch.where(distance.abs() <= mid, distance, far * distance.sign())
+
+
+@dataclass
+class RelativePositions:
+    """What every layer needs, computed once per forward: the embedding rows and which row each (i, j) reads."""
+
+    embeddings: torch.Tensor  # (2k, H): normalized relative-position embeddings P
+    index: torch.Tensor  # (T, T) long: delta(i, j), the row of P for query i and key j
+
+
+class RelativeEmbeddings(nn.Module):
+    """The relative-position table P (2k, H) and its LayerNorm; builds RelativePositions for a length T."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.max_distance = (config.max_relative_positions if config.max_relative_positions > 0
+                             else config.max_position_embeddings)
+        self.buckets = config.position_buckets
+        self.span = self.buckets or self.max_distance  # k: rows per side
+        self.table = nn.Embedding(2 * self.span, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, T: int, device: torch.device) -> RelativePositions:
+        """The normalized table and the (T, T) row index delta(i, j) for a sequence of T tokens."""
+        distance = torch.arange(1 - T, T, device=device)  # every i - j, from -(T-1) to T-1
+        if self.buckets:
+            distance = log_bucket(distance, self.buckets, self.max_distance)
+        rows = (distance + self.span).clamp(0, 2 * self.span - 1)  # eq. 3: clamp to [0, 2k)
+        i = torch.arange(T, device=device)
+        index = rows[i[:, None] - i[None, :] + T - 1]  # (T, T)
+        return RelativePositions(self.norm(self.table.weight), index)
+
+
+class DisentangledAttention(nn.Module):
+    """(B, T, H) -> (B, T, H), plus the probabilities (B, heads, T, T) on the eager path.
+
+    Same weights as SelfAttention (one fused qkv projection, an output projection): with shared keys,
+    the relative embeddings are projected by the query and key parts of `qkv`.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float, position_dropout: float) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
+        self.out = nn.Linear(hidden_size, hidden_size)
+        self.dropout = dropout
+        self.position_dropout = position_dropout
+        self.scale = 1 / math.sqrt(self.head_dim * _TERMS)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, return_probs: bool,
+                positions: RelativePositions) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """mask: boolean, broadcastable to (B, 1, T, T), True where query i may attend to key j, or None."""
+        B, T, H = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
+        bias = self.position_bias(q, k, positions)  # (B, nh, T, T)
+        if mask is not None:
+            bias = bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
+        dropout = self.dropout if self.training else 0.0
+        if return_probs or (dropout and x.device.type == "cpu"):  # see attention.py on CPU dropout
+            scores = q @ k.transpose(-1, -2) * self.scale + bias  # (B, nh, T, T)
+            probs = scores.softmax(dim=-1)
+            context = drop(probs, dropout) @ v
+            probs = probs if return_probs else None
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=self.scale)
+            probs = None
+        return self.out(context.transpose(1, 2).reshape(B, T, H)), probs
+
+    def position_bias(self, q: torch.Tensor, k: torch.Tensor, positions: RelativePositions) -> torch.Tensor:
+        """c2p + p2c, scaled: queries and keys (B, nh, T, hd) -> (B, nh, T, T) (eq. 4, last two terms)."""
+        B, nh, T, hd = q.shape
+        table = drop(positions.embeddings, self.position_dropout, self.training)  # (2k, H)
+        pos_q, pos_k = F.linear(table, self.qkv.weight[:2 * nh * hd], self.qkv.bias[:2 * nh * hd]).chunk(2, dim=-1)
+        pos_q = pos_q.view(-1, nh, hd).transpose(0, 1)  # (nh, 2k, hd)
+        pos_k = pos_k.view(-1, nh, hd).transpose(0, 1)
+        index = positions.index.expand(B, nh, T, T)
+        c2p = torch.gather(q @ pos_k.transpose(-1, -2), -1, index)  # [i, j] = Qc_i . Kr_delta(i,j)
+        p2c = torch.gather(k @ pos_q.transpose(-1, -2), -1, index.transpose(-1, -2))  # [j, i] = Kc_j . Qr_delta(i,j)
+        return (c2p + p2c.transpose(-1, -2)) * self.scale
