@@ -20,7 +20,7 @@ objective, not part of this module.
 
 from __future__ import annotations
 
-from encoderlab.models import FamilySpec
+from encoderlab.models import ClassifierHead, FamilySpec
 
 _LAYER = "encoder.layer.{i}."
 
@@ -77,8 +77,12 @@ SPEC = FamilySpec(
         "position_biased_input": (False,),
         "conv_kernel_size": (0,),
         "legacy": (True,),  # the MLM head under cls.predictions.*, laid out as BERT's
+        "pooler_hidden_act": ("gelu",),  # the classification head's activation (every released v3 config)
     },
-    hf_unused=frozenset({"pooler_dropout", "pooler_hidden_act", "pooler_hidden_size", "conv_act", "conv_groups"}),
+    hf_unused=frozenset({"pooler_dropout", "pooler_hidden_size", "conv_act", "conv_groups"}),
     pooler=False,
     tokenizer_kind="unigram",
+    # DebertaV2ForSequenceClassification's ContextPooler: dropout, pooler.dense, gelu on the first token, then
+    # dropout and classifier (the pooler is the head's, unprefixed, not the backbone's).
+    classifier_head=ClassifierHead(dense="pooler.dense.", activation="gelu", out="classifier."),
 )
