@@ -54,11 +54,16 @@ def test_log_buckets_follow_the_formula(buckets: int, max_position: int) -> None
 
 def test_every_layer_reads_the_row_of_its_bucketed_distance() -> None:
     config = EncoderConfig.from_preset("deberta-v3-mini", position_buckets=8, max_position_embeddings=64)
-    positions = RelativeEmbeddings(config)(40, torch.device("cpu"))
+    relative = RelativeEmbeddings(config)
+    positions = relative(40, torch.device("cpu"))
     i = torch.arange(40)
     expected = log_bucket(i[:, None] - i[None, :], 8, 64) + 8  # row delta(i, j) of the 2k-row table
-    assert torch.equal(positions.index, expected)
-    assert positions.embeddings.shape == (16, config.hidden_size)
+    first = int(expected.min())
+    assert torch.equal(positions.index, expected - first)
+    assert_close(positions.embeddings, relative.norm(relative.table.weight)[first:expected.max() + 1])
+    short = relative(3, torch.device("cpu"))  # distances -2..2: five rows
+    assert torch.equal(short.index, torch.tensor([[2, 1, 0], [3, 2, 1], [4, 3, 2]]))
+    assert short.embeddings.shape == (5, config.hidden_size)
 
 
 # ---- parity on what the shared tests do not reach -----------------------------------------------------------
@@ -141,6 +146,11 @@ def test_the_released_v3_base_config_is_the_preset() -> None:
 def test_unsupported_deberta_settings_are_refused_naming_the_key(key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=key):
         EncoderConfig.from_hf_dict({**V3_BASE_CONFIG, key: value})
+
+
+def test_a_single_position_bucket_is_refused() -> None:
+    with pytest.raises(ConfigError, match="position_buckets"):
+        EncoderModel(tiny_config("deberta-v2").replace(position_buckets=1))
 
 
 def test_relative_attention_cannot_be_switched_off() -> None:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.config import EncoderConfig
+from encoderlab.errors import ConfigError
 from encoderlab.nn.dropout import dropout as drop
 
 _TERMS = 3  # content-to-content, content-to-position, position-to-content
@@ -50,8 +51,8 @@ def log_bucket(distance: torch.Tensor, buckets: int, max_position: int) -> torch
 class RelativePositions:
     """What every layer needs, computed once per forward: the embedding rows and which row each (i, j) reads."""
 
-    embeddings: torch.Tensor  # (2k, H): normalized relative-position embeddings P
-    index: torch.Tensor  # (T, T) long: delta(i, j), the row of P for query i and key j
+    embeddings: torch.Tensor  # (R, H): the rows of the normalized relative-position embeddings P in use
+    index: torch.Tensor  # (T, T) long: the row for query i and key j, delta(i, j) minus the first row used
 
 
 class RelativeEmbeddings(nn.Module):
@@ -62,19 +63,25 @@ class RelativeEmbeddings(nn.Module):
         self.max_distance = (config.max_relative_positions if config.max_relative_positions > 0
                              else config.max_position_embeddings)
         self.buckets = config.position_buckets
+        if self.buckets == 1:  # half of one bucket is none: the log spacing would divide by zero
+            raise ConfigError("position_buckets must be 0 (no buckets) or at least 2, got 1")
         self.span = self.buckets or self.max_distance  # k: rows per side
         self.table = nn.Embedding(2 * self.span, config.hidden_size)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, T: int, device: torch.device) -> RelativePositions:
-        """The normalized table and the (T, T) row index delta(i, j) for a sequence of T tokens."""
-        distance = torch.arange(1 - T, T, device=device)  # every i - j, from -(T-1) to T-1
+        """The rows of the normalized table that T tokens use, and the (T, T) index delta(i, j) into them."""
+        distance = torch.arange(1 - T, T)  # every i - j, from -(T-1) to T-1 (on the CPU: 2T - 1 numbers)
         if self.buckets:
             distance = log_bucket(distance, self.buckets, self.max_distance)
         rows = (distance + self.span).clamp(0, 2 * self.span - 1)  # eq. 3: clamp to [0, 2k)
+        # Rows grow with the distance: a short sequence needs only rows[0]..rows[-1], and the c2p and p2c
+        # products then skip the rest (128 tokens use 255 of DeBERTa-v3's 512 rows).
+        first, last = int(rows[0]), int(rows[-1])
+        rows = (rows - first).to(device)
         i = torch.arange(T, device=device)
         index = rows[i[:, None] - i[None, :] + T - 1]  # (T, T)
-        return RelativePositions(self.norm(self.table.weight), index)
+        return RelativePositions(self.norm(self.table.weight[first:last + 1]), index)
 
 
 class DisentangledAttention(nn.Module):
@@ -116,9 +123,9 @@ class DisentangledAttention(nn.Module):
     def position_bias(self, q: torch.Tensor, k: torch.Tensor, positions: RelativePositions) -> torch.Tensor:
         """c2p + p2c, scaled: queries and keys (B, nh, T, hd) -> (B, nh, T, T) (eq. 4, last two terms)."""
         B, nh, T, hd = q.shape
-        table = drop(positions.embeddings, self.position_dropout, self.training)  # (2k, H)
+        table = drop(positions.embeddings, self.position_dropout, self.training)  # (R, H)
         pos_q, pos_k = F.linear(table, self.qkv.weight[:2 * nh * hd], self.qkv.bias[:2 * nh * hd]).chunk(2, dim=-1)
-        pos_q = pos_q.view(-1, nh, hd).transpose(0, 1)  # (nh, 2k, hd)
+        pos_q = pos_q.view(-1, nh, hd).transpose(0, 1)  # (nh, R, hd)
         pos_k = pos_k.view(-1, nh, hd).transpose(0, 1)
         index = positions.index.expand(B, nh, T, T)
         c2p = torch.gather(q @ pos_k.transpose(-1, -2), -1, index)  # [i, j] = Qc_i . Kr_delta(i,j)
