@@ -5,7 +5,7 @@ Departures from BERT's attention (section 3.1, eq. 4), as DeBERTa-v2/v3 ship the
   Qc_i . Kr_d (c2p) and position-to-content Kc_j . Qr_d (p2c), where Kr, Qr are relative-position embeddings
   P (2k x H) projected by the content's own key and query matrices (shared projections, new in DeBERTa-v2), and
   d = delta(i, j) is the clamped, bucketed distance i - j shifted into [0, 2k) (eq. 3);
-- the three terms are scaled together by 1 / sqrt(3d) (eq. 4: one sqrt(d) per term);
+- the three terms are scaled together by 1 / sqrt(3d) (eq. 4: d, the head width, once per term);
 - P is LayerNorm-ed once per forward (norm_rel_ebd "layer_norm") and dropped out in each layer;
 - distances beyond k/2 are bucketed logarithmically up to max_relative_positions (`log_bucket`, new in v2), so
   k = position_buckets (256 in DeBERTa-v3, arXiv:2111.09543) covers 512 tokens.
@@ -34,7 +34,8 @@ _TERMS = 3  # content-to-content, content-to-position, position-to-content
 
 
 def log_bucket(distance: torch.Tensor, buckets: int, max_position: int) -> torch.Tensor:
-    """Relative distances (any shape, long) -> bucketed distances in [-buckets, buckets] (same shape, long).
+    """Relative distances (any shape, long) -> bucketed distances (same shape, long), within +-(buckets - 1)
+    for distances shorter than max_position.
 
     Distances within half the buckets stay exact; longer ones share buckets whose width grows
     geometrically up to max_position (DeBERTa's released code, make_log_bucket_position). Computed in float32,
