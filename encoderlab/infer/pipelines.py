@@ -410,14 +410,15 @@ class NER(Pipeline):
 def word_tags(item: Encoded, probs: torch.Tensor, labels: list[str]) -> list[tuple[int, int, str, float]]:
     """(char start, char end, tag, probability) of each word: tag from its first token, span over all its tokens.
 
-    probs (T, L) has one row per token of the item. A token starts a new word unless it begins exactly where the previous token ended (a "##" piece).
+    probs (T, L) has one row per token of the item. A token starts a new word unless it begins where the previous
+    token ended (a "##" piece) or before (a SentencePiece "▁" alone shares its character with the piece after it).
     """
     words: list[list] = []
     previous_end = -1
     for position, (seq, (start, end)) in enumerate(zip(item.sequence_ids, item.offsets)):
         if seq is None or end <= start:
             continue
-        if start == previous_end and words:
+        if start <= previous_end and words:
             words[-1][1] = end
         else:
             best = int(probs[position].argmax())

@@ -1,7 +1,8 @@
 """Fine-tuning and evaluation: text classification and regression, NER, extractive QA, sentence embeddings.
 
 - readers.py     GLUE TSV/CSV, JSONL, CoNLL, SQuAD v1.1/v2.0, each error naming its file and line
-- models.py      heads on the encoder, saved as transformers' BertFor* folders; the BiLSTM baseline
+- models.py      heads on the encoder, saved as the family's transformers XFor* folders; the BiLSTM baseline
+- heads.py       each family's sequence-classification head (pooled [CLS], or a dense layer on the first token)
 - base.py        what a task gives the loop (features, collate, loss, predict, score) and shared helpers
 - loop.py        the one fine-tuning loop (AdamW, warmup + linear decay, bf16 option, best checkpoint)
 - classify.py, tagging.py, qa.py, embedding.py   the four tasks

@@ -280,7 +280,8 @@ def task_for_model(name: str, model, info: dict, tokenizer, args: argparse.Names
 
 def _numbered(model) -> list[str]:
     """Class names "0", "1", ... for a head saved without id2label."""
-    return [str(i) for i in range(model.classifier.out_features)]
+    count = model.num_outputs if hasattr(model, "num_outputs") else model.classifier.out_features
+    return [str(i) for i in range(count)]
 
 
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,16 +1,17 @@
 """Task models: an encoder plus a head, saved as the Hugging Face folder transformers loads for that task.
 
-| class              | head                                   | saved as (transformers class)   | head tensors        |
-|--------------------|----------------------------------------|---------------------------------|---------------------|
-| SequenceClassifier | pooled [CLS] -> dropout -> head        | BertForSequenceClassification   | classifier.*        |
-| TokenClassifier    | each token -> dropout -> linear        | BertForTokenClassification      | classifier.*        |
-| SpanExtractor      | each token -> linear -> start, end     | BertForQuestionAnswering        | qa_outputs.*        |
-| SentenceEmbedder   | mean or [CLS] pooling, no parameters   | BertModel (+ sentence-transformers files) | none      |
+| class              | head                                   | saved as (transformers class, X = the family) | head tensors |
+|--------------------|----------------------------------------|-----------------------------------|--------------------|
+| SequenceClassifier | the family's head (encoderlab.tasks.heads) | XForSequenceClassification   | classifier.* (+ pre_classifier.*, pooler.*) |
+| TokenClassifier    | each token -> dropout -> linear        | XForTokenClassification           | classifier.*       |
+| SpanExtractor      | each token -> linear -> start, end     | XForQuestionAnswering             | qa_outputs.*       |
+| SentenceEmbedder   | mean or [CLS] pooling, no parameters   | XModel (+ sentence-transformers files) | none          |
 | BiLSTMClassifier   | a baseline from scratch: embeddings -> BiLSTM -> max pool -> linear | our own folder | all |
 
-The backbone goes through the family's weight map (encoderlab.checkpoint) under the `bert.` prefix; the
-head under transformers' names. A head the user supplies (any module, (B, H) -> (B, L)) is saved under
-`classifier.` too, but only an nn.Linear gives a folder transformers can load.
+X is the family's class stem (Bert, Roberta, DistilBert, Albert, Electra, DebertaV2). The backbone goes through
+the family's weight map (encoderlab.checkpoint) under its prefix (`bert.`, `roberta.`, ...); the head under
+transformers' names. A head the user supplies (any module, (B, H) -> (B, L)) takes the place of the output
+layer of the family's classification head; only an nn.Linear gives a folder transformers can load.
 """
 
 from __future__ import annotations
@@ -24,58 +25,82 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from encoderlab.checkpoint import normalize_hf_state, hf_to_ours, ours_to_hf, read_weights, resolve_model_path
+from encoderlab.checkpoint import _has_pooler, normalize_hf_state, hf_to_ours, ours_to_hf, read_weights, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError
 from encoderlab.infer.embed import pool
 from encoderlab.io import atomic_write, atomic_write_text
-from encoderlab.models import FAMILIES
+from encoderlab.models import FAMILIES, FamilySpec
 from encoderlab.nn.dropout import Dropout
 from encoderlab.nn.heads import Pooler
 from encoderlab.nn.model import EncoderModel
+from encoderlab.tasks.heads import SequenceHead, init_linear
 
-HEAD_PREFIXES = ("classifier.", "qa_outputs.")
 TASK_FILE = "task.json"  # what encoderlab needs beyond config.json: task, columns, max_length, pooling
 
 
-def _init_linear(layer: nn.Module, std: float) -> nn.Module:
-    """BERT's init for a fresh head layer: N(0, std) weights, zero bias."""
-    if isinstance(layer, nn.Linear):
-        nn.init.normal_(layer.weight, std=std)
-        nn.init.zeros_(layer.bias)
-    return layer
+def hf_architecture(config: EncoderConfig, task: str | None) -> str:
+    """transformers' class name for a family and task: "RobertaForTokenClassification"; the bare model for None."""
+    base = FAMILIES[config.model_type].architectures["base"]
+    return base if task is None else f"{base.removesuffix('Model')}For{task}"
 
 
 class TaskModel(nn.Module):
-    """An EncoderModel backbone and a head; subclasses name their transformers class and head prefix."""
+    """An EncoderModel backbone and a head; subclasses name their transformers task and head layers."""
 
-    architecture: ClassVar[str]
-    head_prefix: ClassVar[str] = ""
-    uses_pooler: ClassVar[bool] = False
+    task: ClassVar[str | None] = None  # transformers' task suffix ("TokenClassification"); None: the bare model
 
-    def __init__(self, backbone: EncoderModel) -> None:
+    def __init__(self, backbone: EncoderModel, pooler: bool = False) -> None:
+        """pooler: whether the head reads the backbone's [CLS] pooler (one is made if the checkpoint had none)."""
         super().__init__()
         self.backbone = backbone
         self.config = backbone.config
-        if self.uses_pooler and backbone.pooler is None:  # a checkpoint without pooler weights (e.g. MLM only)
+        if pooler and backbone.pooler is None:  # a checkpoint without pooler weights (e.g. MLM only)
             backbone.pooler = Pooler(self.config.hidden_size)
-            _init_linear(backbone.pooler.dense, self.config.initializer_range)
-        if not self.uses_pooler:
-            backbone.pooler = None  # transformers' task classes build BertModel(add_pooling_layer=False)
+            init_linear(backbone.pooler.dense, self.config.initializer_range)
+        if not pooler:
+            backbone.pooler = None  # transformers' task classes build XModel(add_pooling_layer=False)
+
+    @property
+    def architecture(self) -> str:
+        """transformers' class for this family and task."""
+        return hf_architecture(self.config, self.task)
 
     @property
     def labels(self) -> list[str] | None:
         """Class or tag names (config.json id2label)."""
         return self.config.labels
 
+    @classmethod
+    def head_names(cls, spec: FamilySpec) -> list[tuple[str, str]]:
+        """(our name prefix, transformers' name prefix) of each head layer in this family."""
+        return []
+
     def head_state(self) -> dict[str, torch.Tensor]:
         """The head's tensors under transformers' names."""
-        return {name: tensor for name, tensor in self.state_dict().items() if not name.startswith("backbone.")}
+        renames = self.head_names(FAMILIES[self.config.model_type])
+        out = {}
+        for name, tensor in self.state_dict().items():
+            if name.startswith("backbone."):
+                continue
+            ours, theirs = next((o, t) for o, t in renames if name.startswith(o))
+            out[theirs + name.removeprefix(ours)] = tensor
+        return out
+
+    def load_head(self, hf_head: dict[str, torch.Tensor]) -> None:
+        """Assign head tensors given under transformers' names (their names and shapes already checked)."""
+        renames = self.head_names(FAMILIES[self.config.model_type])
+        ours = {}
+        for name, tensor in hf_head.items():
+            mine, theirs = max(((o, t) for o, t in renames if name.startswith(t)), key=lambda r: len(r[1]))
+            ours[mine + name.removeprefix(theirs)] = tensor
+        self.load_state_dict({**{f"backbone.{k}": v for k, v in self.backbone.state_dict().items()}, **ours},
+                             assign=True)
 
     def hf_state(self) -> dict[str, torch.Tensor]:
-        """Every tensor under transformers' names: `bert.`-prefixed backbone, then the head."""
+        """Every tensor under transformers' names: the prefixed backbone (`roberta.`, ...), then the head."""
         spec = FAMILIES[self.config.model_type]
-        prefix = spec.base_prefix if self.head_prefix else ""
+        prefix = spec.base_prefix if self.task else ""
         backbone = {prefix + k: v for k, v in ours_to_hf(spec, self.backbone).items()}
         return backbone | {k: v.detach().clone().contiguous() for k, v in self.head_state().items()}
 
@@ -85,26 +110,37 @@ class TaskModel(nn.Module):
 
 
 class SequenceClassifier(TaskModel):
-    """Pooled [CLS] (B, H) -> dropout -> head -> logits (B, L); one output for regression."""
+    """The family's classification head on the encoder -> logits (B, L); one output for regression."""
 
-    architecture = "BertForSequenceClassification"
-    head_prefix = "classifier."
-    uses_pooler = True
+    task = "SequenceClassification"
 
     def __init__(self, backbone: EncoderModel, num_labels: int | None = None, head: nn.Module | None = None,
                  regression: bool = False) -> None:
-        super().__init__(backbone)
+        """head: a module (B, H) -> (B, L) in place of the output layer of the family's head."""
         if head is None and num_labels is None:
             raise ValueError("SequenceClassifier needs num_labels or a head module")
+        layout = FAMILIES[backbone.config.model_type].classifier_head
+        super().__init__(backbone, pooler=layout.dense is None)
         self.regression = regression
-        self.dropout = Dropout(self.config.hidden_dropout)
-        self.classifier = head if head is not None else _init_linear(
-            nn.Linear(self.config.hidden_size, num_labels), self.config.initializer_range)
+        self.head = SequenceHead(layout, self.config, num_labels, head)
+
+    @classmethod
+    def head_names(cls, spec: FamilySpec) -> list[tuple[str, str]]:
+        layout = spec.classifier_head
+        return [("head.out.", layout.out)] + ([("head.dense.", layout.dense)] if layout.dense else [])
+
+    @property
+    def num_outputs(self) -> int:
+        """Logits per input: classes, or 1 for regression."""
+        out = self.head.out
+        if isinstance(out, nn.Linear):
+            return out.out_features
+        return 1 if self.regression else len(self.labels or [])
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        pooled = self.backbone(input_ids, attention_mask, token_type_ids).pooled  # (B, H)
-        return self.classifier(self.dropout(pooled))  # (B, L)
+        out = self.backbone(input_ids, attention_mask, token_type_ids)
+        return self.head(out.last_hidden_state, out.pooled)  # (B, L)
 
     def hf_config(self) -> dict:
         config = super().hf_config()
@@ -112,19 +148,28 @@ class SequenceClassifier(TaskModel):
             config.update(num_labels=1, problem_type="regression")
         else:
             config["problem_type"] = "single_label_classification"
+            config.setdefault("id2label", {str(i): f"LABEL_{i}" for i in range(self.num_outputs)})
         return config
 
 
 class TokenClassifier(TaskModel):
     """Token vectors (B, T, H) -> dropout -> linear -> logits (B, T, L)."""
 
-    architecture = "BertForTokenClassification"
-    head_prefix = "classifier."
+    task = "TokenClassification"
 
     def __init__(self, backbone: EncoderModel, num_labels: int) -> None:
         super().__init__(backbone)
         self.dropout = Dropout(self.config.hidden_dropout)
-        self.classifier = _init_linear(nn.Linear(self.config.hidden_size, num_labels), self.config.initializer_range)
+        self.classifier = init_linear(nn.Linear(self.config.hidden_size, num_labels), self.config.initializer_range)
+
+    @classmethod
+    def head_names(cls, spec: FamilySpec) -> list[tuple[str, str]]:
+        return [("classifier.", "classifier.")]
+
+    def hf_config(self) -> dict:
+        config = super().hf_config()
+        config.setdefault("id2label", {str(i): f"LABEL_{i}" for i in range(self.classifier.out_features)})
+        return config
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -135,12 +180,15 @@ class TokenClassifier(TaskModel):
 class SpanExtractor(TaskModel):
     """Token vectors (B, T, H) -> linear -> start and end logits, each (B, T) (BERT paper, section 4.2)."""
 
-    architecture = "BertForQuestionAnswering"
-    head_prefix = "qa_outputs."
+    task = "QuestionAnswering"
 
     def __init__(self, backbone: EncoderModel) -> None:
         super().__init__(backbone)
-        self.qa_outputs = _init_linear(nn.Linear(self.config.hidden_size, 2), self.config.initializer_range)
+        self.qa_outputs = init_linear(nn.Linear(self.config.hidden_size, 2), self.config.initializer_range)
+
+    @classmethod
+    def head_names(cls, spec: FamilySpec) -> list[tuple[str, str]]:
+        return [("qa_outputs.", "qa_outputs.")]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,11 +200,8 @@ class SpanExtractor(TaskModel):
 class SentenceEmbedder(TaskModel):
     """Token vectors pooled into one (B, H) vector per text: mean over real tokens or [CLS]."""
 
-    architecture = "BertModel"
-    uses_pooler = True  # kept as loaded: the folder stays a complete BertModel
-
     def __init__(self, backbone: EncoderModel, pooling: str = "mean") -> None:
-        nn.Module.__init__(self)
+        nn.Module.__init__(self)  # the pooler is kept as loaded: the folder stays a complete XModel
         self.backbone, self.config, self.pooling = backbone, backbone.config, pooling
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -213,16 +258,27 @@ class BiLSTMClassifier(nn.Module):
 
 
 # ---- loading and saving ----------------------------------------------------------------------------------
-ARCHITECTURES: dict[str, type[nn.Module]] = {cls.architecture: cls for cls in (
-    SequenceClassifier, TokenClassifier, SpanExtractor, BiLSTMClassifier)}
+TASK_CLASSES: dict[str, type[TaskModel]] = {cls.task: cls for cls in (SequenceClassifier, TokenClassifier,
+                                                                       SpanExtractor)}
 
 
-def build_backbone(config: EncoderConfig, hf_state: dict[str, torch.Tensor], source: str) -> EncoderModel:
-    """An EncoderModel from Hugging Face tensors; head tensors (classifier, qa_outputs, MLM, NSP) are left out."""
+def task_class(architecture: str | None) -> type[TaskModel]:
+    """Our class for a config.json architecture ("AlbertForTokenClassification" -> TokenClassifier); any other
+    (a bare XModel, an MLM checkpoint) is a SentenceEmbedder."""
+    for task, cls in TASK_CLASSES.items():
+        if architecture and architecture.endswith(f"For{task}"):
+            return cls
+    return SentenceEmbedder
+
+
+def build_backbone(config: EncoderConfig, hf_state: dict[str, torch.Tensor], source: str,
+                   architecture: str | None = None) -> EncoderModel:
+    """An EncoderModel from Hugging Face tensors; the task head of `architecture` and MLM/NSP heads are left out."""
     spec = FAMILIES[config.model_type]
-    state = normalize_hf_state(spec, {k: v for k, v in hf_state.items() if not k.startswith(HEAD_PREFIXES)})
+    head = tuple(theirs for _, theirs in task_class(architecture).head_names(spec))
+    state = normalize_hf_state(spec, {k: v for k, v in hf_state.items() if not (head and k.startswith(head))})
     with torch.device("meta"):  # no time spent on a random init that is overwritten at once
-        model = EncoderModel(config, pooler="pooler.dense.weight" in state)
+        model = EncoderModel(config, pooler=_has_pooler(spec, state))  # its name differs by family (ALBERT)
     model.load_state_dict(hf_to_ours(spec, state, model, source), assign=True)
     return model
 
@@ -230,9 +286,9 @@ def build_backbone(config: EncoderConfig, hf_state: dict[str, torch.Tensor], sou
 def load_backbone(name: str | os.PathLike) -> EncoderModel:
     """The encoder of any checkpoint folder or alias (bare, MLM, or one of our fine-tuned models), in train mode."""
     folder = resolve_model_path(name)
-    config, _ = _read_config(folder)
+    config, architecture = _read_config(folder)
     return build_backbone(EncoderConfig.from_hf_dict(config, str(folder / "config.json")),
-                          read_weights(folder), str(folder)).train()
+                          read_weights(folder), str(folder), architecture).train()
 
 
 def read_json_file(path: Path, kind: type = dict) -> Any:
@@ -264,8 +320,8 @@ def read_task_info(folder: str | os.PathLike) -> dict:
 def load_task_model(name: str | os.PathLike, head: nn.Module | None = None) -> nn.Module:
     """A fine-tuned model from its folder, in eval mode: the class is chosen by config.json's architecture.
 
-    A plain BertModel folder (or an alias such as `minilm`) loads as a SentenceEmbedder. Pass `head` to load
-    a SequenceClassifier saved with a head of your own.
+    A bare model folder (XModel, or an alias such as `minilm`) loads as a SentenceEmbedder. Pass `head` to load
+    a SequenceClassifier saved with an output layer of your own.
     """
     folder = resolve_model_path(name)
     raw, architecture = _read_config(folder)
@@ -273,31 +329,38 @@ def load_task_model(name: str | os.PathLike, head: nn.Module | None = None) -> n
     state = read_weights(folder)
     if architecture == BiLSTMClassifier.architecture:
         return _load_bilstm(raw, state, folder)
-    cls = ARCHITECTURES.get(architecture, SentenceEmbedder)
+    cls = task_class(architecture)
     config = EncoderConfig.from_hf_dict(raw, str(folder / "config.json"))
-    backbone = build_backbone(config, state, str(folder))
-    if cls.uses_pooler and cls is not SentenceEmbedder and backbone.pooler is None:
-        raise CheckpointError(f"{folder}: missing tensors pooler.dense.* ({architecture} needs the pooler)")
-    head_state = {k: v for k, v in state.items() if k.startswith(cls.head_prefix)} if cls.head_prefix else {}
+    spec = FAMILIES[config.model_type]
+    backbone = build_backbone(config, state, str(folder), architecture)
+    head_prefixes = tuple(theirs for _, theirs in cls.head_names(spec))
+    head_state = {k: v for k, v in state.items() if head_prefixes and k.startswith(head_prefixes)}
     if cls is SentenceEmbedder:
-        model = SentenceEmbedder(backbone, info.get("pooling") or _sentence_transformers_pooling(folder))
-    elif cls is SequenceClassifier:
-        regression = raw.get("problem_type") == "regression" or info.get("task_type") == "regression"
-        if head is None and "classifier.weight" not in head_state:
-            raise CheckpointError(f"{folder}: head does not fit a linear classifier (tensors "
-                                  f"{', '.join(sorted(head_state)) or 'none'}): "
-                                  f"pass head= the module it was saved with")
-        num_labels = head_state["classifier.weight"].shape[0] if head is None else None
-        with torch.device("meta"):
-            model = SequenceClassifier(backbone, num_labels, head, regression)
-    elif cls is TokenClassifier:
-        with torch.device("meta"):
+        return SentenceEmbedder(backbone, info.get("pooling") or _sentence_transformers_pooling(folder)).eval()
+    with torch.device("meta"):  # the head's tensors are assigned from the file below
+        if cls is SequenceClassifier:
+            model = _sequence_classifier(backbone, head_state, head, raw, info, folder)
+        elif cls is TokenClassifier:
             model = TokenClassifier(backbone, _num_rows(head_state, "classifier.weight", folder))
-    else:
-        with torch.device("meta"):
+        else:
             model = SpanExtractor(backbone)
     _load_head(model, head_state, folder)
     return model.eval()
+
+
+def _sequence_classifier(backbone: EncoderModel, head_state: dict[str, torch.Tensor], head: nn.Module | None,
+                         raw: dict, info: dict, folder: Path) -> SequenceClassifier:
+    """A SequenceClassifier shaped for a saved head (its tensors still to be loaded)."""
+    layout = FAMILIES[backbone.config.model_type].classifier_head
+    if layout.dense is None and backbone.pooler is None:
+        raise CheckpointError(f"{folder}: missing tensors pooler.dense.* (a {layout.out}* head on the pooled "
+                              f"[CLS] needs the pooler)")
+    out = f"{layout.out}weight"
+    if head is None and out not in head_state:
+        raise CheckpointError(f"{folder}: head does not fit a linear classifier (expected {out}; tensors "
+                              f"{', '.join(sorted(head_state)) or 'none'}): pass head= the module it was saved with")
+    regression = raw.get("problem_type") == "regression" or info.get("task_type") == "regression"
+    return SequenceClassifier(backbone, head_state[out].shape[0] if head is None else None, head, regression)
 
 
 def _sentence_transformers_pooling(folder: Path) -> str:
@@ -315,17 +378,15 @@ def _num_rows(state: dict[str, torch.Tensor], key: str, folder: Path) -> int:
 
 def _load_head(model: TaskModel, head_state: dict[str, torch.Tensor], folder: Path) -> None:
     """Assign the head tensors; a missing, unexpected or mis-shaped one is named."""
-    expected = model.head_state() if not isinstance(model, SentenceEmbedder) else {}
+    expected = model.head_state()
     missing = sorted(set(expected) - set(head_state))
     unexpected = sorted(set(head_state) - set(expected))
     wrong = [f"{k} {tuple(head_state[k].shape)} (expected {tuple(expected[k].shape)})"
              for k in expected if k in head_state and head_state[k].shape != expected[k].shape]
     if missing or unexpected or wrong:
-        raise CheckpointError(f"{folder}: head does not fit {type(model).__name__}: "
+        raise CheckpointError(f"{folder}: head does not fit {type(model).__name__} ({model.architecture}): "
                               f"missing {missing}, unexpected {unexpected}, shape mismatch {wrong}")
-    if expected:
-        model.load_state_dict({**{f"backbone.{k}": v for k, v in model.backbone.state_dict().items()},
-                               **head_state}, assign=True)
+    model.load_head(head_state)
 
 
 def _load_bilstm(raw: dict, state: dict[str, torch.Tensor], folder: Path) -> BiLSTMClassifier:

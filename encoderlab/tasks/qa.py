@@ -1,9 +1,10 @@
 """Extractive question answering (SQuAD v1.1 / v2.0): start and end logits over the context tokens.
 
-Each question is paired with windows of its context: `[CLS] question [SEP] window [SEP]`, windows of
-max_length tokens that overlap by doc_stride tokens (transformers' `stride` meaning), so an answer near a
-window's edge is whole in a neighbour. A training window whose answer is not wholly inside it (and every
-window of an unanswerable question) points at [CLS], as in the BERT paper (section 4.3).
+Each question is paired with windows of its context as the tokenizer lays out a pair: `[CLS] question [SEP]
+window [SEP]` (RoBERTa's BPE: `<s> question </s></s> window </s>`, one token type), windows of max_length
+tokens that overlap by doc_stride tokens (transformers' `stride` meaning), so an answer near a window's edge
+is whole in a neighbour. A training window whose answer is not wholly inside it (and every window of an
+unanswerable question) points at the first token, [CLS] or <s>, as in the BERT paper (section 4.3).
 
 Decoding (BERT's run_squad.py): in every window take the n_best highest start and end logits over context
 tokens, keep pairs with start <= end and at most max_answer_length tokens, score start + end logit; the best
@@ -68,9 +69,12 @@ class QATask(Task):
         super().__init__(tokenizer, max_length, batch_size, precision)
         self.doc_stride, self.max_query_length = doc_stride, max_query_length
         self.max_answer_length, self.n_best, self.allow_null = max_answer_length, n_best, allow_null
-        if max_length - max_query_length - 3 <= doc_stride:
+        self.middle, self.context_type = tokenizer.pair_layout()  # ids between question and context, its type id
+        specials = tokenizer.num_special_tokens(pair=True)
+        if max_length - max_query_length - specials <= doc_stride:
             raise ConfigError(f"--doc-stride {doc_stride} must be smaller than the context room of a window "
-                              f"(max_length {max_length} - max_query_length {max_query_length} - 3 special tokens)")
+                              f"(max_length {max_length} - max_query_length {max_query_length} - {specials} "
+                              f"special tokens)")
 
     def windows(self, examples: list[QAExample]) -> list[Window]:
         """Every window of every example, with training targets from each example's first answer."""
@@ -80,7 +84,7 @@ class QATask(Task):
         for index, (example, question, context) in enumerate(zip(examples, questions, contexts)):
             q_ids = _content(question)[0][: self.max_query_length]
             c_ids, c_offsets = _content(context)
-            room = self.max_length - len(q_ids) - 3
+            room = self.max_length - len(q_ids) - 2 - len(self.middle)
             start = 0
             while True:
                 stop = min(start + room, len(c_ids))
@@ -92,10 +96,10 @@ class QATask(Task):
 
     def _window(self, index: int, example: QAExample, q_ids: list[int], c_ids: list[int],
                 c_offsets: list[tuple[int, int]]) -> Window:
-        cls, sep = self.tokenizer.cls_id, self.tokenizer.sep_id
-        ids = [cls, *q_ids, sep, *c_ids, sep]
-        types = [0] * (len(q_ids) + 2) + [1] * (len(c_ids) + 1)
-        spans: list[tuple[int, int] | None] = [None] * (len(q_ids) + 2) + list(c_offsets) + [None]
+        ids = [self.tokenizer.cls_id, *q_ids, *self.middle, *c_ids, self.tokenizer.sep_id]
+        before = 1 + len(q_ids) + len(self.middle)  # tokens ahead of the context
+        types = [0] * before + [self.context_type] * (len(c_ids) + 1)
+        spans: list[tuple[int, int] | None] = [None] * before + list(c_offsets) + [None]
         window = Window(index, ids, types, spans)
         if example.answers and not example.is_impossible:
             answer = example.answers[0]
