@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -355,7 +356,15 @@ def describe(settings: Settings) -> str:
             f"first {settings.latency_sequences} sequences run one at a time. Throughput: sequences per second over "
             f"length-sorted batches of {settings.batch_size}, median of {settings.repeats} pass(es). Each sequence "
             f"and batch runs on every model in turn, so load from other processes falls on all alike. Ratios are "
-            f"to the first row (speed: higher is faster).")
+            f"to the first row (speed: higher is faster). Load average when written: {_load()}.")
+
+
+def _load() -> str:
+    """The 1-minute load average against the core count ('2.1 on 2 cores'): timings on a busy machine read slow."""
+    try:
+        return f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    except OSError:
+        return "unknown"
 
 
 def _cpu_name() -> str:
@@ -379,7 +388,7 @@ def render_markdown(rows: Sequence[Row], settings: Settings) -> str:
 
 def render_json(rows: Sequence[Row], settings: Settings) -> str:
     """Settings, rows and measured claims as JSON."""
-    return json.dumps({"settings": asdict(settings), "torch": torch.__version__, "cpu": _cpu_name(),
+    return json.dumps({"settings": asdict(settings), "torch": torch.__version__, "cpu": _cpu_name(), "load": _load(),
                        "reference": rows[0].preset, "rows": [asdict(row) for row in rows],
                        "claims": claim_sentences(rows)}, indent=2)
 
