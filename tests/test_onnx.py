@@ -222,3 +222,35 @@ def test_runner_refuses_a_file_that_is_not_onnx(tmp_path):
     (tmp_path / "junk.onnx").write_bytes(b"not a protobuf")
     with pytest.raises(CheckpointError, match="onnxruntime cannot load"):
         OnnxRunner(tmp_path / "junk.onnx")
+
+
+# ---- every family ------------------------------------------------------------------------------------------------
+def family_config(family: str, vocab: int) -> EncoderConfig:
+    """A tiny config of the family's small preset (its switches kept), 2 layers of 32."""
+    from encoderlab.models import FAMILIES
+
+    preset = next(name for name in FAMILIES[family].presets if EncoderConfig.from_preset(name).hidden_size <= 256)
+    factorized = EncoderConfig.from_preset(preset).embedding_size is not None
+    return EncoderConfig.from_preset(preset, hidden_size=32, num_heads=4, intermediate_size=37, num_layers=2,
+                                     vocab_size=vocab, max_position_embeddings=70,
+                                     **({"embedding_size": 16} if factorized else {}),
+                                     **({"position_buckets": 8} if family == "deberta-v2" else {}))
+
+
+@pytest.mark.parametrize("family", ["roberta", "distilbert", "albert", "electra", "deberta-v2"])
+def test_every_family_exports_with_parity(tmp_path, family):
+    config = family_config(family, vocab=120)
+    model = EncoderModel(config).eval()
+    randomize(model, seed=1)
+    model.save_pretrained(tmp_path / "model")
+    result = export_onnx(tmp_path / "model", tmp_path / "model.onnx")
+    assert result["max_abs_diff"] < 1e-4
+    runner = OnnxRunner(tmp_path / "model.onnx", threads=1)
+    inputs = padded_batch(config.vocab_size, 4, 20, seed=2)
+    real = inputs["attention_mask"].bool()
+    inputs["input_ids"] = torch.where(real, inputs["input_ids"].clamp(min=2), config.pad_token_id)
+    inputs = {i.name: inputs[i.name] for i in runner.session.get_inputs()}  # families without segments take none
+    with torch.no_grad():
+        expected = model(**inputs)
+    got = onnx_outputs(runner, inputs)
+    assert_close(got["last_hidden_state"][real], expected.last_hidden_state[real], **FP32)

@@ -79,6 +79,8 @@ class RelativeEmbeddings(nn.Module):
         # Rows grow with the distance: a short sequence needs only rows[0]..rows[-1], and the c2p and p2c
         # products then skip the rest (128 tokens use 255 of DeBERTa-v3's 512 rows).
         first, last = int(rows[0]), int(rows[-1])
+        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():  # a traced graph must serve every length
+            first, last = 0, 2 * self.span - 1
         rows = (rows - first).to(device)
         i = torch.arange(T, device=device)
         index = rows[i[:, None] - i[None, :] + T - 1]  # (T, T)

@@ -48,5 +48,5 @@ class Embeddings(nn.Module):
         if self.pad_id is None:
             return self.position.weight[:T]
         # fairseq's make_positions: real tokens count up from pad_id + 1, padding sits at pad_id.
-        real = input_ids.ne(self.pad_id)
+        real = input_ids.ne(self.pad_id).long()  # an integer cumsum: onnxruntime has no bool CumSum
         return self.position(torch.cumsum(real, dim=1) * real + self.pad_id)
