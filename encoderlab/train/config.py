@@ -17,8 +17,9 @@ import yaml
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError
 
-OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop")
+OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "rtd", "distill")
 PRECISIONS = ("fp32", "bf16")
+EMBEDDING_SHARING = ("shared", "gdes")
 
 
 @dataclass
@@ -32,7 +33,8 @@ class PretrainConfig:
     model: dict = field(default_factory=dict)
     """EncoderConfig field overrides, e.g. {hidden_dropout: 0.0}; vocab_size comes from the tokenizer."""
     objective: str = "mlm"
-    """mlm (packed sequences, RoBERTa-style), mlm+nsp (BERT segment pairs) or mlm+sop (ALBERT sentence order)."""
+    """mlm (packed sequences, RoBERTa-style), mlm+nsp (BERT segment pairs), mlm+sop (ALBERT sentence order),
+    rtd (ELECTRA replaced-token detection, packed sequences) or distill (DistilBERT, packed sequences)."""
     max_length: int = 128
     """Tokens per sequence, special tokens included."""
     batch_size: int = 32
@@ -79,6 +81,25 @@ class PretrainConfig:
     """Steps between checkpoints (0: only at the end)."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep."""
+    # ---- rtd (ELECTRA, Clark et al. 2020; DeBERTa-v3, He et al. 2021) ----------------------------
+    generator_size: float = 0.25
+    """rtd: the generator's width, heads and feed-forward as a fraction of the discriminator's (ELECTRA,
+    section 3.2 and appendix: 1/4 to 1/2 of the discriminator works best)."""
+    rtd_weight: float = 50.0
+    """rtd: weight of the discriminator's loss beside the generator's MLM loss (ELECTRA, section 2: lambda = 50)."""
+    embedding_sharing: str = "shared"
+    """rtd: shared (one embeddings module, ELECTRA) or gdes (E_D = sg(E_G) + E_delta, DeBERTa-v3 section 3)."""
+    # ---- distill (DistilBERT, Sanh et al. 2019) --------------------------------------------------
+    teacher: str = ""
+    """distill: checkpoint folder or alias of the teacher, a BERT-like masked LM over the data's vocabulary."""
+    temperature: float = 2.0
+    """distill: softmax temperature of the soft targets (transformers' distillation example)."""
+    alpha_ce: float = 5.0
+    """distill: weight of T^2 x KL(teacher || student) over the masked tokens."""
+    alpha_mlm: float = 2.0
+    """distill: weight of the student's MLM loss."""
+    alpha_cos: float = 1.0
+    """distill: weight of the cosine loss between the last hidden states."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -98,7 +119,40 @@ class PretrainConfig:
             raise ConfigError(f"model must be a mapping of EncoderConfig fields, got {self.model!r}")
         if not str(self.data).strip():
             raise ConfigError("data is required: the folder `encoderlab prepare` wrote (shards and meta.json)")
-        EncoderConfig.from_preset(self.preset, **self.model)  # unknown preset or model keys fail here, by name
+        config = EncoderConfig.from_preset(self.preset, **self.model)  # unknown preset or model keys fail here, by name
+        self._validate_objective(config)
+
+    def _validate_objective(self, config: EncoderConfig) -> None:
+        """The objective's own keys, and whether the preset's family can be trained and saved with it."""
+        from encoderlab.models import FAMILIES
+
+        spec = FAMILIES[config.model_type]
+        if self.objective in ("mlm+nsp", "mlm+sop") and "pretraining" not in spec.architectures:
+            raise ConfigError(f"objective {self.objective} needs a family with a sentence-pair head; preset "
+                              f"{self.preset!r} is {config.model_type}, which has none in transformers")
+        if self.objective == "rtd":
+            if "rtd" not in spec.architectures or "embedding_size" not in spec.hf_names:
+                raise ConfigError(f"objective rtd needs a family with a replaced-token-detection model whose generator "
+                                  f"can share embeddings of another width (embedding_size); preset {self.preset!r} "
+                                  f"is {config.model_type}: use an electra-* preset")
+            if not 0 < self.generator_size <= 1:
+                raise ConfigError(f"generator_size must be in (0, 1], got {self.generator_size}")
+            if self.rtd_weight <= 0:
+                raise ConfigError(f"rtd_weight must be positive, got {self.rtd_weight}")
+            if self.embedding_sharing not in EMBEDDING_SHARING:
+                raise ConfigError(f"embedding_sharing must be one of {EMBEDDING_SHARING}, got {self.embedding_sharing!r}")
+        if self.objective == "distill":
+            if not self.teacher.strip():
+                raise ConfigError("teacher is required for objective distill: a checkpoint folder or alias of a "
+                                  "BERT-like masked LM (e.g. a run's model/ folder)")
+            if config.model_type != "distilbert":
+                raise ConfigError(f"objective distill trains a distilbert student; preset {self.preset!r} is "
+                                  f"{config.model_type}: use a distilbert-* preset")
+            if self.temperature <= 0:
+                raise ConfigError(f"temperature must be positive, got {self.temperature}")
+            weights = {"alpha_ce": self.alpha_ce, "alpha_mlm": self.alpha_mlm, "alpha_cos": self.alpha_cos}
+            if any(w < 0 for w in weights.values()) or not any(weights.values()):
+                raise ConfigError(f"alpha_ce, alpha_mlm and alpha_cos must be >= 0, not all 0; got {weights}")
 
     def micro_batch(self, world_size: int) -> int:
         """Sequences per forward pass on one rank."""

@@ -17,8 +17,11 @@ from encoderlab.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("step", "elapsed_s", "loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "lr", "grad_norm",
-           "tokens_per_s", "eval_mlm_loss", "eval_mlm_accuracy", "eval_perplexity", "eval_nsp_accuracy")
+# rtd_* and replaced_fraction: ELECTRA's discriminator (mlm_* is then its generator); ce_loss, cos_loss: distillation.
+COLUMNS = ("step", "elapsed_s", "loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "rtd_loss",
+           "rtd_accuracy", "replaced_fraction", "ce_loss", "cos_loss", "lr", "grad_norm", "tokens_per_s",
+           "eval_loss", "eval_mlm_loss", "eval_mlm_accuracy", "eval_perplexity", "eval_nsp_accuracy",
+           "eval_rtd_loss", "eval_rtd_accuracy", "eval_replaced_fraction", "eval_ce_loss", "eval_cos_loss")
 
 
 class RunLogger:

@@ -1,11 +1,12 @@
-"""Pretraining: MLM (optionally with NSP) from prepared token shards, resumable exactly, DDP-ready.
+"""Pretraining: one loop for every objective (MLM, MLM+NSP/SOP, ELECTRA's RTD, distillation), resumable
+exactly, DDP-ready. What is trained and how its loss is computed is the objective's (encoderlab/objectives).
 
 Exactness rests on three rules:
 - the data position is a cursor (epoch, index) into a deterministic example order;
 - each example's mask is drawn from a generator seeded by (seed, epoch, index), so a batch's masks do not
   depend on which rank, micro-batch or restart produced it;
-- the loss is a sum over masked tokens divided by the masked-token count of the whole optimizer step
-  (all ranks, all micro-batches), so accumulation and DDP give the same gradient as one big batch.
+- the loss is a sum over masked tokens (real tokens, sequences) divided by the count of the whole optimizer
+  step (all ranks, all micro-batches), so accumulation and DDP give the same gradient as one big batch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,13 +29,17 @@ from encoderlab.data.examples import PretrainingExamples
 from encoderlab.data.shards import TokenShards
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import atomic_write_text
-from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel, Model, PreTrainingModel
+from encoderlab.models import FAMILIES
+from encoderlab.nn.encoder import Encoder
+from encoderlab.nn.model import IGNORE_INDEX, Model
+from encoderlab.objectives import Objective, build_objective
+from encoderlab.objectives.mlm import MaskedLanguageModeling
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train import distributed
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.logger import RunLogger
 from encoderlab.train.optim import linear_schedule, make_optimizer
-from encoderlab.train.state import (DeferredInterrupt, latest_checkpoint, load_checkpoint, remove_leftovers,
+from encoderlab.train.state import (DeferredInterrupt, latest_checkpoint, load_trainer_state, remove_leftovers,
                                     rng_state, save_checkpoint, set_rng_state)
 
 
@@ -101,32 +107,8 @@ def _stack(rows: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.
 
 
 def build_model(cfg: PretrainConfig, tokenizer: Tokenizer) -> Model:
-    """A freshly initialised model of the recipe's preset, sized to the tokenizer's vocabulary."""
-    config = EncoderConfig.from_preset(cfg.preset, **{"vocab_size": tokenizer.vocab_size,
-                                                      "pad_token_id": tokenizer.pad_id, **cfg.model})
-    if cfg.max_length > config.max_position_embeddings:
-        raise ConfigError(f"max_length {cfg.max_length} exceeds max_position_embeddings "
-                          f"{config.max_position_embeddings}")
-    return MaskedLMModel(config) if cfg.objective == "mlm" else PreTrainingModel(config)
-
-
-def _losses(model: torch.nn.Module, batch: dict[str, torch.Tensor], masked_total: torch.Tensor,
-            seq_total: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Loss of one micro-batch, normalised by the whole step's counts; sums for logging."""
-    labels = batch["labels"]
-    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels,
-                **({"next_sentence_label": batch["next_sentence_label"]} if "next_sentence_label" in batch else {}))
-    logits = out.logits if hasattr(out, "logits") else out.mlm_logits  # (N, V) at masked positions
-    targets = labels[labels != IGNORE_INDEX]
-    mlm_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
-    loss = mlm_sum / masked_total
-    sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": (logits.argmax(-1) == targets).sum()}
-    if "next_sentence_label" in batch:
-        nsp_sum = F.cross_entropy(out.nsp_logits.float(), batch["next_sentence_label"], reduction="sum")
-        loss = loss + nsp_sum / seq_total
-        sums["nsp_loss"] = nsp_sum.detach()
-        sums["nsp_correct"] = (out.nsp_logits.argmax(-1) == batch["next_sentence_label"]).sum()
-    return loss, sums
+    """A freshly initialised model of an mlm / mlm+nsp / mlm+sop recipe's preset, sized to the tokenizer."""
+    return build_objective(cfg, tokenizer).model
 
 
 def _autocast(precision: str, device: torch.device):
@@ -136,27 +118,37 @@ def _autocast(precision: str, device: torch.device):
     return contextlib.nullcontext()
 
 
+def _counts(batches: list[dict[str, torch.Tensor]], dist: distributed.Dist) -> dict[str, torch.Tensor]:
+    """Masked tokens, real tokens and sequences of a whole step: all micro-batches, summed over ranks (>= 1)."""
+    local = torch.stack([sum((b["labels"] != IGNORE_INDEX).sum() for b in batches),
+                         sum(b["attention_mask"].sum() for b in batches),
+                         torch.tensor(sum(b["input_ids"].shape[0] for b in batches), device=dist.device)]).float()
+    masked, tokens, sequences = dist.sum(local).clamp(min=1).unbind()
+    return {"masked": masked, "tokens": tokens, "sequences": sequences}
+
+
 @torch.no_grad()
-def evaluate(model: Model, batches: Batches, cfg: PretrainConfig, micro: int, device: torch.device) -> dict[str, float]:
-    """MLM loss, accuracy and perplexity (plus NSP accuracy) on the first examples of the held-out split."""
-    was_training = model.training
-    model.eval()
-    totals: dict[str, float] = {}
+def evaluate(model: Objective | Model, batches: Batches, cfg: PretrainConfig, micro: int,
+             device: torch.device) -> dict[str, float]:
+    """The objective's figures on the first examples of the held-out split, prefixed eval_: MLM loss, accuracy
+    and perplexity, plus the NSP/SOP, replaced-token-detection or distillation terms."""
+    objective = model if isinstance(model, Objective) else MaskedLanguageModeling(model)
+    was_training = objective.training
+    objective.eval()
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
     count = min(cfg.eval_batches * micro, batches.examples.num_examples(0))
     for start in range(0, count, micro):
         batch = {k: v.to(device) for k, v in batches.make([(0, i) for i in range(start, min(start + micro, count))]).items()}
         with _autocast(cfg.precision, device):
-            _, sums = _losses(model, batch, torch.tensor(1.0, device=device), 1)
-        totals["masked"] = totals.get("masked", 0) + int((batch["labels"] != IGNORE_INDEX).sum())
-        totals["sequences"] = totals.get("sequences", 0) + batch["input_ids"].shape[0]
-        for key, value in sums.items():
-            totals[key] = totals.get(key, 0.0) + float(value)
-    model.train(was_training)
-    loss = totals["mlm_loss"] / max(totals["masked"], 1)
-    result = {"eval_mlm_loss": loss, "eval_mlm_accuracy": totals["mlm_correct"] / max(totals["masked"], 1),
-              "eval_perplexity": math.exp(min(loss, 50.0))}
-    if "nsp_correct" in totals:
-        result["eval_nsp_accuracy"] = totals["nsp_correct"] / totals["sequences"]
+            _, parts = objective(batch, {key: torch.tensor(1.0, device=device) for key in ("masked", "tokens", "sequences")})
+        for key, value in _counts([batch], distributed.Dist(device=device)).items():
+            counts[key] = counts.get(key, 0.0) + float(value)
+        for key, value in parts.items():
+            sums[key] = sums.get(key, 0.0) + float(value)
+    objective.train(was_training)
+    result = {f"eval_{k}": v for k, v in objective.metrics(sums, counts).items()}
+    result["eval_perplexity"] = math.exp(min(result["eval_mlm_loss"], 50.0))
     return result
 
 
@@ -172,7 +164,8 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     _open_run_dir(run_dir, resume, dist.is_main)
     torch.manual_seed(cfg.seed)
     tokenizer = Tokenizer.from_pretrained(Path(cfg.data) / "tokenizer")
-    model = build_model(cfg, tokenizer).to(dist.device)
+    _check_tokenizer_kind(cfg, tokenizer)
+    model = build_objective(cfg, tokenizer).to(dist.device)
     micro = cfg.micro_batch(dist.world_size)
     train_batches = Batches(PretrainingExamples(TokenShards(cfg.data, "train"), _objective(cfg), cfg.max_length,
                                                 cfg.seed, cfg.short_seq_prob), masking_collator(cfg, tokenizer), cfg.seed,
@@ -183,7 +176,9 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     cursor, step = _restore(run_dir, model, optimizer, scheduler) if resume else (Cursor(), 0)
     trainable = DistributedDataParallel(model) if dist.world_size > 1 else model
     if cfg.compile:
-        model.encoder.compile()
+        for module in model.modules():
+            if isinstance(module, Encoder):
+                module.compile()
     logger = RunLogger(run_dir, cfg.to_dict(), enabled=dist.is_main, resume=resume and step > 0, resume_step=step)
     model.train()
     final: dict[str, Any] = {}
@@ -216,6 +211,16 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     return final
 
 
+def _check_tokenizer_kind(cfg: PretrainConfig, tokenizer: Tokenizer) -> None:
+    """Warn when the data's tokenizer is not the kind the preset's family was released with (it still trains)."""
+    family = FAMILIES[EncoderConfig.from_preset(cfg.preset, **cfg.model).model_type]
+    if family.tokenizer_kind != tokenizer.kind:
+        warnings.warn(f"preset {cfg.preset!r} ({family.model_type}) was released with a {family.tokenizer_kind} "
+                      f"tokenizer, but data {cfg.data} was prepared with a {tokenizer.kind} one; the model will "
+                      f"train, but its tokenizer is not the family's (see `encoderlab tokenizer train --kind`)",
+                      stacklevel=2)
+
+
 def _open_run_dir(run_dir: Path, resume: bool, is_main: bool) -> None:
     """Refuse a fresh run over an earlier run's checkpoints (they would mix); clear what a killed run left."""
     if not resume and (run_dir / "checkpoints" / "latest").exists():
@@ -237,8 +242,9 @@ def masking_collator(cfg: PretrainConfig, tokenizer: Tokenizer) -> MaskingCollat
 
 
 def _objective(cfg: PretrainConfig) -> str:
-    """The example builder's objective: mlm -> packed sequences; nsp / sop -> segment pairs."""
-    return cfg.objective.removeprefix("mlm+")
+    """The example builder's objective: nsp / sop -> segment pairs; the rest (mlm, rtd, distill) -> packed
+    sequences of whole sentences (RoBERTa's DOC-SENTENCES; ELECTRA and DistilBERT train on such text too)."""
+    return cfg.objective.removeprefix("mlm+") if cfg.objective.startswith("mlm+") else "mlm"
 
 
 def heldout_batches(cfg: PretrainConfig, tokenizer: Tokenizer) -> Batches | None:
@@ -266,16 +272,16 @@ def _train_step(model: torch.nn.Module, batches: Batches, cursor: Cursor, optimi
 def optimizer_step(model: torch.nn.Module, micro_batches: list[dict[str, torch.Tensor]],
                    optimizer: torch.optim.Optimizer, scheduler: Any, clip_norm: float, precision: str,
                    dist: distributed.Dist) -> dict[str, float]:
-    """Forward and backward over the micro-batches, clip, step; the loss is normalised over the whole step."""
+    """Forward and backward over the micro-batches, clip, step; the loss is normalised over the whole step.
+
+    `model` is an Objective (or a DDP wrapper of one): it returns the micro-batch's share of the loss."""
     micro_batches = [{k: v.to(dist.device, non_blocking=True) for k, v in b.items()} for b in micro_batches]
-    local_masked = sum((b["labels"] != IGNORE_INDEX).sum() for b in micro_batches)
-    masked_total = dist.sum(torch.as_tensor(local_masked, device=dist.device)).clamp(min=1).float()
-    sequences = int(dist.sum(torch.tensor(sum(b["input_ids"].shape[0] for b in micro_batches))))
+    counts = _counts(micro_batches, dist)
     sums: dict[str, torch.Tensor] = {}
     for i, batch in enumerate(micro_batches):
         sync = i == len(micro_batches) - 1 or not isinstance(model, DistributedDataParallel)
         with (contextlib.nullcontext() if sync else model.no_sync()), _autocast(precision, dist.device):
-            loss, parts = _losses(model, batch, masked_total, sequences)
+            loss, parts = model(batch, counts)
             (loss * dist.world_size).backward()  # DDP averages gradients over ranks; we want the sum
         for key, value in parts.items():
             sums[key] = sums.get(key, 0) + value
@@ -283,42 +289,37 @@ def optimizer_step(model: torch.nn.Module, micro_batches: list[dict[str, torch.T
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
+    objective = model.module if isinstance(model, DistributedDataParallel) else model
     totals = {k: float(dist.sum(v.float())) for k, v in sums.items()}
-    metrics = {"mlm_loss": totals["mlm_loss"] / float(masked_total),
-               "mlm_accuracy": totals["mlm_correct"] / float(masked_total),
-               "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
-               "tokens": float(dist.sum(sum(b["attention_mask"].sum() for b in micro_batches).float()))}
-    metrics["loss"] = metrics["mlm_loss"]
-    if "nsp_loss" in totals:
-        metrics["nsp_loss"] = totals["nsp_loss"] / sequences
-        metrics["nsp_accuracy"] = totals["nsp_correct"] / sequences
-        metrics["loss"] += metrics["nsp_loss"]
+    metrics = objective.metrics(totals, {k: float(v) for k, v in counts.items()})
+    metrics.update(lr=scheduler.get_last_lr()[0], grad_norm=float(grad_norm), tokens=float(counts["tokens"]))
     return metrics
 
 
-def _restore(run_dir: Path, model: Model, optimizer: torch.optim.Optimizer, scheduler: Any) -> tuple[Cursor, int]:
+def _restore(run_dir: Path, model: Objective, optimizer: torch.optim.Optimizer, scheduler: Any) -> tuple[Cursor, int]:
     """Load the latest checkpoint into model, optimizer, scheduler and RNGs; the data cursor and step it holds."""
     folder = latest_checkpoint(run_dir)
     if folder is None:  # nothing saved yet (e.g. killed in the first steps): start from the beginning
         return Cursor(), 0
-    state = load_checkpoint(folder, model)
+    model.load(folder)
+    state = load_trainer_state(folder)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     set_rng_state(state["rng"])
     return Cursor(**state["cursor"]), state["step"]
 
 
-def _save(run_dir: Path, step: int, model: Model, optimizer: torch.optim.Optimizer, scheduler: Any,
+def _save(run_dir: Path, step: int, model: Objective, optimizer: torch.optim.Optimizer, scheduler: Any,
           cursor: Cursor, cfg: PretrainConfig) -> None:
     """A resumable checkpoint of this exact point in training."""
     state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
              "rng": rng_state(), "cursor": {"epoch": cursor.epoch, "index": cursor.index}}
-    save_checkpoint(run_dir, step, model.save_pretrained, state, cfg.keep_checkpoints)
+    save_checkpoint(run_dir, step, model.save, state, cfg.keep_checkpoints)
 
 
-def _export_final(run_dir: Path, model: Model, tokenizer: Tokenizer) -> None:
-    """The trained model with its tokenizer in run_dir/model: a Hugging Face folder."""
-    model.save_pretrained(run_dir / "model")
-    tokenizer.save(run_dir / "model")
+def _export_final(run_dir: Path, model: Objective, tokenizer: Tokenizer) -> None:
+    """The trained model with its tokenizer in run_dir/model: a Hugging Face folder (ELECTRA: the discriminator,
+    its generator in model/generator)."""
+    model.export(run_dir / "model", tokenizer)
     atomic_write_text(run_dir / "model" / "README.md",
                       "Pretrained by `encoderlab pretrain`; the recipe is ../recipe.yaml, the curves ../curves.png.\n")

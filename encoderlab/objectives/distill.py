@@ -1,0 +1,151 @@
+"""Distillation (DistilBERT, Sanh et al. 2019, arXiv:1910.01108): a student with half the teacher's layers
+learns from a frozen teacher's soft predictions.
+
+Loss (section 2), each term normalised by the step's count of the tokens it covers:
+  alpha_ce  x T^2 x KL(teacher_T || student_T) over the masked positions, softmaxes at temperature T
+            (the T^2 keeps the gradient's scale independent of T; Hinton et al. 2015, section 2);
++ alpha_mlm x the student's MLM cross-entropy over the masked positions;
++ alpha_cos x (1 - cos(student, teacher)) of the last hidden states over the real tokens.
+KL differs from the soft cross-entropy only by the teacher's entropy, a constant: the gradients are equal.
+Defaults T = 2, alpha_ce 5, alpha_mlm 2, alpha_cos 1 are those of transformers' distillation example
+(examples/research_projects/distillation: README training command; train.py's --temperature default).
+
+The student (section 3) is a `distilbert` model with the teacher's widths and half its layers, without token
+types or pooler, initialised by "taking one layer out of two" from the teacher (layers 0, 2, 4, ...), and the
+teacher's embeddings (minus token types) and MLM head.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from encoderlab.checkpoint import load_model, load_weights, resolve_model_path
+from encoderlab.config import EncoderConfig
+from encoderlab.errors import CheckpointError, ConfigError, InputError
+from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel
+from encoderlab.objectives import Counts, Objective
+from encoderlab.objectives.mlm import mlm_metrics, mlm_sums
+from encoderlab.tokenizer import Tokenizer
+
+# Teacher fields a DistilBERT student copies; the teacher's other switches must be BERT's (checked in student_config).
+_COPIED = ("vocab_size", "hidden_size", "num_heads", "intermediate_size", "hidden_act", "max_position_embeddings",
+           "pad_token_id", "layer_norm_eps")
+
+
+class Distillation(Objective):
+    """A student MaskedLMModel and a frozen teacher MaskedLMModel (kept in eval mode, never given gradients)."""
+
+    def __init__(self, student: MaskedLMModel, teacher: MaskedLMModel, temperature: float = 2.0,
+                 alpha_ce: float = 5.0, alpha_mlm: float = 2.0, alpha_cos: float = 1.0) -> None:
+        super().__init__()
+        self.student, self.teacher = student, teacher.requires_grad_(False).eval()
+        self.temperature, self.alpha_ce, self.alpha_mlm, self.alpha_cos = temperature, alpha_ce, alpha_mlm, alpha_cos
+
+    def train(self, mode: bool = True) -> "Distillation":
+        super().train(mode)
+        self.teacher.eval()  # the teacher's dropout stays off: its targets must not be noisy
+        return self
+
+    def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        input_ids, attention_mask, token_type_ids, labels = (batch[k] for k in ("input_ids", "attention_mask",
+                                                                                "token_type_ids", "labels"))
+        student = self.student(input_ids, attention_mask, None, labels)  # logits (N, V)
+        with torch.no_grad():
+            teacher = self.teacher(input_ids, attention_mask, token_type_ids, labels)
+        T = self.temperature
+        ce_sum = F.kl_div(F.log_softmax(student.logits.float() / T, dim=-1),
+                          F.log_softmax(teacher.logits.float() / T, dim=-1), log_target=True, reduction="sum") * T * T
+        mlm_sum, mlm_correct = mlm_sums(student.logits, labels[labels != IGNORE_INDEX])
+        real = attention_mask.bool()
+        cosine = F.cosine_similarity(student.hidden.last_hidden_state[real].float(),
+                                     teacher.hidden.last_hidden_state[real].float(), dim=-1)  # (R,)
+        cos_sum = (1 - cosine).sum()
+        loss = (self.alpha_ce * ce_sum + self.alpha_mlm * mlm_sum) / counts["masked"] + \
+            self.alpha_cos * cos_sum / counts["tokens"]
+        return loss, {"ce_loss": ce_sum.detach(), "mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct,
+                      "cos_loss": cos_sum.detach()}
+
+    def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
+        """ce_loss (T^2 KL) and MLM per masked token, cos_loss per real token; loss: their weighted sum."""
+        out = mlm_metrics(sums, counts)
+        out.update(ce_loss=sums["ce_loss"] / max(counts["masked"], 1.0),
+                   cos_loss=sums["cos_loss"] / max(counts["tokens"], 1.0))
+        out["loss"] = self.alpha_ce * out["ce_loss"] + self.alpha_mlm * out["mlm_loss"] + self.alpha_cos * out["cos_loss"]
+        return out
+
+    def save(self, folder: Path) -> None:
+        self.student.save_pretrained(folder)  # the teacher is read again from its folder on resume
+
+    def load(self, folder: Path) -> None:
+        load_weights(self.student, folder)
+
+    def export(self, folder: Path, tokenizer: Tokenizer) -> None:
+        self.student.save_pretrained(folder)
+        tokenizer.save(folder)
+
+
+def student_config(teacher: EncoderConfig, base: EncoderConfig, num_layers: int | None, source: str) -> EncoderConfig:
+    """A distilbert config (`base`: preset and recipe overrides) with the teacher's widths and num_layers layers
+    (default: half the teacher's)."""
+    bert_like = {"embedding_size": (None, teacher.hidden_size), "shared_layers": (False,),
+                 "positions_after_pad": (False,), "absolute_positions": (True,), "relative_attention": (False,)}
+    for name, allowed in bert_like.items():
+        if getattr(teacher, name) not in allowed:
+            raise ConfigError(f"teacher: {source} ({teacher.model_type}) has {name}={getattr(teacher, name)!r}; "
+                              f"a DistilBERT student needs a BERT-like teacher (expected {allowed[0]!r})")
+    try:
+        return base.replace(**{k: getattr(teacher, k) for k in _COPIED},
+                            num_layers=num_layers or max(1, teacher.num_layers // 2))
+    except ConfigError as err:
+        raise ConfigError(f"teacher: {source}: a DistilBERT student cannot copy its config ({err})") from None
+
+
+def init_from_teacher(student: MaskedLMModel, teacher: MaskedLMModel) -> list[int]:
+    """Copy the teacher's embeddings (no token types), MLM head and evenly spaced layers into the student
+    (0, 2, 4, ... at half depth: Sanh et al. 2019, section 3); returns the teacher layers taken."""
+    taken = [i * teacher.config.num_layers // student.config.num_layers for i in range(student.config.num_layers)]
+    with torch.no_grad():
+        for name in ("word", "position", "norm"):
+            getattr(student.encoder.embeddings, name).load_state_dict(getattr(teacher.encoder.embeddings, name).state_dict())
+        for mine, theirs in zip(student.encoder.layers, taken):
+            mine.load_state_dict(teacher.encoder.layers[theirs].state_dict())
+        student.mlm.load_state_dict(teacher.mlm.state_dict())
+    return taken
+
+
+def load_teacher(name: str, tokenizer: Tokenizer) -> MaskedLMModel:
+    """The teacher's masked LM, checked to speak the data's vocabulary."""
+    try:
+        folder = resolve_model_path(name)
+        teacher = load_model(folder, kind="mlm")
+    except (CheckpointError, ConfigError, InputError) as err:
+        raise ConfigError(f"teacher: cannot load {name!r} as a masked LM ({err})") from None
+    if teacher.config.vocab_size != tokenizer.vocab_size:
+        raise ConfigError(f"teacher: {name} has a vocabulary of {teacher.config.vocab_size} tokens, the data's "
+                          f"tokenizer {tokenizer.vocab_size}; distillation needs the same vocabulary")
+    try:
+        theirs = Tokenizer.from_pretrained(folder)
+    except (InputError, ConfigError, OSError):
+        return teacher  # no tokenizer beside the weights: the sizes agree, which is all that can be checked
+    differ = next((i for i in range(tokenizer.vocab_size) if theirs.id_to_token(i) != tokenizer.id_to_token(i)), None)
+    if differ is not None:
+        raise ConfigError(f"teacher: {name}'s tokenizer differs from the data's at id {differ} "
+                          f"({theirs.id_to_token(differ)!r} vs {tokenizer.id_to_token(differ)!r}); "
+                          f"distillation needs the same vocabulary")
+    return teacher
+
+
+def build(cfg, tokenizer: Tokenizer) -> Distillation:
+    """The recipe's teacher, and a student of half its depth initialised from it."""
+    teacher = load_teacher(cfg.teacher, tokenizer)
+    base = EncoderConfig.from_preset(cfg.preset, **{k: v for k, v in cfg.model.items() if k != "num_layers"})
+    config = student_config(teacher.config, base, cfg.model.get("num_layers"), cfg.teacher)
+    if cfg.max_length > config.max_position_embeddings:
+        raise ConfigError(f"max_length {cfg.max_length} exceeds the teacher's max_position_embeddings "
+                          f"{config.max_position_embeddings}")
+    student = MaskedLMModel(config)
+    init_from_teacher(student, teacher)
+    return Distillation(student, teacher, cfg.temperature, cfg.alpha_ce, cfg.alpha_mlm, cfg.alpha_cos)

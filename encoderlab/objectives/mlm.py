@@ -1,0 +1,89 @@
+"""Masked language modelling, alone (BERT, RoBERTa) or with a sentence-pair task: NSP (BERT) or SOP (ALBERT).
+
+The loss is the cross-entropy summed over masked tokens divided by the step's masked-token count, plus the
+pair task's cross-entropy divided by the step's sequence count (Devlin et al. 2019, appendix A.2: the sum of
+the two means).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from encoderlab.checkpoint import load_weights
+from encoderlab.config import EncoderConfig
+from encoderlab.errors import ConfigError
+from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel, Model, PreTrainingModel
+from encoderlab.objectives import Counts, Objective
+from encoderlab.tokenizer import Tokenizer
+
+
+def model_config(cfg, tokenizer: Tokenizer) -> EncoderConfig:
+    """The recipe's preset sized to the tokenizer's vocabulary, with the recipe's overrides."""
+    config = EncoderConfig.from_preset(cfg.preset, **{"vocab_size": tokenizer.vocab_size,
+                                                      "pad_token_id": tokenizer.pad_id, **cfg.model})
+    if cfg.max_length > config.max_position_embeddings - (config.pad_token_id + 1 if config.positions_after_pad else 0):
+        raise ConfigError(f"max_length {cfg.max_length} exceeds the positions of preset {cfg.preset!r} "
+                          f"(max_position_embeddings {config.max_position_embeddings})")
+    return config
+
+
+def mlm_sums(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy and number of correct argmax predictions of logits (N, V) for targets (N,)."""
+    return F.cross_entropy(logits.float(), targets, reduction="sum"), (logits.argmax(-1) == targets).sum()
+
+
+def mlm_metrics(sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
+    """MLM loss and accuracy per masked token."""
+    masked = max(counts["masked"], 1.0)
+    return {"mlm_loss": sums["mlm_loss"] / masked, "mlm_accuracy": sums["mlm_correct"] / masked}
+
+
+class MaskedLanguageModeling(Objective):
+    """MLM (MaskedLMModel) or MLM + NSP/SOP (PreTrainingModel), one model."""
+
+    def __init__(self, model: MaskedLMModel | PreTrainingModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        labels, pair_labels = batch["labels"], batch.get("next_sentence_label")
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels,
+                         **({} if pair_labels is None else {"next_sentence_label": pair_labels}))
+        logits = out.logits if hasattr(out, "logits") else out.mlm_logits  # (N, V) at masked positions
+        mlm_sum, correct = mlm_sums(logits, labels[labels != IGNORE_INDEX])
+        loss = mlm_sum / counts["masked"]
+        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": correct}
+        if pair_labels is not None:
+            nsp_sum = F.cross_entropy(out.nsp_logits.float(), pair_labels, reduction="sum")
+            loss = loss + nsp_sum / counts["sequences"]
+            sums["nsp_loss"] = nsp_sum.detach()
+            sums["nsp_correct"] = (out.nsp_logits.argmax(-1) == pair_labels).sum()
+        return loss, sums
+
+    def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
+        out = mlm_metrics(sums, counts)
+        out["loss"] = out["mlm_loss"]
+        if "nsp_loss" in sums:
+            out["nsp_loss"] = sums["nsp_loss"] / counts["sequences"]
+            out["nsp_accuracy"] = sums["nsp_correct"] / counts["sequences"]
+            out["loss"] += out["nsp_loss"]
+        return out
+
+    def save(self, folder: Path) -> None:
+        self.model.save_pretrained(folder)
+
+    def load(self, folder: Path) -> None:
+        load_weights(self.model, folder)
+
+    def export(self, folder: Path, tokenizer: Tokenizer) -> None:
+        self.model.save_pretrained(folder)
+        tokenizer.save(folder)
+
+
+def build(cfg, tokenizer: Tokenizer) -> MaskedLanguageModeling:
+    """MaskedLMModel for objective mlm; PreTrainingModel (its NSP head) for mlm+nsp and mlm+sop."""
+    config = model_config(cfg, tokenizer)
+    return MaskedLanguageModeling(MaskedLMModel(config) if cfg.objective == "mlm" else PreTrainingModel(config))

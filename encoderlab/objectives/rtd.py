@@ -1,0 +1,162 @@
+"""Replaced-token detection (ELECTRA, Clark et al. 2020, arXiv:2003.10555), with DeBERTa-v3's
+gradient-disentangled embedding sharing (He et al. 2021, arXiv:2111.09543, section 3).
+
+A small generator (a MaskedLMModel `generator_size` times the discriminator's width, heads and feed-forward;
+section 3.2 and appendix: 1/4 to 1/2 works best) learns MLM on the masked positions. Its samples replace the
+masked tokens, and the discriminator (ReplacedTokenDetector) learns, for every real token, whether it was
+replaced. Loss = MLM + rtd_weight x discriminator BCE (section 2, lambda = 50). There is no gradient through
+the sampling, and a sample equal to the original counts as original (section 2).
+
+Embedding sharing (section 3.2: the generator and discriminator share token embeddings):
+- shared: both models hold the same `encoder.embeddings` module (token, position, segment tables and their
+  LayerNorm); each keeps its own `encoder.project`, so the widths may differ;
+- gdes: the discriminator's token table is E_D = sg(E_G) + E_delta, E_delta starting at zero, so the
+  discriminator's gradient never reaches the generator's table (DeBERTa-v3, section 3); its other
+  embedding tables are its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from encoderlab.checkpoint import load_weights
+from encoderlab.config import EncoderConfig
+from encoderlab.io import atomic_write
+from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel, ReplacedTokenDetector
+from encoderlab.objectives import Counts, Objective
+from encoderlab.objectives.mlm import mlm_metrics, mlm_sums, model_config
+from encoderlab.tokenizer import Tokenizer
+
+DELTA_FILE = "gdes_delta.safetensors"  # E_delta in a checkpoint: the folded table alone would not resume exactly
+GENERATOR_FOLDER = "generator"
+
+
+def generator_config(config: EncoderConfig, fraction: float) -> EncoderConfig:
+    """The generator: the discriminator's config with width, heads and feed-forward scaled by `fraction`
+    (heads keep their width) and the discriminator's embedding width, so the two can share tables."""
+    heads = max(1, round(config.num_heads * fraction))
+    return config.replace(hidden_size=heads * config.head_dim, num_heads=heads,
+                          intermediate_size=max(1, round(config.intermediate_size * fraction)),
+                          embedding_size=config.embedding_width)
+
+
+class DisentangledWordEmbedding(nn.Module):
+    """The discriminator's token table under GDES: ids (B, T) -> sg(E_G)[ids] + E_delta[ids], (B, T, E).
+
+    It reads the generator's nn.Embedding without owning it (the generator saves and trains it). Its state
+    dict holds the folded table `weight` = E_G + E_delta, so a discriminator saves as a plain model.
+    """
+
+    def __init__(self, generator_table: nn.Embedding) -> None:
+        super().__init__()
+        self._generator_table = (generator_table,)  # a tuple: not registered as a submodule of the discriminator
+        self.delta = nn.Parameter(torch.zeros_like(generator_table.weight))
+        self.padding_idx = generator_table.padding_idx
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """E_D = sg(E_G) + E_delta, (V, E)."""
+        return self._generator_table[0].weight.detach() + self.delta
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, self.weight, self.padding_idx)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
+        destination[prefix + "weight"] = self.weight if keep_vars else self.weight.detach()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs) -> None:
+        key = prefix + "weight"
+        if key in state_dict:  # a folded table: E_delta = E_D - E_G (exact values come from DELTA_FILE)
+            with torch.no_grad():
+                self.delta.copy_(state_dict[key].to(self.delta) - self._generator_table[0].weight)
+        elif strict:
+            missing_keys.append(key)
+
+
+class ReplacedTokenDetection(Objective):
+    """ELECTRA's generator and discriminator, trained together; the discriminator is the model kept."""
+
+    def __init__(self, discriminator: ReplacedTokenDetector, generator: MaskedLMModel, rtd_weight: float = 50.0,
+                 embedding_sharing: str = "shared") -> None:
+        super().__init__()
+        self.discriminator, self.generator = discriminator, generator
+        self.rtd_weight, self.embedding_sharing = rtd_weight, embedding_sharing
+        if embedding_sharing == "shared":
+            generator.encoder.embeddings = discriminator.encoder.embeddings
+        else:
+            discriminator.encoder.embeddings.word = DisentangledWordEmbedding(generator.encoder.embeddings.word)
+
+    def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        input_ids, attention_mask, token_type_ids, labels = (batch[k] for k in ("input_ids", "attention_mask",
+                                                                                "token_type_ids", "labels"))
+        masked = labels != IGNORE_INDEX  # (B, T)
+        logits = self.generator(input_ids, attention_mask, token_type_ids, labels).logits  # (N, V)
+        targets = labels[masked]
+        mlm_sum, mlm_correct = mlm_sums(logits, targets)
+        corrupted, replaced = _replace(input_ids, labels, logits)
+        real = attention_mask.bool()
+        rtd_logits = self.discriminator(corrupted, attention_mask, token_type_ids).logits[real].float()  # (R,)
+        rtd_targets = replaced[real].float()
+        rtd_sum = F.binary_cross_entropy_with_logits(rtd_logits, rtd_targets, reduction="sum")
+        loss = mlm_sum / counts["masked"] + self.rtd_weight * rtd_sum / counts["tokens"]
+        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct, "rtd_loss": rtd_sum.detach(),
+                "rtd_correct": ((rtd_logits > 0) == rtd_targets.bool()).sum(), "replaced": replaced.sum()}
+        return loss, sums
+
+    def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
+        """Generator MLM loss/accuracy per masked token; discriminator loss/accuracy per real token;
+        replaced_fraction: the share of masked tokens whose sample differs from the original."""
+        out = mlm_metrics(sums, counts)
+        tokens = max(counts["tokens"], 1.0)
+        out.update(rtd_loss=sums["rtd_loss"] / tokens, rtd_accuracy=sums["rtd_correct"] / tokens,
+                   replaced_fraction=sums["replaced"] / max(counts["masked"], 1.0))
+        out["loss"] = out["mlm_loss"] + self.rtd_weight * out["rtd_loss"]
+        return out
+
+    def save(self, folder: Path) -> None:
+        self.generator.save_pretrained(folder / GENERATOR_FOLDER)
+        self.discriminator.save_pretrained(folder)
+        if self.embedding_sharing == "gdes":
+            delta = {"delta": self.discriminator.encoder.embeddings.word.delta.detach().cpu().contiguous()}
+            atomic_write(folder / DELTA_FILE, lambda tmp: save_file(delta, tmp))
+
+    def load(self, folder: Path) -> None:
+        load_weights(self.generator, folder / GENERATOR_FOLDER)  # first: the gdes table folds in E_G
+        load_weights(self.discriminator, folder)
+        if self.embedding_sharing == "gdes":
+            with torch.no_grad():
+                word = self.discriminator.encoder.embeddings.word
+                word.delta.copy_(load_file(folder / DELTA_FILE)["delta"])
+
+    def export(self, folder: Path, tokenizer: Tokenizer) -> None:
+        """The discriminator (E_D folded in under gdes) in `folder`, the generator in folder/generator."""
+        self.save(folder)
+        (folder / DELTA_FILE).unlink(missing_ok=True)
+        for where in (folder, folder / GENERATOR_FOLDER):
+            tokenizer.save(where)
+
+
+@torch.no_grad()
+def _replace(input_ids: torch.Tensor, labels: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) ids with the masked positions replaced by samples from the generator's softmax over logits (N, V),
+    and the (B, T) bool of positions whose token now differs from the original."""
+    masked = labels != IGNORE_INDEX
+    original = torch.where(masked, labels, input_ids)
+    corrupted = original.clone()
+    if logits.shape[0]:
+        corrupted[masked] = torch.multinomial(F.softmax(logits.float(), dim=-1), 1).squeeze(1)  # global RNG: resumable
+    return corrupted, corrupted != original
+
+
+def build(cfg, tokenizer: Tokenizer) -> ReplacedTokenDetection:
+    """Discriminator of the recipe's preset and a generator `generator_size` times its width."""
+    config = model_config(cfg, tokenizer)
+    return ReplacedTokenDetection(ReplacedTokenDetector(config),
+                                  MaskedLMModel(generator_config(config, cfg.generator_size)),
+                                  cfg.rtd_weight, cfg.embedding_sharing)
