@@ -273,5 +273,5 @@ def test_family_recipes_load():
     recipes = sorted((ROOT / "configs" / "family").glob("*.yaml"))
     assert len(recipes) >= 5
     for recipe in recipes:
-        cfg = load_recipe(recipe, ["teacher=runs/bert-mini-cpu/model"] if "distil" in recipe.name else [])
+        cfg = load_recipe(recipe)
         assert cfg.max_steps > 0 and Path(cfg.data).name == "wiki-data"
