@@ -91,7 +91,8 @@ def student_config(teacher: EncoderConfig, base: EncoderConfig, num_layers: int 
     """A distilbert config (`base`: preset and recipe overrides) with the teacher's widths and num_layers layers
     (default: half the teacher's)."""
     bert_like = {"embedding_size": (None, teacher.hidden_size), "shared_layers": (False,),
-                 "positions_after_pad": (False,), "absolute_positions": (True,), "relative_attention": (False,)}
+                 "positions_after_pad": (False,), "absolute_positions": (True,), "relative_attention": (False,),
+                 "layer_norm_eps": (base.layer_norm_eps,)}  # DistilBERT's config.json has no key for another epsilon
     for name, allowed in bert_like.items():
         if getattr(teacher, name) not in allowed:
             raise ConfigError(f"teacher: {source} ({teacher.model_type}) has {name}={getattr(teacher, name)!r}; "
