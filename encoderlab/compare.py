@@ -356,7 +356,7 @@ def describe(settings: Settings) -> str:
             f"first {settings.latency_sequences} sequences run one at a time. Throughput: sequences per second over "
             f"length-sorted batches of {settings.batch_size}, median of {settings.repeats} pass(es). Each sequence "
             f"and batch runs on every model in turn, so load from other processes falls on all alike. Ratios are "
-            f"to the first row (speed: higher is faster). Load average when written: {_load()}.")
+            f"to the first row (speed: higher is faster). Load average when written: {_load()}.{_busy_warning()}")
 
 
 def _load() -> str:
@@ -365,6 +365,16 @@ def _load() -> str:
         return f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     except OSError:
         return "unknown"
+
+
+def _busy_warning() -> str:
+    """A caveat when more processes want a core than there are cores, else ''."""
+    try:
+        busy = os.getloadavg()[0] > (os.cpu_count() or 1)
+    except OSError:
+        return ""
+    return (" The machine was busy: absolute times are inflated, and batch-1 ratios, where waiting for a core "
+            "costs most, are the least reliable; rerun on a quiet machine for figures to quote.") if busy else ""
 
 
 def _cpu_name() -> str:
