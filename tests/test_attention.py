@@ -28,13 +28,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TEXT, PAIR = "The cat sat on the mat because it was tired.", "Where did the cat sit?"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The machine is shared with a long job: keep the tests to one core."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 @pytest.fixture(scope="module")

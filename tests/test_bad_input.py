@@ -35,12 +35,7 @@ TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 # ---- tiny checkpoint folders (transformers writes them: it is the oracle, never imported by encoderlab) ---------

@@ -28,13 +28,7 @@ SENTENCES = ["a good film.", "the plot was very bad and the film was awful", "gr
              "where does anna live?", "it is so quite good a movie and this plot is great, very great"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: on a busy 2-core machine two threads wait on each other far more than they compute."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 def tiny_config(tokenizer: Tokenizer, **changes) -> EncoderConfig:

@@ -29,12 +29,7 @@ TEXTS = ["anna lives in paris .", "where does peter live ?", "the movie was very
          "maria", "john went to rome and saw lima and oslo with anna and peter ."]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 @pytest.fixture(scope="module")

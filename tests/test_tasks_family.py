@@ -48,13 +48,7 @@ NAMES, CITIES = ["anna", "peter", "maria", "john"], ["paris", "rome", "oslo", "l
 WORDS = POSITIVE + NEGATIVE + FILLER + NAMES + CITIES + ["lives", "in", "where", "does", "live", "?", "."]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: on a busy 2-core machine two threads wait on each other far more than they compute."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 # ---- transformers parity of the task heads ---------------------------------------------------------------------

@@ -28,6 +28,7 @@ from torch import nn
 
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError
+from encoderlab.nn.attention import SelfAttention
 from encoderlab.nn.dropout import dropout as drop
 
 _TERMS = 3  # content-to-content, content-to-position, position-to-content
@@ -87,20 +88,15 @@ class RelativeEmbeddings(nn.Module):
         return RelativePositions(self.norm(self.table.weight[first:last + 1]), index)
 
 
-class DisentangledAttention(nn.Module):
+class DisentangledAttention(SelfAttention):
     """(B, T, H) -> (B, T, H), plus the probabilities (B, heads, T, T) on the eager path.
 
-    Same weights as SelfAttention (one fused qkv projection, an output projection): with shared keys,
-    the relative embeddings are projected by the query and key parts of `qkv`.
+    SelfAttention's weights (one fused qkv projection, an output projection): with shared keys, the relative
+    embeddings are projected by the query and key parts of `qkv`.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, position_dropout: float) -> None:
-        super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = hidden_size // num_heads
-        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
-        self.out = nn.Linear(hidden_size, hidden_size)
-        self.dropout = dropout
+        super().__init__(hidden_size, num_heads, dropout)
         self.position_dropout = position_dropout
         self.scale = 1 / math.sqrt(self.head_dim * _TERMS)
 

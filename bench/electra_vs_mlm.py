@@ -1,0 +1,127 @@
+"""ELECTRA against MLM at equal training compute (issue 5), side by side in one run.
+
+Both sides pretrain the same body (4 layers x 256, bert-mini's) on the same Wikipedia shards, batches and
+schedule shape: the reference with BERT's MLM, ELECTRA as a replaced-token-detection discriminator with a
+quarter-width generator and 128-wide shared embeddings (ELECTRA-Small's recipe, Clark et al. 2020, table 6).
+ELECTRA's step count is set so that both spend the same training FLOPs (encoderlab.train.flops). Both are then
+fine-tuned on SST-2 with the same settings and scored on the dev set. The paper's claim (section 3.3, table 1):
+at equal compute ELECTRA's discriminator fine-tunes better than an MLM-trained model.
+
+    python bench/electra_vs_mlm.py            # both pretraining runs, then SST-2 (about 40 minutes on 2 quiet cores)
+    python bench/electra_vs_mlm.py --reuse    # use runs that already finished
+    python bench/electra_vs_mlm.py --quick    # 12 steps each and 256 SST-2 sentences: under a minute or two
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import command_line, goal, write_results  # noqa: E402
+from finetune import DATA, cli  # noqa: E402
+
+from encoderlab.config import EncoderConfig  # noqa: E402
+from encoderlab.objectives.rtd import generator_config  # noqa: E402
+from encoderlab.train.config import load_recipe  # noqa: E402
+from encoderlab.train.flops import mlm_flops_per_token, rtd_flops_per_token  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = {"mlm": ROOT / "configs/family/compare-bert-mini.yaml", "electra": ROOT / "configs/family/compare-electra-mini.yaml"}
+
+
+def step_flops(recipe) -> float:
+    """Training FLOPs of one optimizer step of a recipe (full packed sequences)."""
+    config = EncoderConfig.from_preset(recipe.preset, **recipe.model)
+    per_token = (rtd_flops_per_token(config, generator_config(config, recipe.generator_size), recipe.max_length,
+                                     recipe.mlm_probability)
+                 if recipe.objective == "rtd" else mlm_flops_per_token(config, recipe.max_length, recipe.mlm_probability))
+    return per_token * recipe.batch_size * recipe.max_length
+
+
+def pretrain(name: str, run: Path, overrides: list[str], reuse: bool) -> float:
+    """Run (or reuse) one pretraining run; its wall-clock seconds (from metrics.csv when reused)."""
+    if not (reuse and (run / "model" / "config.json").is_file()):
+        argv = [sys.executable, "-m", "encoderlab", "pretrain", "--config", str(RECIPES[name]), "--out", str(run),
+                *[x for o in overrides for x in ("--set", o)]]
+        print("$", " ".join(argv[2:]), file=sys.stderr, flush=True)
+        subprocess.run(argv, check=True)
+    rows = list(csv.DictReader((run / "metrics.csv").open(encoding="utf-8")))
+    return float(rows[-1]["elapsed_s"])
+
+
+def last(run: Path, column: str) -> float | None:
+    """The last logged value of a metrics.csv column."""
+    values = [r[column] for r in csv.DictReader((run / "metrics.csv").open(encoding="utf-8")) if r.get(column)]
+    return round(float(values[-1]), 4) if values else None
+
+
+def sst2(model: Path, opts: argparse.Namespace, work: Path) -> dict:
+    """SST-2 dev accuracy after fine-tuning `model` (same settings for both sides)."""
+    argv = ["finetune", "classify", "--model", model, "--train", DATA / "sst2/train.tsv", "--eval", DATA / "sst2/dev.tsv",
+            "--out", work / model.parent.name, "--epochs", 1, "--lr", opts.lr, "--seed", 42, "--precision", "bf16",
+            "--no-progress", *(["--max-train", opts.max_train] if opts.max_train else []),
+            *(["--max-eval", 96] if opts.quick else []),
+            *(["--threads", opts.threads] if opts.threads else [])]
+    summary = cli(*argv)
+    return {"accuracy": round(summary["best"]["eval_accuracy"], 4), "train_examples": summary["train_examples"],
+            "eval_examples": summary["eval_examples"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="12 MLM steps and tiny SST-2 subsets")
+    parser.add_argument("--reuse", action="store_true", help="reuse finished runs instead of pretraining again")
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs", help="folder of the two runs (default: runs/)")
+    parser.add_argument("--max-train", type=int, default=0, help="SST-2 training sentences (default 0: all 67,349)")
+    parser.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (default: 1e-4)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    opts = parser.parse_args()
+    if not (DATA / "sst2").is_dir() or not (ROOT / "runs/wiki-data/meta.json").is_file():
+        raise SystemExit("needs ../shared/data/sst2 and the prepared Wikipedia shards in runs/wiki-data "
+                         "(configs/bert-mini-wiki.yaml says how to make them)")
+    if opts.quick:
+        opts.max_train, opts.reuse = 256, False
+    recipes = {name: load_recipe(path) for name, path in RECIPES.items()}
+    mlm_steps = 12 if opts.quick else recipes["mlm"].max_steps
+    budget = mlm_steps * step_flops(recipes["mlm"])
+    electra_steps = max(1, round(budget / step_flops(recipes["electra"])))
+    warmup = {name: max(1, round(r.warmup_steps / r.max_steps * steps))
+              for (name, r), steps in zip(recipes.items(), (mlm_steps, electra_steps))}
+    suffix = "-quick" if opts.quick else ""
+    runs = {name: opts.runs / f"compare-{'bert' if name == 'mlm' else 'electra'}-mini{suffix}" for name in RECIPES}
+    figures: dict = {"training_flops_budget": budget, "threads": torch.get_num_threads()}
+    with tempfile.TemporaryDirectory(prefix="encoderlab-bench-") as work:
+        for name, steps in (("mlm", mlm_steps), ("electra", electra_steps)):
+            overrides = [f"max_steps={steps}", f"warmup_steps={warmup[name]}"]
+            if opts.quick:
+                overrides += ["eval_every=0", "save_every=0", "eval_batches=2", "log_every=4"]
+            seconds = pretrain(name, runs[name], overrides, opts.reuse)
+            started = time.time()
+            figures[name] = {"run": str(runs[name].relative_to(ROOT)) if runs[name].is_relative_to(ROOT) else str(runs[name]),
+                             "steps": steps, "flops_per_step": step_flops(recipes[name]),
+                             "training_flops": steps * step_flops(recipes[name]), "pretrain_seconds": seconds,
+                             "final_train_loss": last(runs[name], "loss"),
+                             "heldout_mlm_accuracy": last(runs[name], "eval_mlm_accuracy"),
+                             "heldout_rtd_accuracy": last(runs[name], "eval_rtd_accuracy"),
+                             "sst2": sst2(runs[name] / "model", opts, Path(work))}
+            figures[name]["sst2"]["seconds"] = round(time.time() - started, 1)
+            print(name, figures[name], file=sys.stderr, flush=True)
+    gap = figures["electra"]["sst2"]["accuracy"] - figures["mlm"]["sst2"]["accuracy"]
+    figures["electra_minus_mlm_sst2"] = round(gap, 4)
+    goals = [goal("ELECTRA SST-2 dev accuracy minus MLM's at equal training FLOPs (paper: > 0)", gap, 0.0)]
+    path = write_results("electra_vs_mlm_quick" if opts.quick else "electra_vs_mlm", command_line(), figures, goals)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Short pretraining runs of every family's objective on the Wikipedia shards (issue 5): does each loss fall?
+
+One run per recipe in configs/family (RoBERTa MLM, ALBERT MLM+SOP, ELECTRA replaced-token detection,
+DistilBERT distillation from runs/bert-mini-cpu, DeBERTa-v3 MLM), all cut to the same few steps of 16
+sequences of 128 tokens, on CPU. RoBERTa reads byte-level BPE shards when runs/wiki-bpe-data exists (its own
+tokenizer kind); the others read the WordPiece shards. The curves go to docs/family-curves.png and the figures
+to bench/results/family_pretrain.json: first and last logged loss, and the held-out figures at the end.
+
+    python bench/family_pretrain.py            # 120 steps each (about 2 minutes each on 2 quiet cores)
+    python bench/family_pretrain.py --quick    # 12 steps each
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import command_line, write_results  # noqa: E402
+
+from encoderlab.io import atomic_write  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+# family: (recipe, the loss columns to draw, extra overrides)
+RUNS = {
+    "RoBERTa (MLM, packed sentences)": ("roberta-mini", ("mlm_loss",)),
+    "ALBERT (MLM + SOP)": ("albert-mini", ("mlm_loss", "nsp_loss")),
+    "ELECTRA (generator MLM + 50 x RTD)": ("electra-mini", ("mlm_loss", "rtd_loss")),
+    "DistilBERT (distillation)": ("distilbert-mini", ("ce_loss", "mlm_loss", "cos_loss")),
+    "DeBERTa-v3 (MLM, disentangled attention)": ("deberta-mini", ("mlm_loss",)),
+}
+
+
+def rows(run: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader((run / "metrics.csv").open(encoding="utf-8")))
+
+
+def series(table: list[dict[str, str]], column: str) -> tuple[list[int], list[float]]:
+    points = [(int(r["step"]), float(r[column])) for r in table if r.get(column)]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def run_recipe(recipe: str, out: Path, steps: int) -> None:
+    """One short run of configs/family/RECIPE.yaml into `out`."""
+    overrides = [f"max_steps={steps}", f"warmup_steps={max(1, steps // 10)}", "batch_size=16", "log_every=4",
+                 f"eval_every={steps}", "eval_batches=4", f"save_every={steps}"]
+    if recipe == "roberta-mini" and (ROOT / "runs/wiki-bpe-data/meta.json").is_file():
+        overrides.append("data=runs/wiki-bpe-data")
+    argv = [sys.executable, "-m", "encoderlab", "pretrain", "--config", str(ROOT / f"configs/family/{recipe}.yaml"),
+            "--out", str(out), *[x for o in overrides for x in ("--set", o)]]
+    print("$", " ".join(argv[2:]), file=sys.stderr, flush=True)
+    subprocess.run(argv, check=True, cwd=ROOT)
+
+
+def plot(results: dict[str, Path], out: Path) -> None:
+    """One panel per family: its loss terms against steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4))
+    for axis, (title, run) in zip(axes, results.items()):
+        table = rows(run)
+        for column in RUNS[title][1]:
+            steps, values = series(table, column)
+            axis.plot(steps, values, label=column.replace("nsp_loss", "sop_loss"))
+        axis.set_title(title, fontsize=9)
+        axis.set_xlabel("step")
+        axis.legend(fontsize=8)
+    axes[0].set_ylabel("training loss")
+    fig.tight_layout()
+    atomic_write(out, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="12 steps per family")
+    parser.add_argument("--steps", type=int, default=120, help="steps per family (default: 120)")
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs/family", help="where the runs go")
+    opts = parser.parse_args()
+    if not (ROOT / "runs/wiki-data/meta.json").is_file() or not (ROOT / "runs/bert-mini-cpu/model").is_dir():
+        raise SystemExit("needs the prepared Wikipedia shards (runs/wiki-data) and the teacher runs/bert-mini-cpu/model; "
+                         "configs/bert-mini-wiki-cpu.yaml says how to make both")
+    steps = 12 if opts.quick else opts.steps
+    folders, figures, goals = {}, {}, []
+    for title, (recipe, columns) in RUNS.items():
+        folders[title] = opts.runs / (recipe + ("-quick" if opts.quick else ""))
+        if folders[title].exists():
+            subprocess.run(["rm", "-rf", str(folders[title])], check=True)
+        run_recipe(recipe, folders[title], steps)
+        table = rows(folders[title])
+        first, last = float(table[0]["loss"]), float(table[-1]["loss"])
+        evals = {k: round(float(v), 4) for k, v in table[-1].items() if k.startswith("eval_") and v}
+        figures[recipe] = {"steps": steps, "first_loss": round(first, 4), "last_loss": round(last, 4),
+                           "seconds": float(table[-1]["elapsed_s"]), **evals,
+                           **{c + "_first_last": [round(v, 4) for v in (series(table, c)[1][0], series(table, c)[1][-1])]
+                              for c in columns}}
+        goals.append({"what": f"{title}: training loss falls over {steps} steps", "value": round(last - first, 4),
+                      "target": "< 0", "met": last < first})
+        print(title, figures[recipe], file=sys.stderr, flush=True)
+    picture = ROOT / "docs" / ("family-curves-quick.png" if opts.quick else "family-curves.png")
+    plot(folders, picture)
+    figures["curves"] = str(picture.relative_to(ROOT))
+    print(f"wrote {write_results('family_pretrain_quick' if opts.quick else 'family_pretrain', command_line(), figures, goals)}")
+
+
+if __name__ == "__main__":
+    main()
