@@ -158,3 +158,13 @@ def test_relative_attention_cannot_be_switched_off() -> None:
         EncoderConfig.from_preset("deberta-v3-base", relative_attention=False)
     with pytest.raises(ConfigError, match="relative_attention"):
         EncoderConfig.from_preset("bert-base", relative_attention=True)
+
+
+@pytest.mark.parametrize("key", ["share_att_key", "norm_rel_ebd", "position_biased_input", "relative_attention",
+                                 "pos_att_type"])
+def test_a_config_json_without_a_v3_key_is_refused_by_name(key: str) -> None:
+    """transformers reads the absent key as another architecture (e.g. no shared keys): not silently ours."""
+    data = EncoderConfig.from_preset("deberta-v3-mini").to_hf_dict("DebertaV2Model")
+    del data[key]
+    with pytest.raises(ConfigError, match=f"{key} is missing"):
+        EncoderConfig.from_hf_dict(data)

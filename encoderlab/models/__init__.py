@@ -57,6 +57,8 @@ class FamilySpec:
     field only this family writes (ALBERT's `embedding_size`)."""
     hf_constants: dict[str, tuple] = field(default_factory=dict)
     """config.json keys that must hold one of these values (the first is written on export)."""
+    hf_required: frozenset[str] = frozenset()
+    """hf_constants keys that must be present: transformers reads their absence as a value we do not build."""
     hf_unused: frozenset[str] = frozenset()
     """config.json keys of this family that carry nothing the backbone uses (dropped on load)."""
     pooler: bool = True

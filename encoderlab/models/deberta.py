@@ -79,6 +79,10 @@ SPEC = FamilySpec(
         "legacy": (True,),  # the MLM head under cls.predictions.*, laid out as BERT's
         "pooler_hidden_act": ("gelu",),  # the classification head's activation (every released v3 config)
     },
+    # transformers reads an absent key as relative_attention false, no pos_att_type, share_att_key false,
+    # norm_rel_ebd "none" and position_biased_input true (DebertaV2Config and its modeling code)
+    hf_required=frozenset({"relative_attention", "pos_att_type", "share_att_key", "norm_rel_ebd",
+                           "position_biased_input"}),
     hf_unused=frozenset({"pooler_dropout", "pooler_hidden_size", "conv_act", "conv_groups"}),
     pooler=False,
     tokenizer_kind="unigram",
