@@ -14,21 +14,32 @@ def _series(rows: list[dict[str, str]], key: str) -> tuple[list[int], list[float
     return [p[0] for p in points], [p[1] for p in points]
 
 
+# (metrics.csv column, label, panel): every objective's terms; a run draws the columns it logged.
+CURVES = (
+    ("mlm_loss", "train MLM loss", "loss"), ("eval_mlm_loss", "held-out MLM loss", "loss"),
+    ("nsp_loss", "train NSP/SOP loss", "loss"), ("rtd_loss", "train RTD loss (unweighted)", "loss"),
+    ("eval_rtd_loss", "held-out RTD loss", "loss"), ("ce_loss", "train distillation KL", "loss"),
+    ("cos_loss", "train cosine loss", "loss"),
+    ("mlm_accuracy", "train MLM accuracy", "accuracy"), ("eval_mlm_accuracy", "held-out MLM accuracy", "accuracy"),
+    ("eval_nsp_accuracy", "held-out NSP/SOP accuracy", "accuracy"),
+    ("rtd_accuracy", "train RTD accuracy", "accuracy"), ("eval_rtd_accuracy", "held-out RTD accuracy", "accuracy"),
+)
+
+
 def plot_metrics(csv_path: str | Path, out_path: str | Path, title: str | None = None) -> Path:
-    """Draw train/held-out MLM loss and accuracy against steps into a PNG."""
+    """Draw a run's train/held-out losses and accuracies (MLM, NSP/SOP, RTD, distillation) against steps."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    rows = list(csv.DictReader(Path(csv_path).open(encoding="utf-8")))
+    with Path(csv_path).open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for key, label, axis in (("mlm_loss", "train MLM loss", left), ("eval_mlm_loss", "held-out MLM loss", left),
-                             ("nsp_loss", "train NSP loss", left), ("mlm_accuracy", "train MLM accuracy", right),
-                             ("eval_mlm_accuracy", "held-out MLM accuracy", right),
-                             ("eval_nsp_accuracy", "held-out NSP accuracy", right)):
+    for key, label, side in CURVES:
         steps, values = _series(rows, key)
         if steps:
+            axis = left if side == "loss" else right
             axis.plot(steps, values, marker="o" if key.startswith("eval") else None, markersize=3, label=label)
     left.set(xlabel="step", ylabel="loss", title="loss")
     right.set(xlabel="step", ylabel="accuracy", title="accuracy")
