@@ -183,7 +183,7 @@ def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: Model
     return converted
 
 
-def _has_pooler(spec: FamilySpec, hf_state: dict[str, torch.Tensor]) -> bool:
+def has_pooler(spec: FamilySpec, hf_state: dict[str, torch.Tensor]) -> bool:
     """Whether a checkpoint holds the family's pooler (an MLM-only BERT checkpoint has none)."""
     return spec.pooler and all(name in hf_state for name in _sources(spec, "pooler.dense.weight"))
 
@@ -230,7 +230,7 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
     hf_state = normalize_hf_state(spec, read_weights(folder))
     with torch.device("meta"):  # no time spent on a random init that is overwritten at once
         if kind == "base":
-            model = EncoderModel(config, pooler=_has_pooler(spec, hf_state))
+            model = EncoderModel(config, pooler=has_pooler(spec, hf_state))
         else:
             model = MODEL_CLASSES[kind](config)
     state = hf_to_ours(spec, hf_state, model, str(folder))

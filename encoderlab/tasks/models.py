@@ -25,7 +25,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from encoderlab.checkpoint import _has_pooler, normalize_hf_state, hf_to_ours, ours_to_hf, read_weights, resolve_model_path
+from encoderlab.checkpoint import (has_pooler, hf_to_ours, normalize_hf_state, ours_to_hf, read_weights,
+                                   resolve_model_path)
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError
 from encoderlab.infer.embed import pool
@@ -278,7 +279,7 @@ def build_backbone(config: EncoderConfig, hf_state: dict[str, torch.Tensor], sou
     head = tuple(theirs for _, theirs in task_class(architecture).head_names(spec))
     state = normalize_hf_state(spec, {k: v for k, v in hf_state.items() if not (head and k.startswith(head))})
     with torch.device("meta"):  # no time spent on a random init that is overwritten at once
-        model = EncoderModel(config, pooler=_has_pooler(spec, state))  # its name differs by family (ALBERT)
+        model = EncoderModel(config, pooler=has_pooler(spec, state))  # its name differs by family (ALBERT)
     model.load_state_dict(hf_to_ours(spec, state, model, source), assign=True)
     return model
 
