@@ -1,5 +1,6 @@
 """Pretraining objectives beyond BERT's: RoBERTa and ALBERT recipes end to end, ELECTRA's replaced-token
-detection (shared embeddings and DeBERTa-v3's GDES), and DistilBERT's distillation."""
+detection (shared embeddings and DeBERTa-v3's GDES), DeBERTa-v3's own (RTD + GDES, a full-width half-depth
+generator, the discriminator exported as DebertaV2Model), and DistilBERT's distillation."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from encoderlab import load_model
 from encoderlab.config import EncoderConfig
 from encoderlab.data.prepare import prepare
 from encoderlab.errors import ConfigError
-from encoderlab.nn.model import MaskedLMModel, ReplacedTokenDetector
+from encoderlab.nn.model import EncoderModel, MaskedLMModel, ReplacedTokenDetector
 from encoderlab.objectives import build_objective
+from encoderlab.objectives.rtd import HEAD_FILE
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train.config import load_recipe
 from encoderlab.train.pretrain import Cursor, heldout_batches, pretrain
+from encoderlab.train.state import latest_checkpoint
 from test_pretrain import _write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +30,13 @@ SIZES = ["model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=6
          "model.max_position_embeddings=64", "max_length=32", "batch_size=8", "warmup_steps=2", "lr=0.003",
          "precision=fp32", "log_every=1", "eval_batches=2", "model.hidden_dropout=0", "model.attention_dropout=0"]
 ELECTRA = ["preset=electra-mini", "objective=rtd", "model.embedding_size=32", *SIZES]
+# DeBERTa-v3's recipe: the generator at the discriminator's width (32) and half its depth (1 of 2 layers).
+DEBERTA = ["preset=deberta-v3-mini", "objective=rtd", "generator_size=1.0", "generator_layers=0.5",
+           "embedding_sharing=gdes", "model.position_buckets=8", *SIZES]
+# name -> (data fixture, recipe): the rtd recipes that train, resume and share embeddings alike
+RTD_RECIPES = {"shared": ("wordpiece", [*ELECTRA, "embedding_sharing=shared"]),
+               "gdes": ("wordpiece", [*ELECTRA, "embedding_sharing=gdes"]),
+               "deberta-gdes": ("unigram", DEBERTA)}
 
 
 def _prepared(root: Path, kind: str, vocab_size: int) -> Path:
@@ -40,6 +50,17 @@ def _prepared(root: Path, kind: str, vocab_size: int) -> Path:
 @pytest.fixture(scope="module")
 def wordpiece(tmp_path_factory) -> Path:
     return _prepared(tmp_path_factory.mktemp("wordpiece"), "wordpiece", 120)
+
+
+@pytest.fixture(scope="module")
+def unigram(tmp_path_factory) -> Path:
+    """The corpus under a Unigram vocabulary, DeBERTa-v3's kind."""
+    return _prepared(tmp_path_factory.mktemp("unigram"), "unigram", 150)
+
+
+def _rtd_recipe(request, name: str) -> list[str]:
+    data, recipe = RTD_RECIPES[name]
+    return [f"data={request.getfixturevalue(data)}", *recipe]
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +122,10 @@ def test_a_tokenizer_of_another_kind_than_the_family_warns(wordpiece, tmp_path):
 
 
 # ---- losses fall ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("extra", [["embedding_sharing=shared"], ["embedding_sharing=gdes"]], ids=["shared", "gdes"])
-def test_rtd_losses_fall(wordpiece, tmp_path, extra):
+@pytest.mark.parametrize("name", RTD_RECIPES)
+def test_rtd_losses_fall(request, tmp_path, name):
     run = tmp_path / "run"
-    result = pretrain(load_recipe(None, [f"data={wordpiece}", *ELECTRA, "max_steps=30", "eval_every=0", *extra]),
+    result = pretrain(load_recipe(None, [*_rtd_recipe(request, name), "max_steps=30", "eval_every=0"]),
                       run, progress=False)
     rows = _rows(run)
     for key in ("loss", "mlm_loss", "rtd_loss"):
@@ -165,6 +186,33 @@ def test_rtd_resumes_exactly_and_exports_electra(wordpiece, tmp_path, sharing):
     assert same == (sharing == "shared")  # gdes: E_D = E_G + E_delta, and E_delta has learned something
 
 
+def test_deberta_rtd_resumes_exactly_and_exports_its_base_model(unigram, tmp_path):
+    recipe = [f"data={unigram}", *DEBERTA]
+    straight, broken = _straight_and_resumed(recipe, tmp_path)  # the head comes back from HEAD_FILE exactly
+    for sub in ("model", "model/generator"):
+        _assert_same_weights(straight / sub, broken / sub)
+    checkpoint = latest_checkpoint(straight)
+    assert (checkpoint / HEAD_FILE).is_file() and not (straight / "model" / HEAD_FILE).exists()
+    _, objective = _objective(recipe)
+    objective.load(checkpoint)  # the trained pair, as the run ended
+    objective.eval()
+    base, generator = load_model(straight / "model"), load_model(straight / "model/generator")
+    assert isinstance(base, EncoderModel) and isinstance(generator, MaskedLMModel)
+    assert (generator.config.num_layers, generator.config.hidden_size, generator.config.embedding_size) == (1, 32, None)
+    hf_base = transformers.DebertaV2Model.from_pretrained(straight / "model").eval()
+    hf_gen = transformers.DebertaV2ForMaskedLM.from_pretrained(straight / "model/generator").eval()
+    ids = torch.randint(5, base.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    with torch.no_grad():
+        ours = objective.discriminator.encoder(ids, mask).last_hidden_state
+        torch.testing.assert_close(ours, hf_base(input_ids=ids, attention_mask=mask).last_hidden_state,
+                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours, base(ids, mask).last_hidden_state, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(objective.generator(ids, mask).logits,
+                                   hf_gen(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=1e-5)
+
+
 def test_distillation_resumes_exactly_and_exports_distilbert(wordpiece, teacher, tmp_path):
     straight, broken = _straight_and_resumed(_distill(wordpiece, teacher), tmp_path)
     _assert_same_weights(straight / "model", broken / "model")
@@ -200,9 +248,10 @@ def _generator_table_grad(objective, batch, rtd: bool) -> torch.Tensor:
     return objective.generator.encoder.embeddings.word.weight.grad.clone()
 
 
-@pytest.mark.parametrize("sharing", ["shared", "gdes"])
-def test_embedding_sharing(wordpiece, sharing):
-    cfg, objective = _objective([f"data={wordpiece}", *ELECTRA, f"embedding_sharing={sharing}"])
+@pytest.mark.parametrize("name", RTD_RECIPES)
+def test_embedding_sharing(request, name):
+    cfg, objective = _objective(_rtd_recipe(request, name))
+    sharing = cfg.embedding_sharing
     generator, discriminator = objective.generator, objective.discriminator
     batch = _batch(cfg, objective)
     alone, both = (_generator_table_grad(objective, batch, rtd) for rtd in (False, True))
@@ -228,6 +277,17 @@ def test_generator_is_a_fraction_of_the_discriminator(wordpiece):
     assert gen.num_layers == disc.num_layers and gen.embedding_width == disc.embedding_width
 
 
+def test_deberta_generator_has_full_width_and_half_depth(unigram):
+    _, objective = _objective([f"data={unigram}", "preset=deberta-v3-mini", "objective=rtd", "generator_size=1",
+                               "generator_layers=0.5"])
+    disc, gen = objective.discriminator.config, objective.generator.config
+    assert (gen.hidden_size, gen.num_heads, gen.intermediate_size) == (disc.hidden_size, disc.num_heads,
+                                                                       disc.intermediate_size)
+    assert (gen.num_layers, disc.num_layers) == (2, 4) and gen.embedding_size is None
+    assert objective.generator.encoder.project is None  # equal widths: nothing that a deberta-v2 config cannot hold
+    assert gen.to_hf_dict("DebertaV2ForMaskedLM")["num_hidden_layers"] == 2
+
+
 def test_student_starts_from_every_other_teacher_layer(wordpiece, teacher):
     _, objective = _objective(_distill(wordpiece, teacher))
     student, teach = objective.student, objective.teacher
@@ -249,6 +309,8 @@ def test_student_starts_from_every_other_teacher_layer(wordpiece, teacher):
     (["objective=rtd", "preset=bert-mini"], "preset"),
     (["objective=rtd", "preset=electra-mini", "embedding_sharing=tied"], "embedding_sharing"),
     (["objective=rtd", "preset=electra-mini", "generator_size=1.5"], "generator_size"),
+    (["objective=rtd", "preset=deberta-v3-mini"], "generator_size 0.25 .*deberta-v2.*embedding_size"),
+    (["objective=rtd", "preset=deberta-v3-mini", "generator_size=1", "generator_layers=0"], "generator_layers"),
     (["objective=distill", "preset=distilbert-mini"], "teacher"),
     (["objective=distill", "preset=bert-mini", "teacher=x"], "preset"),
     (["objective=distill", "preset=distilbert-mini", "teacher=x", "temperature=0"], "temperature"),

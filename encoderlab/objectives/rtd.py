@@ -2,10 +2,10 @@
 gradient-disentangled embedding sharing (He et al. 2021, arXiv:2111.09543, section 3).
 
 A small generator (a MaskedLMModel `generator_size` times the discriminator's width, heads and feed-forward;
-section 3.2 and appendix: 1/4 to 1/2 works best) learns MLM on the masked positions. Its samples replace the
-masked tokens, and the discriminator (ReplacedTokenDetector) learns, for every real token, whether it was
-replaced. Loss = MLM + rtd_weight x discriminator BCE (section 2, lambda = 50). There is no gradient through
-the sampling, and a sample equal to the original counts as original (section 2).
+section 3.2 and appendix: 1/4 to 1/2 works best; `generator_layers` times its depth) learns MLM on the masked
+positions. Its samples replace the masked tokens, and the discriminator (ReplacedTokenDetector) learns, for
+every real token, whether it was replaced. Loss = MLM + rtd_weight x discriminator BCE (section 2, lambda = 50).
+There is no gradient through the sampling, and a sample equal to the original counts as original (section 2).
 
 Embedding sharing (section 3.2: the generator and discriminator share token embeddings):
 - shared: both models hold the same `encoder.embeddings` module (token, position, segment tables and their
@@ -13,6 +13,15 @@ Embedding sharing (section 3.2: the generator and discriminator share token embe
 - gdes: the discriminator's token table is E_D = sg(E_G) + E_delta, E_delta starting at zero, so the
   discriminator's gradient never reaches the generator's table (DeBERTa-v3, section 3); its other
   embedding tables are its own.
+
+DeBERTa-v3's generator is the discriminator's width at half its depth (generator_size 1.0, generator_layers
+0.5: the released RTD configs, microsoft/DeBERTa experiments/language_model/rtd_*.json). Equal widths need no
+projection, so the generator saves in a family whose config.json has no embedding_size.
+
+A family without a replaced-token-detection class in transformers (DeBERTa-v2/v3) saves its discriminator as
+the family's base model (XModel) plus the head (`rtd.dense`, `rtd.prediction`) in HEAD_FILE beside it; the
+final export drops the head, which serves only pretraining (the released DeBERTa-v3 checkpoints hold the
+encoder alone).
 """
 
 from __future__ import annotations
@@ -26,23 +35,63 @@ from torch import nn
 
 from encoderlab.checkpoint import load_weights
 from encoderlab.config import EncoderConfig
+from encoderlab.errors import CheckpointError
 from encoderlab.io import atomic_write
-from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel, ReplacedTokenDetector
+from encoderlab.models import FAMILIES
+from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, ReplacedTokenDetector
 from encoderlab.objectives import Counts, Objective
 from encoderlab.objectives.mlm import mlm_metrics, mlm_sums, model_config
 from encoderlab.tokenizer import Tokenizer
 
 DELTA_FILE = "gdes_delta.safetensors"  # E_delta in a checkpoint: the folded table alone would not resume exactly
+HEAD_FILE = "rtd_head.safetensors"  # the discriminator's head, for a family with no HF class that holds it
 GENERATOR_FOLDER = "generator"
 
 
-def generator_config(config: EncoderConfig, fraction: float) -> EncoderConfig:
+def generator_config(config: EncoderConfig, fraction: float, depth: float = 1.0) -> EncoderConfig:
     """The generator: the discriminator's config with width, heads and feed-forward scaled by `fraction`
-    (heads keep their width) and the discriminator's embedding width, so the two can share tables."""
+    (heads keep their width), layers by `depth`, and the discriminator's embedding width, so the two can share
+    tables; embedding_size stays None when that width is the generator's own (no projection to save)."""
     heads = max(1, round(config.num_heads * fraction))
-    return config.replace(hidden_size=heads * config.head_dim, num_heads=heads,
+    hidden = heads * config.head_dim
+    return config.replace(hidden_size=hidden, num_heads=heads, num_layers=max(1, round(config.num_layers * depth)),
                           intermediate_size=max(1, round(config.intermediate_size * fraction)),
-                          embedding_size=config.embedding_width)
+                          embedding_size=None if config.embedding_width == hidden else config.embedding_width)
+
+
+def has_rtd_class(config: EncoderConfig) -> bool:
+    """Whether the family's transformers classes include a replaced-token detector (ElectraForPreTraining)."""
+    return "rtd" in FAMILIES[config.model_type].architectures
+
+
+def _backbone(discriminator: ReplacedTokenDetector) -> EncoderModel:
+    """The family's base model (no pooler) around the discriminator's own encoder: saved and loaded in place."""
+    with torch.device("meta"):  # its fresh encoder is replaced at once: no time spent initialising it
+        backbone = EncoderModel(discriminator.config, pooler=False)
+    backbone.encoder = discriminator.encoder
+    return backbone
+
+
+def save_discriminator(discriminator: ReplacedTokenDetector, folder: Path) -> None:
+    """The discriminator as its family's RTD class, or as the base model with the head in HEAD_FILE."""
+    if has_rtd_class(discriminator.config):
+        discriminator.save_pretrained(folder)
+        return
+    _backbone(discriminator).save_pretrained(folder)
+    head = {f"rtd.{k}": v.detach().cpu().contiguous() for k, v in discriminator.rtd.state_dict().items()}
+    atomic_write(folder / HEAD_FILE, lambda tmp: save_file(head, tmp))
+
+
+def load_discriminator(discriminator: ReplacedTokenDetector, folder: Path) -> None:
+    """Load what save_discriminator wrote, in place."""
+    if has_rtd_class(discriminator.config):
+        load_weights(discriminator, folder)
+        return
+    load_weights(_backbone(discriminator), folder)
+    if not (folder / HEAD_FILE).is_file():
+        raise CheckpointError(f"{folder}: no {HEAD_FILE} (the discriminator's head); not an rtd checkpoint?")
+    head = load_file(folder / HEAD_FILE)
+    discriminator.rtd.load_state_dict({k.removeprefix("rtd."): v for k, v in head.items()})
 
 
 class DisentangledWordEmbedding(nn.Module):
@@ -121,23 +170,25 @@ class ReplacedTokenDetection(Objective):
 
     def save(self, folder: Path) -> None:
         self.generator.save_pretrained(folder / GENERATOR_FOLDER)
-        self.discriminator.save_pretrained(folder)
+        save_discriminator(self.discriminator, folder)
         if self.embedding_sharing == "gdes":
             delta = {"delta": self.discriminator.encoder.embeddings.word.delta.detach().cpu().contiguous()}
             atomic_write(folder / DELTA_FILE, lambda tmp: save_file(delta, tmp))
 
     def load(self, folder: Path) -> None:
         load_weights(self.generator, folder / GENERATOR_FOLDER)  # first: the gdes table folds in E_G
-        load_weights(self.discriminator, folder)
+        load_discriminator(self.discriminator, folder)
         if self.embedding_sharing == "gdes":
             with torch.no_grad():
                 word = self.discriminator.encoder.embeddings.word
                 word.delta.copy_(load_file(folder / DELTA_FILE)["delta"])
 
     def export(self, folder: Path, tokenizer: Tokenizer) -> None:
-        """The discriminator (E_D folded in under gdes) in `folder`, the generator in folder/generator."""
+        """The discriminator (E_D folded in under gdes; without its head where the family has no RTD class) in
+        `folder`, the generator in folder/generator."""
         self.save(folder)
-        (folder / DELTA_FILE).unlink(missing_ok=True)
+        for training_only in (DELTA_FILE, HEAD_FILE):
+            (folder / training_only).unlink(missing_ok=True)
         for where in (folder, folder / GENERATOR_FOLDER):
             tokenizer.save(where)
 
@@ -155,8 +206,9 @@ def _replace(input_ids: torch.Tensor, labels: torch.Tensor, logits: torch.Tensor
 
 
 def build(cfg, tokenizer: Tokenizer) -> ReplacedTokenDetection:
-    """Discriminator of the recipe's preset and a generator `generator_size` times its width."""
+    """Discriminator of the recipe's preset and a generator `generator_size` times its width and
+    `generator_layers` times its depth."""
     config = model_config(cfg, tokenizer)
     return ReplacedTokenDetection(ReplacedTokenDetector(config),
-                                  MaskedLMModel(generator_config(config, cfg.generator_size)),
+                                  MaskedLMModel(generator_config(config, cfg.generator_size, cfg.generator_layers)),
                                   cfg.rtd_weight, cfg.embedding_sharing)

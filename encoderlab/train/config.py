@@ -34,7 +34,8 @@ class PretrainConfig:
     """EncoderConfig field overrides, e.g. {hidden_dropout: 0.0}; vocab_size comes from the tokenizer."""
     objective: str = "mlm"
     """mlm (packed sequences, RoBERTa-style), mlm+nsp (BERT segment pairs), mlm+sop (ALBERT sentence order),
-    rtd (ELECTRA replaced-token detection, packed sequences) or distill (DistilBERT, packed sequences)."""
+    rtd (ELECTRA and DeBERTa-v3 replaced-token detection, packed sequences) or distill (DistilBERT, packed
+    sequences)."""
     max_length: int = 128
     """Tokens per sequence, special tokens included."""
     batch_size: int = 32
@@ -84,7 +85,12 @@ class PretrainConfig:
     # ---- rtd (ELECTRA, Clark et al. 2020; DeBERTa-v3, He et al. 2021) ----------------------------
     generator_size: float = 0.25
     """rtd: the generator's width, heads and feed-forward as a fraction of the discriminator's (ELECTRA,
-    section 3.2 and appendix: 1/4 to 1/2 of the discriminator works best)."""
+    section 3.2 and appendix: 1/4 to 1/2 of the discriminator works best). A generator narrower than the
+    shared embeddings projects them to its width, which the family's config.json must hold (ELECTRA's
+    embedding_size; DeBERTa's config.json has none, so its generator keeps the full width)."""
+    generator_layers: float = 1.0
+    """rtd: the generator's depth as a fraction of the discriminator's (ELECTRA: 1.0, the same depth; DeBERTa-v3:
+    0.5 at full width, as in the released RTD configs of microsoft/DeBERTa, experiments/language_model)."""
     rtd_weight: float = 50.0
     """rtd: weight of the discriminator's loss beside the generator's MLM loss (ELECTRA, section 2: lambda = 50)."""
     embedding_sharing: str = "shared"
@@ -131,16 +137,7 @@ class PretrainConfig:
             raise ConfigError(f"objective {self.objective} needs a family with a sentence-pair head; preset "
                               f"{self.preset!r} is {config.model_type}, which has none in transformers")
         if self.objective == "rtd":
-            if "rtd" not in spec.architectures or "embedding_size" not in spec.hf_names:
-                raise ConfigError(f"objective rtd needs a family with a replaced-token-detection model whose generator "
-                                  f"can share embeddings of another width (embedding_size); preset {self.preset!r} "
-                                  f"is {config.model_type}: use an electra-* preset")
-            if not 0 < self.generator_size <= 1:
-                raise ConfigError(f"generator_size must be in (0, 1], got {self.generator_size}")
-            if self.rtd_weight <= 0:
-                raise ConfigError(f"rtd_weight must be positive, got {self.rtd_weight}")
-            if self.embedding_sharing not in EMBEDDING_SHARING:
-                raise ConfigError(f"embedding_sharing must be one of {EMBEDDING_SHARING}, got {self.embedding_sharing!r}")
+            self._validate_rtd(config)
         if self.objective == "distill":
             if not self.teacher.strip():
                 raise ConfigError("teacher is required for objective distill: a checkpoint folder or alias of a "
@@ -153,6 +150,26 @@ class PretrainConfig:
             weights = {"alpha_ce": self.alpha_ce, "alpha_mlm": self.alpha_mlm, "alpha_cos": self.alpha_cos}
             if any(w < 0 for w in weights.values()) or not any(weights.values()):
                 raise ConfigError(f"alpha_ce, alpha_mlm and alpha_cos must be >= 0, not all 0; got {weights}")
+
+    def _validate_rtd(self, config: EncoderConfig) -> None:
+        """rtd's keys, and whether the preset's family can save the generator they describe."""
+        from encoderlab.models import FAMILIES
+        from encoderlab.objectives.rtd import generator_config
+
+        for name in ("generator_size", "generator_layers"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        if self.rtd_weight <= 0:
+            raise ConfigError(f"rtd_weight must be positive, got {self.rtd_weight}")
+        if self.embedding_sharing not in EMBEDDING_SHARING:
+            raise ConfigError(f"embedding_sharing must be one of {EMBEDDING_SHARING}, got {self.embedding_sharing!r}")
+        generator = generator_config(config, self.generator_size, self.generator_layers)
+        if generator.embedding_size is not None and "embedding_size" not in FAMILIES[config.model_type].hf_names:
+            raise ConfigError(f"generator_size {self.generator_size} makes the generator {generator.hidden_size} wide "
+                              f"beside {config.embedding_width}-wide embeddings, a projection that the config.json "
+                              f"of preset {self.preset!r} ({config.model_type}) cannot hold (no embedding_size): "
+                              f"use generator_size: 1.0 and a shallower generator (generator_layers: 0.5, "
+                              f"as DeBERTa-v3), or an electra-* preset")
 
     def micro_batch(self, world_size: int) -> int:
         """Sequences per forward pass on one rank."""
