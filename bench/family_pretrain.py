@@ -1,7 +1,7 @@
 """Short pretraining runs of every family's objective on the Wikipedia shards (issue 5): does each loss fall?
 
 One run per recipe in configs/family (RoBERTa MLM, ALBERT MLM+SOP, ELECTRA replaced-token detection,
-DistilBERT distillation from runs/bert-mini-cpu, DeBERTa-v3 MLM), all cut to the same few steps of 16
+DistilBERT distillation from runs/bert-mini-cpu, DeBERTa-v3 MLM and RTD with GDES), all cut to the same few steps of 16
 sequences of 128 tokens, on CPU. RoBERTa reads byte-level BPE shards when runs/wiki-bpe-data exists (its own
 tokenizer kind); the others read the WordPiece shards. The curves go to docs/family-curves.png and the figures
 to bench/results/family_pretrain.json: first and last logged loss, and the held-out figures at the end.
@@ -33,6 +33,7 @@ RUNS = {
     "ELECTRA (generator MLM + 50 x RTD)": ("electra-mini", ("mlm_loss", "rtd_loss")),
     "DistilBERT (distillation)": ("distilbert-mini", ("ce_loss", "mlm_loss", "cos_loss")),
     "DeBERTa-v3 (MLM, disentangled attention)": ("deberta-mini", ("mlm_loss",)),
+    "DeBERTa-v3 (RTD + GDES)": ("deberta-rtd-mini", ("mlm_loss", "rtd_loss")),
 }
 
 
@@ -64,7 +65,9 @@ def plot(results: dict[str, Path], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4))
+    columns = 3
+    fig, axes = plt.subplots(-(-len(results) // columns), columns, figsize=(13, 3.4 * -(-len(results) // columns)))
+    axes = axes.ravel()
     for axis, (title, run) in zip(axes, results.items()):
         table = rows(run)
         for column in RUNS[title][1]:
@@ -73,7 +76,8 @@ def plot(results: dict[str, Path], out: Path) -> None:
         axis.set_title(title, fontsize=9)
         axis.set_xlabel("step")
         axis.legend(fontsize=8)
-    axes[0].set_ylabel("training loss")
+    for axis in axes[::columns]:
+        axis.set_ylabel("training loss")
     fig.tight_layout()
     atomic_write(out, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)

@@ -52,4 +52,9 @@ echo "== 6. Export to ONNX and check it against PyTorch: encoderlab export onnx 
 encoderlab export onnx --model minilm --out "$OUT/minilm-int8.onnx" --int8
 
 echo
+echo "== 7. The BERT family side by side (random weights; size and CPU speed on the same token ids):"
+echo "==    encoderlab compare --presets distilbert-base albert-base electra-small --quick"
+encoderlab compare --presets distilbert-base albert-base electra-small --quick --no-progress
+
+echo
 echo "Files written in $OUT: sentences.npy, the attention maps (attention-*.png) and minilm-int8.onnx"
