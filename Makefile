@@ -37,6 +37,8 @@ bench: $(VENV)/.deps-test
 	$(PY) bench/serve_load.py --quick
 	$(PY) bench/reliability.py --quick
 	$(PY) bench/encoderlab_mini.py --quick
+	$(PY) bench/family_pretrain.py --quick
+	$(PY) bench/electra_vs_mlm.py --quick
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

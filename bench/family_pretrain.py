@@ -88,19 +88,23 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="12 steps per family")
     parser.add_argument("--steps", type=int, default=120, help="steps per family (default: 120)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs/family", help="where the runs go")
+    parser.add_argument("--reuse", action="store_true", help="keep runs that already finished")
     opts = parser.parse_args()
     if not (ROOT / "runs/wiki-data/meta.json").is_file() or not (ROOT / "runs/bert-mini-cpu/model").is_dir():
-        raise SystemExit("needs the prepared Wikipedia shards (runs/wiki-data) and the teacher runs/bert-mini-cpu/model; "
-                         "configs/bert-mini-wiki-cpu.yaml says how to make both")
+        print("skipped: needs the prepared Wikipedia shards (runs/wiki-data) and the teacher runs/bert-mini-cpu/model; "
+              "configs/bert-mini-wiki-cpu.yaml says how to make both", file=sys.stderr)
+        return
     steps = 12 if opts.quick else opts.steps
     folders, figures, goals = {}, {}, []
     for title, (recipe, columns) in RUNS.items():
         folders[title] = opts.runs / (recipe + ("-quick" if opts.quick else ""))
-        if folders[title].exists():
-            subprocess.run(["rm", "-rf", str(folders[title])], check=True)
-        run_recipe(recipe, folders[title], steps)
+        if not (opts.reuse and (folders[title] / "model" / "config.json").is_file()):
+            if folders[title].exists():
+                subprocess.run(["rm", "-rf", str(folders[title])], check=True)
+            run_recipe(recipe, folders[title], steps)
         table = rows(folders[title])
-        first, last = float(table[0]["loss"]), float(table[-1]["loss"])
+        losses = series(table, "loss")[1]  # training rows; the held-out rows leave `loss` empty
+        first, last = losses[0], losses[-1]
         evals = {k: round(float(v), 4) for k, v in table[-1].items() if k.startswith("eval_") and v}
         figures[recipe] = {"steps": steps, "first_loss": round(first, 4), "last_loss": round(last, 4),
                            "seconds": float(table[-1]["elapsed_s"]), **evals,
