@@ -257,3 +257,22 @@ def test_unsupported_albert_layer_groups_are_refused() -> None:
     data = {"model_type": "albert", **tiny_config("albert").to_hf_dict("AlbertModel"), "num_hidden_groups": 2}
     with pytest.raises(ConfigError, match="num_hidden_groups"):
         EncoderConfig.from_hf_dict(data)
+
+
+def test_discriminator_learns_replacements_it_can_see() -> None:
+    """Replaced tokens drawn from ids the text never uses: the detector must learn them from identity alone
+    (a check that the head, labels and loss are wired so that learning is possible at all)."""
+    torch.manual_seed(0)
+    config = tiny_config("electra").replace(hidden_dropout=0.0, attention_dropout=0.0)
+    model = MODEL_CLASSES["rtd"](config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    text_ids, foreign_ids = (2, VOCAB // 2), (VOCAB // 2, VOCAB)
+    for _ in range(80):
+        ids = torch.randint(*text_ids, (16, 24))
+        replaced = torch.rand(ids.shape) < 0.15
+        ids = torch.where(replaced, torch.randint(*foreign_ids, ids.shape), ids)
+        out = model(ids, torch.ones_like(ids), labels=replaced.long())
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+    assert ((out.logits > 0) == replaced).float().mean() > 0.97
