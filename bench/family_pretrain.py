@@ -73,6 +73,7 @@ def plot(results: dict[str, Path], out: Path) -> None:
         for column in RUNS[title][1]:
             steps, values = series(table, column)
             axis.plot(steps, values, label=column.replace("nsp_loss", "sop_loss"))
+        axis.set_yscale("log")  # terms of very different sizes (distillation's KL and cosine beside MLM) all show
         axis.set_title(title, fontsize=9)
         axis.set_xlabel("step")
         axis.legend(fontsize=8)
