@@ -182,7 +182,7 @@ class EncoderConfig:
         from encoderlab.models import FAMILIES
 
         model_type = data.get("model_type", "bert")
-        if model_type not in FAMILIES:
+        if not isinstance(model_type, str) or model_type not in FAMILIES:
             raise ConfigError(f"{source}: model_type {model_type!r} is not one of {sorted(FAMILIES)}")
         spec = FAMILIES[model_type]
         ours = {hf: name for name, hf in _hf_names(spec).items() if hf}
