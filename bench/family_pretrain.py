@@ -6,8 +6,8 @@ sequences of 128 tokens, on CPU. RoBERTa reads byte-level BPE shards when runs/w
 tokenizer kind); the others read the WordPiece shards. The curves go to docs/family-curves.png and the figures
 to bench/results/family_pretrain.json: first and last logged loss, and the held-out figures at the end.
 
-    python bench/family_pretrain.py            # 120 steps each (about 2 minutes each on 2 quiet cores)
-    python bench/family_pretrain.py --quick    # 12 steps each
+    python bench/family_pretrain.py            # 120 steps each; the README's figure used --steps 150
+    python bench/family_pretrain.py --quick    # 8 steps each (about a minute)
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def plot(results: dict[str, Path], out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="12 steps per family")
+    parser.add_argument("--quick", action="store_true", help="8 steps per family")
     parser.add_argument("--steps", type=int, default=120, help="steps per family (default: 120)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs/family", help="where the runs go")
     parser.add_argument("--reuse", action="store_true", help="keep runs that already finished")
@@ -95,7 +95,7 @@ def main() -> None:
         print("skipped: needs the prepared Wikipedia shards (runs/wiki-data) and the teacher runs/bert-mini-cpu/model; "
               "configs/bert-mini-wiki-cpu.yaml says how to make both", file=sys.stderr)
         return
-    steps = 12 if opts.quick else opts.steps
+    steps = 8 if opts.quick else opts.steps
     folders, figures, goals = {}, {}, []
     for title, (recipe, columns) in RUNS.items():
         folders[title] = opts.runs / (recipe + ("-quick" if opts.quick else ""))
@@ -114,7 +114,7 @@ def main() -> None:
         goals.append({"what": f"{title}: training loss falls over {steps} steps", "value": round(last - first, 4),
                       "target": "< 0", "met": last < first})
         print(title, figures[recipe], file=sys.stderr, flush=True)
-    picture = ROOT / "docs" / ("family-curves-quick.png" if opts.quick else "family-curves.png")
+    picture = ROOT / ("bench/results/family-curves-quick.png" if opts.quick else "docs/family-curves.png")
     plot(folders, picture)
     figures["curves"] = str(picture.relative_to(ROOT))
     print(f"wrote {write_results('family_pretrain_quick' if opts.quick else 'family_pretrain', command_line(), figures, goals)}")
