@@ -15,18 +15,9 @@ from typing import Any
 
 import torch
 
+from encoderlab.compare import cpu_name
+
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def _cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo (Linux), else what platform reports."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _cpu_flags() -> list[str]:
@@ -54,7 +45,7 @@ def _memory_gib() -> float | None:
 def machine() -> dict[str, Any]:
     """CPU model, cores, threads torch uses, memory, and the GPU if there is one."""
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"cpu": _cpu_model(), "cpu_flags": _cpu_flags(), "cores": os.cpu_count(),
+    return {"cpu": cpu_name(), "cpu_flags": _cpu_flags(), "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "memory_gib": _memory_gib(), "gpu": gpu,
             "platform": platform.platform()}
 

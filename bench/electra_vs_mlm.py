@@ -77,6 +77,35 @@ def sst2(model: Path, opts: argparse.Namespace, work: Path) -> dict:
             "eval_examples": summary["eval_examples"]}
 
 
+@torch.no_grad()
+def replaced_token_auc(run: Path, sentences: int = 200, seed: int = 0) -> dict[str, float]:
+    """ROC AUC of the exported discriminator's scores for replaced tokens: 15% of the (non-special) tokens of
+    SST-2 dev sentences replaced by random ids, or by samples of the exported generator. 0.5 is chance."""
+    from sklearn.metrics import roc_auc_score
+
+    from encoderlab import load_model
+    from encoderlab.tokenizer import Tokenizer
+
+    torch.manual_seed(seed)
+    discriminator, generator = load_model(run / "model"), load_model(run / "model" / "generator")
+    tokenizer = Tokenizer.from_pretrained(run / "model")
+    lines = (DATA / "sst2/dev.tsv").read_text(encoding="utf-8").splitlines()[1:sentences + 1]
+    batch = tokenizer.encode_batch([line.split("\t")[0] for line in lines], max_length=64)
+    ids, mask = batch.input_ids, batch.attention_mask
+    scored = mask.bool() & ~torch.isin(ids, torch.tensor(sorted(tokenizer.special_ids)))
+    chosen = scored & (torch.rand(ids.shape) < 0.15)
+    masked = torch.where(chosen, tokenizer.mask_id, ids)
+    samples = {"random": torch.randint(0, tokenizer.vocab_size, ids.shape)[chosen],
+               "generator": torch.multinomial(generator(masked, mask).logits[chosen].softmax(-1), 1).squeeze(1)}
+    out = {}
+    for name, sample in samples.items():
+        corrupted = ids.clone()
+        corrupted[chosen] = sample
+        logits = discriminator(corrupted, mask).logits
+        out[f"rtd_auc_{name}"] = round(float(roc_auc_score((corrupted != ids)[scored].numpy(), logits[scored].numpy())), 3)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="12 MLM steps and tiny SST-2 subsets")
@@ -116,6 +145,8 @@ def main() -> None:
                              "heldout_rtd_accuracy": last(runs[name], "eval_rtd_accuracy"),
                              "sst2": sst2(runs[name] / "model", opts, Path(work))}
             figures[name]["sst2"]["seconds"] = round(time.time() - started, 1)
+            if name == "electra":
+                figures[name].update(replaced_token_auc(runs[name]))
             print(name, figures[name], file=sys.stderr, flush=True)
     gap = figures["electra"]["sst2"]["accuracy"] - figures["mlm"]["sst2"]["accuracy"]
     figures["electra_minus_mlm_sst2"] = round(gap, 4)

@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import platform
 import statistics
 import sys
 import time
@@ -350,7 +351,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
 def describe(settings: Settings) -> str:
     """One paragraph saying what was measured, on what, and how."""
     return (f"CPU inference, fp32, random weights, {settings.threads} torch thread(s), torch {torch.__version__}, "
-            f"{_cpu_name()}. Inputs: the same {settings.sequences} token-id sequences for every model (seed "
+            f"{cpu_name()}. Inputs: the same {settings.sequences} token-id sequences for every model (seed "
             f"{settings.seed}; SST-2-like lengths, {SST2_PIECES[0] + SPECIAL_TOKENS}-"
             f"{SST2_PIECES[1] + SPECIAL_TOKENS} tokens). Latency: median over {settings.repeats} repeat(s) of the "
             f"first {settings.latency_sequences} sequences run one at a time. Throughput: sequences per second over "
@@ -377,8 +378,8 @@ def _busy_warning() -> str:
             "costs most, are the least reliable; rerun on a quiet machine for figures to quote.") if busy else ""
 
 
-def _cpu_name() -> str:
-    """The CPU's model name from /proc/cpuinfo, else 'CPU'."""
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what platform reports."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
@@ -386,7 +387,7 @@ def _cpu_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "CPU"
+    return platform.processor() or platform.machine() or "CPU"
 
 
 def render_markdown(rows: Sequence[Row], settings: Settings) -> str:
@@ -398,7 +399,7 @@ def render_markdown(rows: Sequence[Row], settings: Settings) -> str:
 
 def render_json(rows: Sequence[Row], settings: Settings) -> str:
     """Settings, rows and measured claims as JSON."""
-    return json.dumps({"settings": asdict(settings), "torch": torch.__version__, "cpu": _cpu_name(), "load": _load(),
+    return json.dumps({"settings": asdict(settings), "torch": torch.__version__, "cpu": cpu_name(), "load": _load(),
                        "reference": rows[0].preset, "rows": [asdict(row) for row in rows],
                        "claims": claim_sentences(rows)}, indent=2)
 

@@ -199,9 +199,10 @@ class EncoderConfig:
                                       f"(expected {required[key][0]!r})")
             elif key not in _HF_BOOKKEEPING and key not in spec.hf_unused:
                 raise ConfigError(f"{source}: unknown key {key!r}")
-        for key in sorted(spec.hf_required - set(data)):
-            raise ConfigError(f"{source}: {key} is missing; without it transformers builds a {model_type} we do not "
-                              f"support (expected {key}={required[key][0]!r})")
+        missing = sorted(spec.hf_required - set(data))
+        if missing:
+            raise ConfigError(f"{source}: {missing[0]} is missing; without it transformers builds a {model_type} we "
+                              f"do not support (expected {missing[0]}={required[missing[0]][0]!r})")
         if _is_default_labels(kwargs.get("labels")):
             kwargs.pop("labels")
         try:

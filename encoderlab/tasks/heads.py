@@ -48,15 +48,6 @@ class SequenceHead(nn.Module):
         self.act = HEAD_ACTIVATIONS[layout.activation or config.hidden_act]
         self.out = out if out is not None else init_linear(nn.Linear(H, num_labels), std)
 
-    @property
-    def uses_pooler(self) -> bool:
-        """Whether the head reads the backbone's [CLS] pooler (BERT, ALBERT)."""
-        return self.dense is None
-
-    def hf_names(self) -> list[tuple[str, str]]:
-        """(our name prefix inside this module, transformers' name prefix) for each layer with weights."""
-        return [("out.", self.layout.out)] + ([("dense.", self.layout.dense)] if self.dense is not None else [])
-
     def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
         """hidden (B, T, H), pooled (B, H) or None -> logits (B, L)."""
         if self.dense is None:
