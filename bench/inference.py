@@ -12,7 +12,9 @@ Contenders:
 - hf-eager-fp32: transformers AutoModel (attn_implementation="eager"), batches in file order padded to their
   longest, then mean pooling: what most scripts do;
 - sentence-transformers: SentenceTransformer.encode(batch_size=32) (it sorts by length itself);
-- encoderlab-fp32 / -bf16 / -int8: pipeline("embed", ...) in each precision this CPU supports.
+- encoderlab-fp32 / -bf16 / -int8: pipeline("embed", ...) in each precision this CPU supports;
+- encoderlab-MODE+compile: the same with compile=True (torch.compile of the encoder, `--compile` on the command
+  line); its one-off compile time is recorded as `load_seconds`, outside the timed rounds.
 
 Each contender runs `--rounds` times, interleaved, and keeps its best round (the machine is shared).
 Achieved GFLOP/s counts the real (unpadded) tokens' matmul work, 2 x parameters-in-layers per token plus
@@ -26,6 +28,7 @@ via torch._int_mm), measured in the same run.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import tempfile
@@ -105,11 +108,14 @@ def accuracy(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     first, second, gold = stsb_pairs()
     if args.quick:
-        first, second, gold = first[:300], second[:300], gold[:300]
+        first, second, gold = first[:200], second[:200], gold[:200]
     print(f"== accuracy: STS-B dev, {len(gold)} pairs", file=sys.stderr)
     vectors, spearman = {}, {}
-    for mode in precisions.supported():
-        embed = ours(folder, args.batch_size, mode)
+    torch._dynamo.reset()  # as in setup()
+    compiled = [] if args.quick else args.compiled  # --quick: the compiled contender's cosine is in its sst2 figures
+    modes = precisions.supported() + [f"{m}+compile" for m in compiled if m in precisions.supported()]
+    for mode in modes:
+        embed = ours(folder, args.batch_size, mode.split("+")[0], compile=mode.endswith("+compile"))
         a, b = embed(first), embed(second)
         vectors[mode] = np.concatenate([a, b])
         similarity = row_cosine(a, b)
@@ -122,7 +128,7 @@ def accuracy(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
                        "points_below_fp32": round(spearman["fp32"] - spearman[mode], 2),
                        "cosine_to_fp32_mean": round(float(cosine.mean()), 5),
                        "cosine_to_fp32_min": round(float(cosine.min()), 5)}
-        print(f"  {mode:<5} Spearman {spearman[mode]:.2f}  cos mean {cosine.mean():.5f} min {cosine.min():.5f}",
+        print(f"  {mode:<13} Spearman {spearman[mode]:.2f}  cos mean {cosine.mean():.5f} min {cosine.min():.5f}",
               file=sys.stderr)
     return {"pairs": len(gold), "sentences": len(reference), "modes": modes}
 
@@ -171,19 +177,26 @@ def sentence_transformers(folder: Path, batch_size: int) -> Callable[[list[str]]
     return lambda texts: model.encode(texts, batch_size=batch_size, convert_to_numpy=True)
 
 
-def ours(folder: Path, batch_size: int, mode: str) -> Callable[[list[str]], np.ndarray]:
-    """encoderlab's embed pipeline in one precision."""
-    embedder = pipeline("embed", folder, precision=mode, batch_size=batch_size, max_length=512)
+def ours(folder: Path, batch_size: int, mode: str, compile: bool = False) -> Callable[[list[str]], np.ndarray]:
+    """encoderlab's embed pipeline in one precision (compiled: torch.compile'd encoder, warmed up at load)."""
+    embedder = pipeline("embed", folder, precision=mode, batch_size=batch_size, max_length=512, compile=compile)
     return embedder.embed
 
 
-def contenders(folder: Path, batch_size: int) -> dict[str, Callable[[list[str]], np.ndarray]]:
-    """Every contender this machine runs, by name."""
-    out = {"hf-eager-fp32": hf_eager(folder, batch_size),
-           "sentence-transformers": sentence_transformers(folder, batch_size)}
+def contenders(folder: Path, batch_size: int, compiled: list[str]) -> tuple[dict[str, Callable], dict[str, float]]:
+    """Every contender this machine runs, by name, and the seconds each took to load (compiling included)."""
+    loaders = {"hf-eager-fp32": lambda: hf_eager(folder, batch_size),
+               "sentence-transformers": lambda: sentence_transformers(folder, batch_size)}
     for mode in precisions.supported():
-        out[f"encoderlab-{mode}"] = ours(folder, batch_size, mode)
-    return out
+        loaders[f"encoderlab-{mode}"] = functools.partial(ours, folder, batch_size, mode)
+    for mode in (m for m in compiled if m in precisions.supported()):
+        loaders[f"encoderlab-{mode}+compile"] = functools.partial(ours, folder, batch_size, mode, True)
+    runs, load_seconds = {}, {}
+    for name, load in loaders.items():
+        started = time.perf_counter()
+        runs[name] = load()
+        load_seconds[name] = time.perf_counter() - started
+    return runs, load_seconds
 
 
 # ---- measuring ---------------------------------------------------------------------------------------
@@ -232,7 +245,10 @@ def setup(name: str, folder: Path, texts: list[str], args: argparse.Namespace,
           peaks: dict[str, float]) -> dict[str, Any]:
     """Figures of one setup: texts/s of each contender, ratios, cosine to fp32, GFLOP/s against the peak."""
     print(f"== {name}: {len(texts)} texts", file=sys.stderr)
-    runs = contenders(folder, args.batch_size)
+    # Compiled code of earlier setups would stay in dynamo's cache, guarded per model, and push this setup's
+    # models past dynamo's recompile limit (8), after which they would run eagerly.
+    torch._dynamo.reset()
+    runs, load_seconds = contenders(folder, args.batch_size, args.compiled)
     seconds, vectors = measure(runs, texts, args.rounds)
     work = flops(folder, texts)
     reference = vectors["encoderlab-fp32"]
@@ -240,9 +256,11 @@ def setup(name: str, folder: Path, texts: list[str], args: argparse.Namespace,
     for contender, took in seconds.items():
         v = vectors[contender]
         cosine = row_cosine(v, reference)
-        peak = peaks[next((m for m in ("bf16", "int8") if contender.endswith(m)), "fp32")]
+        mode = contender.removeprefix("encoderlab-").split("+")[0]
+        peak = peaks[mode if mode in ("bf16", "int8") else "fp32"]
         figures["contenders"][contender] = {
             "texts_per_s": round(len(texts) / took, 1), "seconds": round(took, 3),
+            "load_seconds": round(load_seconds[contender], 1),
             "vs_hf_eager": round(seconds["hf-eager-fp32"] / took, 2),
             "vs_sentence_transformers": round(seconds["sentence-transformers"] / took, 2),
             "cosine_to_fp32_mean": round(float(cosine.mean()), 5), "cosine_to_fp32_min": round(float(cosine.min()), 5),
@@ -274,10 +292,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per contender; the best counts")
     parser.add_argument("--setups", default="sst2,passages,base,accuracy",
                         help="comma-separated: sst2, passages, base, accuracy")
+    parser.add_argument("--compiled", default="fp32,bf16,int8",
+                        help="precisions also run with compile=True, comma-separated (default: all; none: '')")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.quick:
-        args.rounds, args.setups = 1, "sst2,accuracy"
+        args.rounds, args.setups, args.compiled = 1, "sst2,accuracy", "int8"
+    args.compiled = [m for m in args.compiled.split(",") if m]
     peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16), "int8": int8_peak()}
     minilm = resolve_model_path("minilm")
     sentences = sst2_sentences()

@@ -28,7 +28,7 @@ def _add_model(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
-    from encoderlab.infer.cli import PRECISION_HELP
+    from encoderlab.infer.cli import COMPILE_HELP, PRECISION_HELP
 
     parser.add_argument("--pooling", choices=("mean", "cls"), default=None,
                         help="how token vectors become one vector (default: what the folder declares, else mean)")
@@ -36,6 +36,7 @@ def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=None, metavar="T",
                         help="truncate texts to T tokens (default: the model's limit)")
     parser.add_argument("--precision", choices=("fp32", "bf16", "int8", "auto"), default="fp32", help=PRECISION_HELP)
+    parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     parser.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads for torch")
 
 
@@ -80,7 +81,7 @@ def _embedder(args: argparse.Namespace, normalize: bool):
 
     if args.threads is not None:
         torch.set_num_threads(max(1, args.threads))
-    options = {"normalize": normalize, "batch_size": args.batch_size}
+    options = {"normalize": normalize, "batch_size": args.batch_size, "compile": args.compile}
     if args.pooling:
         options["pooling"] = args.pooling
     if args.max_length:

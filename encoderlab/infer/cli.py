@@ -15,15 +15,18 @@ from encoderlab.errors import InputError
 
 PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic per-token quantization of the "
                   "linear layers), or auto: the fastest of those, timed at load (default: fp32)")
+COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on SST-2: 1.1x to 1.3x), but the "
+                "first load compiles for 10-40 s; needs a C++ compiler")
 
 
 def add_pipeline_options(parser: argparse.ArgumentParser, inputs: bool = True) -> None:
-    """--model, --precision, --batch-size, --max-length, --threads, --json (and TEXT.../--input)."""
+    """--model, --precision, --compile, --batch-size, --max-length, --threads, --json (and TEXT.../--input)."""
     parser.add_argument("--model", required=True, metavar="M", help="checkpoint folder (or the alias 'minilm')")
     if inputs:
         parser.add_argument("texts", nargs="*", metavar="TEXT", help="input texts (or use --input)")
         parser.add_argument("--input", metavar="FILE", help="UTF-8 file with one input text per line")
     parser.add_argument("--precision", choices=("fp32", "bf16", "int8", "auto"), default="fp32", help=PRECISION_HELP)
+    parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="inputs per forward pass (default: 32)")
     parser.add_argument("--max-length", type=int, default=None, metavar="T",
                         help="tokens per input window (default: the model's limit, or what it was fine-tuned with)")
@@ -43,7 +46,7 @@ def load(task: str, args: argparse.Namespace, **options: Any):
         torch.set_num_threads(args.threads)
     if args.max_length is not None:
         options["max_length"] = args.max_length
-    return pipeline(task, args.model, args.precision, batch_size=args.batch_size, **options)
+    return pipeline(task, args.model, args.precision, batch_size=args.batch_size, compile=args.compile, **options)
 
 
 def read_inputs(args: argparse.Namespace) -> list[str]:

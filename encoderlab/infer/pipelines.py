@@ -94,13 +94,19 @@ class Pipeline:
     model_kind: ClassVar[str] = "task"  # "mlm" (MaskedLMModel) or "task" (encoderlab.tasks.models loader)
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", batch_size: int = 32,
-                 max_length: int | None = None, device: str | torch.device = "cpu") -> None:
+                 max_length: int | None = None, device: str | torch.device = "cpu", compile: bool = False) -> None:
+        """compile: torch.compile the encoder (in place) and warm it up here; see encoderlab.infer.compiled."""
         self.device = torch.device(device)
         self.tokenizer, self.batch_size = tokenizer, batch_size
         limit = model.config.max_position_embeddings
         self.max_length = min(max_length or limit, limit, tokenizer.model_max_length)
         model = model.eval().to(self.device)
         self.model, self.precision = precisions.resolve(model, precision, self._probe, self.device)
+        self.compiled = compile
+        if compile:
+            from encoderlab.infer.compiled import compile_encoders
+
+            compile_encoders(self.model, self._probe)
 
     @classmethod
     def from_pretrained(cls, name: str | Path, precision: str = "fp32", **options: Any) -> Pipeline:
@@ -158,9 +164,9 @@ class Pipeline:
         raise NotImplementedError
 
     def info(self) -> dict[str, Any]:
-        """What this pipeline runs: task, precision, window, batch size."""
-        return {"task": self.task, "precision": self.precision, "max_length": self.max_length,
-                "batch_size": self.batch_size, "device": str(self.device)}
+        """What this pipeline runs: task, precision, whether compiled, window, batch size."""
+        return {"task": self.task, "precision": self.precision, "compiled": self.compiled,
+                "max_length": self.max_length, "batch_size": self.batch_size, "device": str(self.device)}
 
 
 # ---- fill-mask ---------------------------------------------------------------------------------------

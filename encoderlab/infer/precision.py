@@ -12,6 +12,9 @@
   cosine 0.88 of fp32 where this keeps them at 0.997 (mean over STS-B dev sentences; STS-B Spearman 0.2 points
   below fp32, `bench/inference.py`). Embeddings, LayerNorm, GELU and attention run in bf16 where the CPU has
   it (they are memory-bound, and bf16 halves their traffic), in fp32 elsewhere.
+  Under torch.compile (`--compile`) the exact GELU runs as an op the compiler does not look into: fused into
+  the next layer's per-token quantization, erf would be evaluated twice per element, once for the row's
+  maximum and once for the values (that one kernel took a quarter of MiniLM's time on SST-2).
 - auto: times one forward pass of a representative batch in each supported mode and keeps the fastest.
 """
 
@@ -24,9 +27,11 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import ConfigError
+from encoderlab.nn.mlp import FeedForward
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "bf16", "int8", "auto")
@@ -95,6 +100,21 @@ class Int8Linear(nn.Module):
         return y.reshape(*shape[:-1], -1)
 
 
+@torch.library.custom_op("encoderlab::gelu", mutates_args=())
+def _gelu_op(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x)
+
+
+@_gelu_op.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def opaque_gelu(x: torch.Tensor) -> torch.Tensor:
+    """The exact GELU as one op that torch.compile calls rather than fuses (a plain function, so models deep-copy)."""
+    return _gelu_op(x)
+
+
 def quantize_int8(model: nn.Module) -> nn.Module:
     """Every nn.Linear replaced by an Int8Linear, in place; returns the model."""
     for name, child in model.named_children():
@@ -125,6 +145,9 @@ def convert(model: nn.Module, precision: str) -> nn.Module:
         # Around the int8 matmuls (LayerNorm, GELU, attention, the (de)quantization passes) bf16 halves the
         # memory traffic where the CPU has bf16 arithmetic; elsewhere those parts stay in fp32.
         model = quantize_int8(copy.deepcopy(model))  # weights quantized from fp32
+        for module in model.modules():
+            if isinstance(module, FeedForward) and module.act is F.gelu:
+                module.act = opaque_gelu
         return model.to(torch.bfloat16) if bf16_supported() else model
     raise ConfigError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
 

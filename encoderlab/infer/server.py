@@ -523,11 +523,11 @@ def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = 
 
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, tasks: list[str] | None = None,
           precision: str = "fp32", limits: Limits | None = None, batch_size: int = 32,
-          max_length: int | None = None, log_level: str = "info") -> None:
+          max_length: int | None = None, log_level: str = "info", compile: bool = False) -> None:
     """Load the model's pipelines and serve them with uvicorn until interrupted."""
     import uvicorn
 
-    options = {"batch_size": batch_size} | ({"max_length": max_length} if max_length else {})
+    options = {"batch_size": batch_size, "compile": compile} | ({"max_length": max_length} if max_length else {})
     pipelines, reasons = load_pipelines(model, tasks, precision, **options)
     app = create_app(pipelines, limits or Limits(), model=str(model), unavailable=reasons)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
@@ -547,12 +547,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
     limits = Limits(args.max_batch, args.max_text_chars, args.max_body_bytes, args.batch_wait_ms,
                     args.body_timeout_s)
     serve(args.model, args.host, args.port, args.tasks, args.precision, limits, args.batch_size, args.max_length,
-          "debug" if args.verbose else "info")
+          "debug" if args.verbose else "info", args.compile)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """serve."""
-    from encoderlab.infer.cli import PRECISION_HELP
+    from encoderlab.infer.cli import COMPILE_HELP, PRECISION_HELP
 
     p = subparsers.add_parser("serve", help="serve a model over HTTP (FastAPI; docs at /docs)",
                               description=cmd_serve.__doc__)
@@ -562,6 +562,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tasks", nargs="+", choices=TASKS, metavar="TASK",
                    help=f"endpoints to offer, of {', '.join(TASKS)} (default: every one the model supports)")
     p.add_argument("--precision", choices=("fp32", "bf16", "int8", "auto"), default="fp32", help=PRECISION_HELP)
+    p.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads for torch (default: torch's)")
     p.add_argument("--batch-size", type=int, default=32, metavar="N", help="inputs per forward pass (default: 32)")
     p.add_argument("--max-length", type=int, default=None, metavar="T",
