@@ -22,8 +22,10 @@ from encoderlab.tokenizer import Tokenizer
 from hf_oracle import randomize
 
 WORDS = "the movie was very good bad and it a plot actors long short film story boring great".split()
-# 1 to 40 words: batches of several lengths, each padded, and a batch of one.
-TEXTS = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(1 + (i * 13) % 40)) for i in range(37)]
+# 1 to 40 words (batches of several lengths, each padded), then 70 to 110: compiled attention is written out
+# for sequences up to attention.SHORT (64) tokens and keeps SDPA above that, so both paths are compared.
+TEXTS = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(n))
+         for i, n in enumerate([1 + (i * 13) % 40 for i in range(37)] + list(range(70, 111, 8)))]
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
@@ -35,7 +37,7 @@ def classifier_folder(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     model = BertForSequenceClassification(BertConfig(
         vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=128, max_position_embeddings=64, num_labels=3)).eval()
+        intermediate_size=128, max_position_embeddings=128, num_labels=3)).eval()
     randomize(model, seed=5)
     folder = tmp_path_factory.mktemp("compiled-cls")
     model.save_pretrained(folder)
@@ -56,10 +58,12 @@ def test_compiled_classify_matches_eager(classifier_folder, mode):
     compiled = pipeline("classify", classifier_folder, precision=mode, batch_size=8, compile=True)
     assert compiled.info()["compiled"] and not eager.info()["compiled"]
     expected, got = probabilities(eager(TEXTS)), probabilities(compiled(TEXTS))
+    alone = probabilities(compiled(TEXTS[5:6]))  # a batch of one: no padding at all
     assert expected.std(0).max() > 0.01  # the texts get different outputs, so a broken mask would show
     # fp32 differs only by summation order; bf16 and int8 also round (and quantize) at other points.
     tolerance = {"fp32": 1e-5, "bf16": 3e-2, "int8": 3e-2}[mode]
     np.testing.assert_allclose(got, expected, atol=tolerance, rtol=0)
+    np.testing.assert_allclose(alone, expected[5:6], atol=tolerance, rtol=0)
 
 
 def test_compiled_classify_from_the_cli(classifier_folder, tmp_path, capsys):
