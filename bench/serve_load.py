@@ -5,8 +5,11 @@ and the clients' CPU is not counted as its memory. Each client sends, one after 
 SST-2 dev sentences (synthetic text when ../shared/data/sst2/dev.tsv is absent) for a fixed time, and every
 answer is checked: status 200 and one vector per text. Latency is per request, as the client sees it.
 
-    python bench/serve_load.py            # 32 clients for 60 s
-    python bench/serve_load.py --quick    # 32 clients for 10 s: under a minute with the server's start
+Each server set-up in --servers (a precision, with "+compile" for `serve --compile`) gets the same load in
+turn, one server at a time: by default fp32 eager and int8 compiled, the fastest mode of bench/inference.py.
+
+    python bench/serve_load.py            # 32 clients for 60 s, against fp32 then int8+compile
+    python bench/serve_load.py --quick    # 32 clients for 10 s against fp32: under a minute with the start
 """
 
 from __future__ import annotations
@@ -43,10 +46,10 @@ def sentences() -> tuple[list[str], str]:
     return [" ".join(rng.choices(words, k=rng.randint(4, 30))) for _ in range(872)], f"SYNTHETIC: {SST2_DEV} absent"
 
 
-def start_server(port: int, threads: int, max_batch: int) -> subprocess.Popen:
-    """`encoderlab serve` on loopback in its own process; returns once /health answers."""
+def start_server(port: int, threads: int, max_batch: int, options: tuple[str, ...] = ()) -> subprocess.Popen:
+    """`encoderlab serve` (plus `options`) on loopback in its own process; returns once /health answers."""
     command = [sys.executable, "-m", "encoderlab", "serve", "--model", "minilm", "--port", str(port),
-               "--threads", str(threads), "--max-batch", str(max_batch)]
+               "--threads", str(threads), "--max-batch", str(max_batch), *options]
     # a file, not a pipe: an unread pipe fills up with access-log lines and blocks the server
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 -- it lives as long as the server
     process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
@@ -121,6 +124,34 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def serve_options(spec: str) -> tuple[str, ...]:
+    """`serve` options for a set-up such as "fp32" or "int8+compile"."""
+    precision, _, extra = spec.partition("+")
+    if precision not in ("fp32", "bf16", "int8", "auto") or extra not in ("", "compile"):
+        raise SystemExit(f"--servers: {spec!r} is not PRECISION or PRECISION+compile (fp32, bf16, int8, auto)")
+    return ("--precision", precision) + (("--compile",) if extra else ())
+
+
+def run_server(spec: str, texts: list[str], args: argparse.Namespace, seconds: float) -> dict[str, object]:
+    """Start one server set-up, load it for `seconds`, stop it; its figures."""
+    port = free_port()
+    started = time.perf_counter()
+    server = start_server(port, args.threads, args.max_batch, serve_options(spec))
+    startup_s = time.perf_counter() - started
+    try:
+        figures = asyncio.run(load(f"http://127.0.0.1:{port}", texts, args.clients, seconds))
+        health = httpx.get(f"http://127.0.0.1:{port}/health").json()
+        rss = peak_rss_mib(server.pid)
+    finally:
+        server.terminate()
+        server.wait(30)
+    stats = health["stats"]["embed"]
+    return figures | {"server_startup_s": round(startup_s, 1), "server_peak_rss_mib": rss,
+                      "server_precision": health["precision"]["embed"], "server_requests": stats["requests"],
+                      "server_forward_batches": stats["batches"],
+                      "texts_per_forward_batch": round(stats["texts"] / max(stats["batches"], 1), 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="10 s of load instead of 60 (under a minute in all)")
@@ -128,45 +159,41 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="how long the clients send (default: 60, or 10 with --quick)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the server (default: 1)")
     parser.add_argument("--max-batch", type=int, default=64, help="the server's --max-batch (default: 64)")
+    parser.add_argument("--servers", help="comma-separated server set-ups, each PRECISION or PRECISION+compile "
+                        "(default: fp32,int8+compile; with --quick: fp32)")
     args = parser.parse_args()
+    specs = (args.servers or ("fp32" if args.quick else "fp32,int8+compile")).split(",")
+    for spec in specs:
+        serve_options(spec)  # a typo fails now, not after the first server's minute of load
     texts, source = sentences()
     load_before = os.getloadavg()
-    port = free_port()
-    started = time.perf_counter()
-    server = start_server(port, args.threads, args.max_batch)
-    startup_s = time.perf_counter() - started
-    try:
-        seconds = args.seconds or (10 if args.quick else 60)
-        figures = asyncio.run(load(f"http://127.0.0.1:{port}", texts, args.clients, seconds))
-        health = httpx.get(f"http://127.0.0.1:{port}/health").json()
-        rss = peak_rss_mib(server.pid)
-    finally:
-        server.terminate()
-        server.wait(30)
-    report(figures, health, rss, startup_s, source, args, load_before)
+    seconds = args.seconds or (10 if args.quick else 60)
+    servers = {spec: run_server(spec, texts, args, seconds) for spec in specs}
+    report(servers, source, args, load_before)
 
 
-def report(figures: dict, health: dict, rss: float | None, startup_s: float, source: str,
-           args: argparse.Namespace, load_before: tuple[float, float, float]) -> None:
+def report(servers: dict[str, dict], source: str, args: argparse.Namespace,
+           load_before: tuple[float, float, float]) -> None:
     """Print the figures; write bench/results/serve_load.json (serve_load_quick.json with --quick)."""
-    stats = health["stats"]["embed"]
-    figures |= {"data": source, "server_threads": args.threads, "max_batch": args.max_batch,
-                "server_startup_s": round(startup_s, 1), "server_peak_rss_mib": rss,
-                "server_requests": stats["requests"], "server_forward_batches": stats["batches"],
-                "texts_per_forward_batch": round(stats["texts"] / max(stats["batches"], 1), 1),
-                "load_average_1_5_15_min_before": [round(v, 2) for v in load_before],
-                "load_average_1_5_15_min_after": [round(v, 2) for v in os.getloadavg()],
-                "note": "clients (httpx, asyncio) run in this process on the same machine as the server"}
-    answered = (figures["requests"] - figures["errors"]) / max(figures["requests"], 1)
-    goals = [goal(f"fraction of requests answered correctly under {args.clients} concurrent clients", answered, 1.0)]
-    latency = figures["latency_ms"]
-    print(f"{figures['requests']} requests ({figures['texts']} texts) in {figures['seconds']} s from "
-          f"{args.clients} clients: {figures['requests_per_s']} requests/s, {figures['texts_per_s']} texts/s; "
-          f"latency p50 {latency['p50']} ms, p99 {latency['p99']} ms; {figures['errors']} errors; "
-          f"{figures['texts_per_forward_batch']} texts a forward batch; server peak RSS {rss} MiB")
+    figures = {"clients": args.clients, "data": source, "server_threads": args.threads, "max_batch": args.max_batch,
+               "servers": servers,
+               "load_average_1_5_15_min_before": [round(v, 2) for v in load_before],
+               "load_average_1_5_15_min_after": [round(v, 2) for v in os.getloadavg()],
+               "note": "clients (httpx, asyncio) run in this process on the same machine as the server; "
+                       "server_startup_s includes compiling for +compile set-ups"}
+    goals = []
+    for spec, one in servers.items():
+        answered = (one["requests"] - one["errors"]) / max(one["requests"], 1)
+        goals.append(goal(f"{spec}: fraction of requests answered correctly under {args.clients} concurrent "
+                          "clients", answered, 1.0))
+        latency = one["latency_ms"]
+        print(f"{spec}: {one['requests']} requests ({one['texts']} texts) in {one['seconds']} s from "
+              f"{args.clients} clients: {one['requests_per_s']} requests/s, {one['texts_per_s']} texts/s; "
+              f"latency p50 {latency['p50']} ms, p99 {latency['p99']} ms; {one['errors']} errors; "
+              f"{one['texts_per_forward_batch']} texts a forward batch; started in {one['server_startup_s']} s; "
+              f"server peak RSS {one['server_peak_rss_mib']} MiB")
     path = write_results("serve_load" + ("_quick" if args.quick else ""), command_line(), figures, goals)
     print(f"wrote {path}")
-
 
 if __name__ == "__main__":
     main()

@@ -357,3 +357,19 @@ def test_task_endpoints_equal_the_pipelines(task_folders, kind):
             assert refused.status_code == 422 and "no [MASK] token" in refused.json()["detail"]
     assert response.status_code == 200, response.text
     assert response.json()["results"] == json.loads(json.dumps(expected))  # exactly: same model, same batch
+
+
+def test_compiled_server_equals_the_eager_pipeline(task_folders):
+    """serve --compile: the encoder compiled at load (main thread), run on the model thread for batched requests."""
+    pipelines, reasons = load_pipelines(str(task_folders["mlm"]), tasks=["embed"], compile=True)
+    assert pipelines["embed"].info()["compiled"]
+    texts = [" ".join(WORDS[k:k + n]) for k, n in [(0, 1), (3, 7), (5, 30), (2, 12), (9, 4), (1, 20)]]
+    expected = pipeline("embed", task_folders["mlm"])(texts)
+    with running(create_app(pipelines, Limits(), model="mlm", unavailable=reasons)) as url:
+        with ThreadPoolExecutor(len(texts)) as pool:  # at once, so the server batches texts of several lengths
+            responses = list(pool.map(lambda t: httpx.post(f"{url}/embed", json={"texts": [t]}, timeout=60), texts))
+        health = httpx.get(f"{url}/health").json()
+    assert [r.status_code for r in responses] == [200] * len(texts)
+    got = np.array([r.json()["results"][0]["embedding"] for r in responses])
+    np.testing.assert_allclose(got, np.array([e["embedding"] for e in expected]), atol=1e-5, rtol=0)
+    assert health["stats"]["embed"]["requests"] == len(texts)

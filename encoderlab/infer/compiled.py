@@ -42,9 +42,17 @@ def compile_encoders(model: nn.Module, warm_up: Callable[[nn.Module], object]) -
     except RuntimeError as err:  # torch._dynamo's errors (no C++ compiler, an op it cannot trace) are RuntimeErrors
         for encoder in encoders:
             encoder._compiled_call_impl = None  # nn.Module.compile's hook: back to eager for anyone holding the model
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(f"--compile: torch.compile failed on this machine ({first_line}); "
+        raise ConfigError(f"--compile: torch.compile failed on this machine ({_reason(err)}); "
                           f"run without --compile") from err
     took = time.perf_counter() - started
     log.info("compiled the encoder in %.1f s", took)
     return took
+
+
+def _reason(err: RuntimeError) -> str:
+    """One line on why compiling failed: the backend's own error where dynamo wrapped one (its message's first
+    line is only "backend='inductor' raised:")."""
+    inner = getattr(err, "inner_exception", None)  # torch._dynamo.exc.BackendCompilerFailed
+    cause = inner if isinstance(inner, BaseException) else err
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    return f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
