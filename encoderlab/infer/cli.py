@@ -15,7 +15,7 @@ from encoderlab.errors import InputError
 
 PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic per-token quantization of the "
                   "linear layers), or auto: the fastest of those, timed at load (default: fp32)")
-COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on SST-2: 1.1x to 1.3x), but the "
+COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on SST-2: about 1.3x), but the "
                 "first load compiles for 10-40 s; needs a C++ compiler")
 
 

@@ -29,8 +29,8 @@ from encoderlab.nn.encoder import Encoder
 log = logging.getLogger(__name__)
 
 
-def compile_encoders(model: nn.Module, warm_up: Callable[[nn.Module], object]) -> float:
-    """Compile every Encoder inside `model` in place and run `warm_up(model)` once; returns the seconds it took."""
+def compile_encoders(model: nn.Module, warm_up: Callable[[nn.Module], object]) -> None:
+    """Compile every Encoder inside `model` in place and run `warm_up(model)` once (the compiling: logged)."""
     encoders = [module for module in model.modules() if isinstance(module, Encoder)]
     if not encoders:
         raise ConfigError(f"--compile: {type(model).__name__} holds no encoder to compile")
@@ -44,9 +44,7 @@ def compile_encoders(model: nn.Module, warm_up: Callable[[nn.Module], object]) -
             encoder._compiled_call_impl = None  # nn.Module.compile's hook: back to eager for anyone holding the model
         raise ConfigError(f"--compile: torch.compile failed on this machine ({_reason(err)}); "
                           f"run without --compile") from err
-    took = time.perf_counter() - started
-    log.info("compiled the encoder in %.1f s", took)
-    return took
+    log.info("compiled the encoder in %.1f s", time.perf_counter() - started)
 
 
 def _reason(err: RuntimeError) -> str:
