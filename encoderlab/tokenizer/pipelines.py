@@ -1,0 +1,99 @@
+"""The pipeline of each kind around a vocabulary, as transformers' BertTokenizer, RobertaTokenizer and
+AlbertTokenizer build it (normalizer, pre-tokenizer, model, post-processor, decoder), so both give the same ids.
+Trained and loaded tokenizers go through these builders alike."""
+
+from __future__ import annotations
+
+from tokenizers import AddedToken
+from tokenizers import Tokenizer as RustTokenizer
+from tokenizers import decoders, normalizers, pre_tokenizers, processors
+from tokenizers.models import BPE, Unigram, WordPiece
+
+from encoderlab.tokenizer.conventions import SpecialTokens
+
+METASPACE = "\u2581"  # "▁": SentencePiece's mark for a preceding space (Kudo & Richardson, 2018)
+
+
+def front(kind: str, lowercase: bool, strip_accents: bool | None = None, chinese_chars: bool = True,
+          ) -> tuple[normalizers.Normalizer | None, pre_tokenizers.PreTokenizer]:
+    """The kind's normalizer and pre-tokenizer: how a text is cleaned and split into words, in training and in use."""
+    if kind == "wordpiece":
+        return (normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=chinese_chars,
+                                           strip_accents=strip_accents, lowercase=lowercase),
+                pre_tokenizers.BertPreTokenizer())
+    if kind == "bpe":  # byte-level BPE is cased: RoBERTa has no normalizer
+        return None, pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # ALBERT's: `` and '' to ", accents stripped and lowercase when uncased (kept when cased); words split on
+    # whitespace, each word's leading space marked with ▁ as SentencePiece does.
+    steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+    if lowercase:
+        steps += [normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase()]
+    return normalizers.Sequence(steps), pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always")])
+
+
+def trained_pipeline(kind: str, model: dict, specials: SpecialTokens, lowercase: bool) -> RustTokenizer:
+    """The kind's pipeline around a trained model (its tokenizer.json "model" object)."""
+    if kind == "wordpiece":
+        return wordpiece_pipeline(model["vocab"], lowercase, specials)
+    return _bpe_pipeline(model, specials) if kind == "bpe" else _unigram_pipeline(model, specials, lowercase)
+
+
+def wordpiece_pipeline(vocab: dict[str, int], lowercase: bool, specials: SpecialTokens,
+                       strip_accents: bool | None = None, chinese_chars: bool = True) -> RustTokenizer:
+    """The BERT pipeline around a vocabulary: what BertTokenizerFast builds from a vocab.txt."""
+    backend = RustTokenizer(WordPiece(vocab, unk_token=specials.unk, continuing_subword_prefix="##",
+                                      max_input_chars_per_word=100))
+    backend.normalizer, backend.pre_tokenizer = front("wordpiece", lowercase, strip_accents, chinese_chars)
+    backend.post_processor = _bert_template(specials, vocab)
+    backend.decoder = decoders.WordPiece(prefix="##")
+    _register_specials(backend, specials, vocab)
+    return backend
+
+
+def _bpe_pipeline(model: dict, specials: SpecialTokens) -> RustTokenizer:
+    """RoBERTa's pipeline around a BPE model's vocab and merges; the roles the trainer did not place (RoBERTa's
+    <mask>) take the last ids."""
+    vocab = dict(model["vocab"])
+    for token in specials.by_role().values():
+        vocab.setdefault(token, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    backend = RustTokenizer(BPE(vocab, merges, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
+    backend.normalizer, backend.pre_tokenizer = front("bpe", False)
+    backend.decoder = decoders.ByteLevel()
+    # `<s> A </s>` and `<s> A </s></s> B </s>`, every type id 0 (RoBERTa has one token type).
+    backend.post_processor = processors.RobertaProcessing((specials.sep, vocab[specials.sep]),
+                                                          (specials.cls, vocab[specials.cls]),
+                                                          trim_offsets=True, add_prefix_space=False)
+    # roberta-base's <mask> takes the space before it (lstrip), so "the <mask>" masks the word " capital".
+    _register_specials(backend, specials, vocab, mask_takes_space=True)
+    return backend
+
+
+def _unigram_pipeline(model: dict, specials: SpecialTokens, lowercase: bool) -> RustTokenizer:
+    """ALBERT's pipeline around a Unigram model's pieces and scores."""
+    pieces = [(piece, float(score)) for piece, score in model["vocab"]]
+    vocab = {piece: i for i, (piece, _) in enumerate(pieces)}
+    backend = RustTokenizer(Unigram(pieces, unk_id=vocab[specials.unk], byte_fallback=False))
+    backend.normalizer, backend.pre_tokenizer = front("unigram", lowercase)
+    backend.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
+    backend.post_processor = _bert_template(specials, vocab)
+    _register_specials(backend, specials, vocab)
+    return backend
+
+
+def _bert_template(specials: SpecialTokens, vocab: dict[str, int]) -> processors.TemplateProcessing:
+    """`[CLS] A [SEP]` and `[CLS] A [SEP] B [SEP]` with B's type id 1: BERT's layout, which ALBERT keeps."""
+    cls_token, sep_token = specials.cls, specials.sep
+    return processors.TemplateProcessing(
+        single=f"{cls_token}:0 $A:0 {sep_token}:0",
+        pair=f"{cls_token}:0 $A:0 {sep_token}:0 $B:1 {sep_token}:1",
+        special_tokens=[(cls_token, vocab[cls_token]), (sep_token, vocab[sep_token])])
+
+
+def _register_specials(backend: RustTokenizer, specials: SpecialTokens, vocab: dict[str, int],
+                       mask_takes_space: bool = False) -> None:
+    """Mark the special tokens so one in a text is one token ("[MASK]", not "[", "mask", "]")."""
+    tokens = [t for t in dict.fromkeys((*specials.order, *specials.by_role().values())) if t in vocab]
+    backend.add_special_tokens([AddedToken(t, lstrip=mask_takes_space and t == specials.mask, special=True)
+                                for t in tokens])

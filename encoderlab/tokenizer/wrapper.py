@@ -1,0 +1,241 @@
+"""The Tokenizer: one wrapper over a `tokenizers` pipeline that encodes (texts, pairs, batches with offsets and
+word ids) and decodes, with ids equal to transformers'.
+
+The wrapper owns truncation and padding: whatever a tokenizer.json has baked in (MiniLM's pads every
+text to 128) is switched off at load and set per call, so a call means the same for every checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer as RustTokenizer
+from tokenizers import pre_tokenizers
+
+from encoderlab.errors import ConfigError, InputError
+from encoderlab.tokenizer.conventions import (DEFAULT_MODEL_MAX_LENGTH, HF_CLASSES, SpecialTokens, choose_specials,
+                                              require_kind, require_specials)
+from encoderlab.tokenizer.hf_files import write_hf_files
+from encoderlab.tokenizer.loading import load
+from encoderlab.tokenizer.training import train_on_files, train_on_texts
+
+PathLike = str | os.PathLike
+
+
+@dataclass
+class Batch:
+    """A rectangular batch of encoded texts, padded on the right."""
+
+    input_ids: torch.Tensor  # (B, T) long
+    attention_mask: torch.Tensor  # (B, T) long, 1 real / 0 pad
+    token_type_ids: torch.Tensor  # (B, T) long
+    offsets: list[list[tuple[int, int]]]  # (start, end) in the text the token came from; (0, 0) special/pad
+    word_ids: list[list[int | None]]
+    sequence_ids: list[list[int | None]]  # 0 text A, 1 text B, None special/pad
+    num_truncated: int  # how many inputs lost tokens to truncation
+
+    def to(self, device: torch.device | str) -> Batch:
+        """The same batch with its tensors on `device`."""
+        return replace(self, input_ids=self.input_ids.to(device), attention_mask=self.attention_mask.to(device),
+                       token_type_ids=self.token_type_ids.to(device))
+
+
+class Tokenizer:
+    """A WordPiece (BERT), byte-level BPE (RoBERTa) or Unigram (ALBERT, DeBERTa) tokenizer with per-call
+    truncation and padding; ids match transformers'."""
+
+    def __init__(self, backend: RustTokenizer, kind: str, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+                 source: str = "tokenizer", specials: SpecialTokens | None = None, hf_class: str | None = None):
+        require_kind(kind, source)
+        backend.no_truncation()
+        backend.no_padding()
+        self._backend = backend
+        self._lock = threading.Lock()  # truncation/padding are set on the shared Rust object for each call
+        self.kind = kind
+        self.specials = specials or choose_specials(backend.get_vocab(), kind, {}, source)
+        self.hf_class = hf_class or HF_CLASSES[kind]
+        self.model_max_length = model_max_length
+        self.mask_token = self.specials.mask
+        require_specials(backend.get_vocab(), self.specials, source)
+        ids = {role: backend.token_to_id(token) for role, token in self.specials.by_role().items()}
+        self.pad_id, self.unk_id, self.cls_id = ids["pad_token"], ids["unk_token"], ids["cls_token"]
+        self.sep_id, self.mask_id = ids["sep_token"], ids["mask_token"]
+        self.special_ids = frozenset(ids.values())
+
+    # ---- loading, training, saving ---------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, name_or_path: PathLike) -> Tokenizer:
+        """Load a folder (tokenizer.json, else vocab.txt), an alias such as `minilm`, or one of those files."""
+        return cls(*load(name_or_path))
+
+    @classmethod
+    def train(cls, kind: str, files: list[PathLike], vocab_size: int, lowercase: bool | None = None,
+              min_frequency: int = 2, show_progress: bool = False) -> Tokenizer:
+        """Train a `kind` ("wordpiece" | "bpe" | "unigram") vocabulary of at most vocab_size tokens on UTF-8 files."""
+        backend, specials = train_on_files(kind, files, vocab_size, lowercase, min_frequency, show_progress)
+        return cls(backend, kind, specials=specials)
+
+    @classmethod
+    def train_from_iterator(cls, kind: str, texts: Iterable[str], vocab_size: int, lowercase: bool | None = None,
+                            min_frequency: int = 2, show_progress: bool = False) -> Tokenizer:
+        """Train a `kind` vocabulary on a stream of texts (paragraphs of a corpus, never all in memory)."""
+        backend, specials = train_on_texts(kind, texts, vocab_size, lowercase, min_frequency, show_progress)
+        return cls(backend, kind, specials=specials)
+
+    @classmethod
+    def train_wordpiece(cls, files: list[PathLike], vocab_size: int, lowercase: bool = True,
+                        min_frequency: int = 2, show_progress: bool = False) -> Tokenizer:
+        """Train a BERT WordPiece vocabulary of at most `vocab_size` tokens on UTF-8 text files."""
+        return cls.train("wordpiece", files, vocab_size, lowercase, min_frequency, show_progress)
+
+    @classmethod
+    def train_wordpiece_from_iterator(cls, texts: Iterable[str], vocab_size: int, lowercase: bool = True,
+                                      min_frequency: int = 2, show_progress: bool = False) -> Tokenizer:
+        """Train a BERT WordPiece vocabulary on a stream of texts."""
+        return cls.train_from_iterator("wordpiece", texts, vocab_size, lowercase, min_frequency, show_progress)
+
+    def save(self, folder: PathLike) -> None:
+        """Write tokenizer.json, tokenizer_config.json, special_tokens_map.json (and vocab.txt for WordPiece,
+        vocab.json and merges.txt for BPE): the files transformers loads."""
+        with self._lock:
+            serialized = self._backend.to_str(pretty=True)
+        write_hf_files(Path(folder), serialized, self._backend.get_vocab(), self.kind, self.specials, self.hf_class,
+                       self.model_max_length)
+
+    # ---- vocabulary ----------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        """The number of ids, special and added tokens included."""
+        return self._backend.get_vocab_size(with_added_tokens=True)
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of `token`, or None when it is not in the vocabulary."""
+        return self._backend.token_to_id(token)
+
+    def id_to_token(self, i: int) -> str | None:
+        """The token of id `i`, or None when out of range."""
+        return self._backend.id_to_token(i)
+
+    def num_special_tokens(self, pair: bool = False) -> int:
+        """How many special tokens encode adds around one text (pair=False) or two (pair=True)."""
+        return self._backend.post_processor.num_special_tokens_to_add(pair)
+
+    def pair_layout(self) -> tuple[list[int], int]:
+        """The special ids between text A and text B of a pair (BERT's [SEP], RoBERTa's </s></s>) and B's type id.
+
+        Every kind wraps a single text as [CLS] A [SEP] (cls_id, sep_id) and ends a pair with sep_id; only the
+        middle and the type ids differ, so this is all that builders of pairs by hand need to know.
+        """
+        with self._lock:  # another thread may have truncation set for the moment
+            encoding = self._backend.encode(["a"], ["b"], is_pretokenized=True)
+        sequence = encoding.sequence_ids
+        a_end = max(i for i, s in enumerate(sequence) if s == 0) + 1
+        b_start = sequence.index(1)
+        return encoding.ids[a_end:b_start], encoding.type_ids[b_start]
+
+    @property
+    def spaces_in_tokens(self) -> bool:
+        """True when a word's leading space is part of its token (byte-level BPE's "Ġ"), so a text that
+        continues another must be encoded with its leading space."""
+        return isinstance(self._backend.pre_tokenizer, pre_tokenizers.ByteLevel)
+    # ---- encoding ------------------------------------------------------------------------------------
+    def encode(self, text: str, pair: str | None = None, max_length: int | None = 512, truncation: bool = True,
+               add_special_tokens: bool = True) -> list[int]:
+        """The ids of one text (or pair), truncated longest-first to max_length, not padded."""
+        limit = self._limit(max_length, truncation, pair is not None, add_special_tokens)
+        with self._lock:
+            try:
+                if limit is not None:
+                    self._backend.enable_truncation(limit, strategy="longest_first")
+                return self._backend.encode(text, pair, add_special_tokens=add_special_tokens).ids
+            finally:
+                self._backend.no_truncation()
+
+    def encode_batch(self, texts: list[str], pairs: list[str] | None = None, max_length: int | None = 512,
+                     padding: str = "longest", truncation: bool = True,
+                     pad_to_multiple_of: int | None = None) -> Batch:
+        """Encode texts (and their pairs) into a (B, T) batch padded to the longest, or to max_length."""
+        if not texts:
+            raise InputError("encode_batch: the list of texts is empty")
+        if pairs is not None and len(pairs) != len(texts):
+            raise InputError(f"encode_batch: {len(texts)} texts but {len(pairs)} pairs")
+        if padding not in ("longest", "max_length"):
+            raise ConfigError(f"padding={padding!r}: expected 'longest' or 'max_length'")
+        if padding == "max_length" and max_length is None:
+            raise ConfigError("padding='max_length' needs a max_length")
+        limit = self._limit(max_length, truncation, pairs is not None, True)
+        inputs = list(zip(texts, pairs)) if pairs is not None else list(texts)
+        with self._lock:
+            try:
+                if limit is not None:
+                    self._backend.enable_truncation(limit, strategy="longest_first")
+                self._backend.enable_padding(pad_id=self.pad_id, pad_type_id=0, pad_token=self.specials.pad,
+                                             length=max_length if padding == "max_length" else None,
+                                             pad_to_multiple_of=pad_to_multiple_of)
+                encodings = self._backend.encode_batch(inputs)
+            finally:
+                self._backend.no_truncation()
+                self._backend.no_padding()
+        return _to_batch(encodings)
+
+    def encode_plain(self, texts: list[str]) -> list[list[int]]:
+        """Ids of each text without special tokens or truncation, for preparing pretraining data."""
+        with self._lock:  # another thread may have truncation set for the moment
+            return [e.ids for e in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]
+
+    def encode_words(self, texts: list[str]) -> tuple[list[list[int]], list[list[int | None]]]:
+        """Ids and word index of each token of each text, no special tokens or truncation (for whole-word masking).
+
+        Word indices come from the pre-tokenizer's split, so they mark words for any model kind, not only
+        WordPiece's "##" pieces. (encode_batch_fast is not used: it leaves word indices empty.)
+        """
+        with self._lock:
+            encodings = self._backend.encode_batch(list(texts), add_special_tokens=False)
+        return [e.ids for e in encodings], [e.word_ids for e in encodings]
+
+    def decode(self, ids: list[int] | torch.Tensor, skip_special_tokens: bool = True) -> str:
+        """The text of a list (or 1-D tensor) of ids, pieces joined back into words by the kind's decoder."""
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def _limit(self, max_length: int | None, truncation: bool, pair: bool, add_special_tokens: bool) -> int | None:
+        """The truncation length to set, or None; a max_length too short for the special tokens is refused."""
+        if not truncation or max_length is None:
+            return None
+        needed = self.num_special_tokens(pair) if add_special_tokens else 0
+        if max_length < max(needed, 1):
+            raise ConfigError(f"max_length={max_length}: too short for the {needed} special tokens "
+                              f"of a {'pair' if pair else 'single text'}")
+        return max_length
+
+    # ---- plumbing ------------------------------------------------------------------------------------
+    def __getstate__(self) -> dict:
+        """Pickle without the lock (DataLoader workers receive a copy)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore a pickled tokenizer with a fresh lock."""
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size})"
+
+
+def _to_batch(encodings: list) -> Batch:
+    """A Batch from padded tokenizers Encodings."""
+    def tensor(rows: list[list[int]]) -> torch.Tensor:
+        return torch.tensor(rows, dtype=torch.long)
+
+    return Batch(input_ids=tensor([e.ids for e in encodings]),
+                 attention_mask=tensor([e.attention_mask for e in encodings]),
+                 token_type_ids=tensor([e.type_ids for e in encodings]),
+                 offsets=[e.offsets for e in encodings],
+                 word_ids=[e.word_ids for e in encodings],
+                 sequence_ids=[e.sequence_ids for e in encodings],
+                 num_truncated=sum(1 for e in encodings if e.overflowing))
