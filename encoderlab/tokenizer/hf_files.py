@@ -1,13 +1,116 @@
-"""Saving a tokenizer as the files transformers loads: tokenizer.json, tokenizer_config.json,
-special_tokens_map.json, and the plain vocabulary files (BERT's vocab.txt, RoBERTa's vocab.json + merges.txt)."""
+"""A tokenizer folder as transformers reads and writes it: tokenizer.json (else BERT's vocab.txt) with
+tokenizer_config.json and special_tokens_map.json, plus the plain vocabulary files written beside it (vocab.txt,
+RoBERTa's vocab.json + merges.txt). Errors name the file and line at fault."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+from tokenizers import Tokenizer as RustTokenizer
+
+from encoderlab.errors import CheckpointError, InputError
 from encoderlab.io import atomic_write_text
-from encoderlab.tokenizer.conventions import SpecialTokens
+from encoderlab.paths import model_aliases, resolve_model_path
+from encoderlab.tokenizer.kinds import (DEFAULT_MODEL_MAX_LENGTH, SPECIAL_TOKENS, SpecialTokens, choose_specials,
+                                       configured_specials, require_kind, require_specials, wordpiece_pipeline)
+
+Loaded = tuple[RustTokenizer, str, int, str, SpecialTokens | None, str | None]
+
+
+def load(name_or_path: str | os.PathLike) -> Loaded:
+    """The Tokenizer arguments of a saved tokenizer: backend, kind, model_max_length, source, specials, class."""
+    path = _tokenizer_file(_resolve(name_or_path))
+    config = _read_json_object(path.parent / "tokenizer_config.json")
+    max_length = int(config.get("model_max_length") or DEFAULT_MODEL_MAX_LENGTH)
+    max_length = min(max_length, 1 << 20)  # transformers writes 1e30 for "no limit"
+    hf_class = config.get("tokenizer_class") if isinstance(config.get("tokenizer_class"), str) else None
+    if path.suffix == ".json":
+        backend = _read_tokenizer_json(path)
+        kind = type(backend.model).__name__.lower()
+        require_kind(kind, str(path))
+        given = configured_specials(_read_json_object(path.parent / "special_tokens_map.json"), config)
+        specials = choose_specials(backend.get_vocab(), kind, given, str(path))
+        return backend, kind, max_length, str(path), specials, hf_class
+    vocab = _read_vocab(path)
+    require_specials(vocab, SPECIAL_TOKENS["wordpiece"], str(path))
+    backend = wordpiece_pipeline(vocab, bool(config.get("do_lower_case", True)), SPECIAL_TOKENS["wordpiece"],
+                                 strip_accents=config.get("strip_accents"),
+                                 chinese_chars=bool(config.get("tokenize_chinese_chars", True)))
+    return backend, "wordpiece", max_length, str(path), None, hf_class
+
+
+def _resolve(name_or_path: str | os.PathLike) -> Path:
+    """An existing path, or the folder behind a model alias; InputError naming the path otherwise."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    aliases = model_aliases()
+    if str(name_or_path) not in aliases:
+        raise InputError(f"{path}: no such tokenizer file or folder, and not a known alias ({', '.join(aliases)})")
+    try:
+        return resolve_model_path(name_or_path)
+    except CheckpointError as err:
+        raise InputError(str(err)) from None
+
+
+def _tokenizer_file(path: Path) -> Path:
+    """A folder's tokenizer.json, else its vocab.txt; a file as it is."""
+    if not path.is_dir():
+        return path
+    for name in ("tokenizer.json", "vocab.txt"):
+        if (path / name).is_file():
+            return path / name
+    raise InputError(f"{path}: neither tokenizer.json nor vocab.txt in this folder")
+
+
+def _read_json(path: Path, what: str) -> tuple[str, object]:
+    """A JSON file's text and value; InputError naming the file (and line) when it is not UTF-8 `what`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        return text, json.loads(text)
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not valid UTF-8 (at byte {err.start})") from None
+    except ValueError as err:
+        raise InputError(f"{path}:{err.lineno}: {what} ({err.msg})") from None
+
+
+def _read_tokenizer_json(path: Path) -> RustTokenizer:
+    """A tokenizers serialization, with InputError naming the file (and line) when it is corrupted."""
+    # Parsed in Python first for a line number: the Rust parser's message has none that is reliable.
+    text, _ = _read_json(path, "corrupted tokenizer.json")
+    try:
+        return RustTokenizer.from_str(text)
+    except Exception as err:  # the Rust side raises a bare Exception
+        raise InputError(f"{path}: not a valid tokenizer.json ({err})") from None
+
+
+def _read_json_object(path: Path) -> dict:
+    """A JSON config file (tokenizer_config.json, special_tokens_map.json) as a dict; {} when absent."""
+    if not path.is_file():
+        return {}
+    _, config = _read_json(path, "not valid JSON")
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return config
+
+
+def _read_vocab(path: Path) -> dict[str, int]:
+    """A BERT vocab.txt (one token a line, id = line number - 1), with errors naming file and line."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[err.start]:02x})") from None
+    # As tokenizers' WordPiece.from_file: trailing whitespace (a \r) is not part of the token.
+    tokens = [line.rstrip() for line in text.split("\n")]
+    if tokens and tokens[-1] == "":
+        tokens.pop()
+    if not tokens:
+        raise InputError(f"{path}: the vocabulary is empty (expected one token a line)")
+    return {token: i for i, token in enumerate(tokens)}
 
 
 def write_hf_files(folder: Path, serialized: str, vocab: dict[str, int], kind: str, specials: SpecialTokens,
@@ -17,16 +120,12 @@ def write_hf_files(folder: Path, serialized: str, vocab: dict[str, int], kind: s
     parsed = json.loads(serialized)
     for name, text in _vocab_files(kind, parsed["model"], vocab).items():
         atomic_write_text(folder / name, text)
-    token_map = _special_tokens_map(kind, specials)
+    # The five roles, and bos/eos (= cls/sep) where the convention has them, as RoBERTa's and ALBERT's maps do.
+    bos_eos = {} if kind == "wordpiece" else {"bos_token": specials.cls, "eos_token": specials.sep}
+    token_map = specials.by_role() | bos_eos
     config = _hf_config(kind, parsed, hf_class, model_max_length) | token_map
     atomic_write_text(folder / "tokenizer_config.json", _dumps(config))
     atomic_write_text(folder / "special_tokens_map.json", _dumps(token_map))
-
-
-def _special_tokens_map(kind: str, specials: SpecialTokens) -> dict:
-    """special_tokens_map.json: the five roles, and bos/eos where the convention has them (= cls/sep)."""
-    extra = {} if kind == "wordpiece" else {"bos_token": specials.cls, "eos_token": specials.sep}
-    return specials.by_role() | extra
 
 
 def _hf_config(kind: str, serialized: dict, hf_class: str, model_max_length: int) -> dict:

@@ -17,8 +17,8 @@ from tokenizers import pre_tokenizers, trainers
 from tokenizers.models import BPE, Unigram, WordPiece
 
 from encoderlab.errors import ConfigError, InputError
-from encoderlab.tokenizer.conventions import DEFAULT_LOWERCASE, KINDS, SPECIAL_TOKENS, SpecialTokens
-from encoderlab.tokenizer.pipelines import front, trained_pipeline
+from encoderlab.tokenizer.kinds import (DEFAULT_LOWERCASE, KINDS, SPECIAL_TOKENS, SpecialTokens, front,
+                                       trained_pipeline)
 
 _CHUNK_BYTES = 1 << 20
 Trained = tuple[RustTokenizer, SpecialTokens]

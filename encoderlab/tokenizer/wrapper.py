@@ -1,9 +1,6 @@
-"""The Tokenizer: one wrapper over a `tokenizers` pipeline that encodes (texts, pairs, batches with offsets and
-word ids) and decodes, with ids equal to transformers'.
-
-The wrapper owns truncation and padding: whatever a tokenizer.json has baked in (MiniLM's pads every
-text to 128) is switched off at load and set per call, so a call means the same for every checkpoint.
-"""
+"""The Tokenizer: encode (texts, pairs, batches with offsets and word ids) and decode. It owns truncation and
+padding: whatever a tokenizer.json has baked in (MiniLM's pads every text to 128) is switched off at load and set
+per call, so a call means the same for every checkpoint."""
 
 from __future__ import annotations
 
@@ -18,10 +15,9 @@ from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import pre_tokenizers
 
 from encoderlab.errors import ConfigError, InputError
-from encoderlab.tokenizer.conventions import (DEFAULT_MODEL_MAX_LENGTH, HF_CLASSES, SpecialTokens, choose_specials,
-                                              require_kind, require_specials)
-from encoderlab.tokenizer.hf_files import write_hf_files
-from encoderlab.tokenizer.loading import load
+from encoderlab.tokenizer.hf_files import load, write_hf_files
+from encoderlab.tokenizer.kinds import (DEFAULT_MODEL_MAX_LENGTH, HF_CLASSES, SpecialTokens, choose_specials,
+                                       require_kind, require_specials)
 from encoderlab.tokenizer.training import train_on_files, train_on_texts
 
 PathLike = str | os.PathLike
@@ -143,6 +139,7 @@ class Tokenizer:
         """True when a word's leading space is part of its token (byte-level BPE's "Ġ"), so a text that
         continues another must be encoded with its leading space."""
         return isinstance(self._backend.pre_tokenizer, pre_tokenizers.ByteLevel)
+
     # ---- encoding ------------------------------------------------------------------------------------
     def encode(self, text: str, pair: str | None = None, max_length: int | None = 512, truncation: bool = True,
                add_special_tokens: bool = True) -> list[int]:
