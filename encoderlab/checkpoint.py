@@ -20,7 +20,7 @@ from encoderlab.errors import CheckpointError, ConfigError
 from encoderlab.io import atomic_write
 from encoderlab.models import FAMILIES, FamilySpec
 from encoderlab.nn.model import MODEL_CLASSES, EncoderModel, Model
-from encoderlab.paths import model_aliases, resolve_model_path, shipped_model  # noqa: F401 (re-exported)
+from encoderlab.paths import resolve_model_path
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:

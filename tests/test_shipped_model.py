@@ -22,10 +22,11 @@ from transformers import AutoTokenizer, BertForMaskedLM
 
 from encoderlab import EncoderConfig, MaskedLMModel
 from encoderlab import paths
-from encoderlab.checkpoint import load_model, model_aliases, resolve_model_path, save_pretrained, shipped_model
+from encoderlab.checkpoint import load_model, save_pretrained
 from encoderlab.cli import main
 from encoderlab.errors import CheckpointError
 from encoderlab.infer.pipelines import pipeline
+from encoderlab.paths import model_aliases, resolve_model_path, shipped_model
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "encoderlab-mini"
