@@ -1,7 +1,8 @@
 """Hugging Face checkpoint folders in both directions: config.json + model.safetensors (or a
 pytorch_model.bin read with weights_only=True), converted through each family's declarative weight map.
 
-Every mismatch is reported by tensor name: missing, unexpected, or of the wrong shape.
+Every mismatch is reported by tensor name: missing, unexpected, or of the wrong shape. This module sits below
+nn/: the model kinds it builds register themselves in MODEL_CLASSES (nn/model.py), so a model can save itself.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError
 from encoderlab.io import atomic_write
 from encoderlab.models import FAMILIES, FamilySpec
-from encoderlab.nn.model import MODEL_CLASSES, EncoderModel, Model
 from encoderlab.paths import resolve_model_path
+
+MODEL_CLASSES: dict[str, type[nn.Module]] = {}
+"""Model kind ("base", "mlm", "pretraining", "rtd") -> class, filled by nn/model.py; each has `kind` and `config`."""
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -112,7 +116,7 @@ def normalize_hf_state(spec: FamilySpec, state: dict[str, torch.Tensor]) -> dict
     return out
 
 
-def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: Model, source: str) -> dict[str, torch.Tensor]:
+def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: nn.Module, source: str) -> dict[str, torch.Tensor]:
     """Convert normalized HF tensors into `model`'s state dict; raise CheckpointError naming every problem."""
     expected = model.state_dict()
     converted, missing, mismatched = {}, [], []
@@ -149,7 +153,7 @@ def has_pooler(spec: FamilySpec, hf_state: dict[str, torch.Tensor]) -> bool:
     return spec.pooler and all(name in hf_state for name in _sources(spec, "pooler.dense.weight"))
 
 
-def ours_to_hf(spec: FamilySpec, model: Model) -> dict[str, torch.Tensor]:
+def ours_to_hf(spec: FamilySpec, model: nn.Module) -> dict[str, torch.Tensor]:
     """`model`'s tensors under Hugging Face names, split where we fused several into one."""
     prefix = "" if model.kind == "base" else spec.base_prefix
     out = {}
@@ -176,7 +180,7 @@ def load_config(folder: str | os.PathLike) -> tuple[EncoderConfig, str | None]:
 
 
 def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dtype | None = None,
-               **config_overrides) -> Model:
+               **config_overrides) -> nn.Module:
     """Load a checkpoint folder or alias as `kind` ("base", "mlm", "pretraining", "rtd"; default: what it holds), in fp32
     unless `dtype` is given."""
     folder = resolve_model_path(name)
@@ -191,7 +195,7 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
     hf_state = normalize_hf_state(spec, read_weights(folder))
     with torch.device("meta"):  # no time spent on a random init that is overwritten at once
         if kind == "base":
-            model = EncoderModel(config, pooler=has_pooler(spec, hf_state))
+            model = MODEL_CLASSES[kind](config, pooler=config.pooler and has_pooler(spec, hf_state))
         else:
             model = MODEL_CLASSES[kind](config)
     state = hf_to_ours(spec, hf_state, model, str(folder))
@@ -202,7 +206,7 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
     return model.to(dtype if dtype is not None else torch.float32)
 
 
-def save_pretrained(model: Model, folder: str | os.PathLike) -> None:
+def save_pretrained(model: nn.Module, folder: str | os.PathLike) -> None:
     """Write config.json and model.safetensors that transformers loads as the matching class."""
     folder = Path(folder)
     spec = FAMILIES[model.config.model_type]
@@ -211,7 +215,7 @@ def save_pretrained(model: Model, folder: str | os.PathLike) -> None:
     model.config.save_json(folder / "config.json", spec.architectures[model.kind])
 
 
-def load_weights(model: Model, name: str | os.PathLike) -> None:
+def load_weights(model: nn.Module, name: str | os.PathLike) -> None:
     """Load a checkpoint folder's weights into an existing model in place (shapes must fit)."""
     folder = resolve_model_path(name)
     spec = FAMILIES[model.config.model_type]

@@ -2,6 +2,10 @@
 
 Our field names are short and plain (`num_layers`, `num_heads`); the Hugging Face names
 (`num_hidden_layers`, `num_attention_heads`, ...) are translated only here, at the boundary.
+
+Every switch that changes the computation is a field, so the models read the config and nothing else. A family
+(encoderlab.models) supplies its defaults, presets and config.json names through `register_family`, called when
+encoderlab.models is imported: this module imports nothing of encoderlab but errors and io.
 """
 
 from __future__ import annotations
@@ -9,11 +13,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from encoderlab.errors import ConfigError
+from encoderlab.io import atomic_write_text
+
+# hidden_act / head_activation names as in Hugging Face config.json; nn/mlp.py maps each to its function.
+ACTIVATION_NAMES = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 # Our field name -> Hugging Face config.json name, where they differ.
 _HF_NAMES = {
@@ -48,7 +56,7 @@ class EncoderConfig:
     """Hyperparameters of one BERT-family encoder (defaults: bert-base-uncased)."""
 
     model_type: str = "bert"
-    """Family name (`bert`, ...): selects the weight-name map and the variant switches."""
+    """Family name (`bert`, ...): selects the weight-name map, the config.json names and the switches' defaults."""
     vocab_size: int = 30522
     """Number of token ids, including special tokens."""
     hidden_size: int = 768
@@ -77,7 +85,8 @@ class EncoderConfig:
     """Standard deviation of the normal init of weight matrices (BERT paper, appendix A)."""
     labels: list[str] | None = None
     """Class names of a classification head (Hugging Face id2label), if any."""
-    # ---- variant switches: each family sets some of these in its FamilySpec.defaults ----------------
+    # ---- variant switches: each family sets some of these in its FamilyConfig.defaults --------------
+    # The model builds any combination; only a family's config.json refuses what its transformers class lacks.
     embedding_size: int | None = None
     """Width of the embedding tables when it differs from hidden_size (ALBERT, ELECTRA): a linear layer
     projects up to hidden_size (Lan et al. 2019, section 3.1, factorized embedding parameterization)."""
@@ -93,14 +102,21 @@ class EncoderConfig:
     """Relative positions are log-bucketed into this many buckets each side (DeBERTa-v3: 256); 0: no buckets."""
     max_relative_positions: int = -1
     """Largest relative distance attended to; -1 means max_position_embeddings (DeBERTa)."""
+    pooler: bool = True
+    """The bare model's [CLS] pooler, tanh(W h_[CLS] + b) (BERT paper, section 3); DistilBERT, ELECTRA and
+    DeBERTa have none."""
+    head_activation: str | None = None
+    """Activation in the MLM head's transform when it is not hidden_act (RoBERTa's lm_head and ELECTRA's generator
+    head always use gelu); None: hidden_act."""
+    always_project: bool = False
+    """Project the embeddings to hidden_size even at equal widths (ALBERT's embedding_hidden_mapping_in is
+    always there)."""
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
         """Raise ConfigError naming the first field that is out of range or inconsistent."""
-        from encoderlab.nn.mlp import ACTIVATIONS
-
         positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                     "max_position_embeddings")
         for name in positive:
@@ -113,8 +129,10 @@ class EncoderConfig:
         for name in ("model_type", "hidden_act"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
-        if self.hidden_act not in ACTIVATIONS:
-            raise ConfigError(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
+        if self.model_type not in _FAMILIES:
+            raise ConfigError(f"model_type {self.model_type!r} is not one of {sorted(_FAMILIES)}")
+        if self.hidden_act not in ACTIVATION_NAMES:
+            raise ConfigError(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATION_NAMES)}")
         for name in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, name)
             if not _is_number(value) or not 0.0 <= value < 1.0:
@@ -129,24 +147,23 @@ class EncoderConfig:
         if self.labels is not None and not (isinstance(self.labels, list)
                                             and all(isinstance(label, str) for label in self.labels)):
             raise ConfigError(f"labels must be a list of strings, got {self.labels!r}")
+        self._validate_switches()
+
+    def _validate_switches(self) -> None:
+        """The variant switches' types and ranges; any combination of them is a model we can build."""
         if self.embedding_size is not None and (not _is_int(self.embedding_size) or self.embedding_size <= 0):
             raise ConfigError(f"embedding_size must be a positive integer or None, got {self.embedding_size!r}")
-        for name in ("shared_layers", "positions_after_pad", "absolute_positions", "relative_attention"):
+        for name in ("shared_layers", "positions_after_pad", "absolute_positions", "relative_attention", "pooler",
+                     "always_project"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.head_activation is not None and self.head_activation not in ACTIVATION_NAMES:
+            raise ConfigError(f"head_activation {self.head_activation!r} is not None nor one of "
+                              f"{sorted(ACTIVATION_NAMES)}")
         if not _is_int(self.position_buckets) or self.position_buckets < 0:
             raise ConfigError(f"position_buckets must be an integer >= 0, got {self.position_buckets!r}")
         if not _is_int(self.max_relative_positions) or self.max_relative_positions < -1 or self.max_relative_positions == 0:
             raise ConfigError(f"max_relative_positions must be -1 or a positive integer, got {self.max_relative_positions!r}")
-        from encoderlab.models import FAMILIES
-
-        if self.model_type not in FAMILIES:
-            raise ConfigError(f"model_type {self.model_type!r} is not one of {sorted(FAMILIES)}")
-        switches = _SWITCH_DEFAULTS | {k: v for k, v in FAMILIES[self.model_type].defaults.items() if k in _SWITCH_DEFAULTS}
-        for name, value in switches.items():
-            if getattr(self, name) != value:
-                raise ConfigError(f"{name}={getattr(self, name)!r} is not possible for model_type "
-                                  f"{self.model_type!r} (it requires {value!r})")
 
     @property
     def embedding_width(self) -> int:
@@ -168,23 +185,23 @@ class EncoderConfig:
     # ---- presets --------------------------------------------------------------------------
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "EncoderConfig":
-        """The config of a named preset (see `preset_names()`), with optional field overrides."""
-        from encoderlab.models import PRESETS
-
-        if name not in PRESETS:
-            raise ConfigError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
-        return cls(**PRESETS[name]).replace(**overrides)
+        """The config of a named preset (see `presets()`), with optional field overrides."""
+        known = presets()
+        if name not in known:
+            raise ConfigError(f"unknown preset {name!r}; known presets: {', '.join(known)}")
+        return cls(**known[name]).replace(**overrides)
 
     # ---- Hugging Face config.json -----------------------------------------------------------
     @classmethod
     def from_hf_dict(cls, data: dict[str, Any], source: str = "config.json") -> "EncoderConfig":
-        """Build from a Hugging Face config dict; unknown keys or unsupported values raise ConfigError."""
-        from encoderlab.models import FAMILIES
+        """Build from a Hugging Face config dict; unknown keys or unsupported values raise ConfigError.
 
+        The switches config.json has no key for take the family's values.
+        """
         model_type = data.get("model_type", "bert")
-        if not isinstance(model_type, str) or model_type not in FAMILIES:
-            raise ConfigError(f"{source}: model_type {model_type!r} is not one of {sorted(FAMILIES)}")
-        spec = FAMILIES[model_type]
+        if not isinstance(model_type, str) or model_type not in _FAMILIES:
+            raise ConfigError(f"{source}: model_type {model_type!r} is not one of {sorted(_FAMILIES)}")
+        spec = _FAMILIES[model_type]
         ours = {hf: name for name, hf in _hf_names(spec).items() if hf}
         required = _HF_REQUIRED_VALUES | spec.hf_constants
         kwargs: dict[str, Any] = dict(spec.defaults)
@@ -213,11 +230,10 @@ class EncoderConfig:
     def to_hf_dict(self, architecture: str) -> dict[str, Any]:
         """The Hugging Face config.json dict for this config and model class name.
 
-        A field the family's config.json cannot hold must keep the family's value, or the file would lie.
+        A field (a switch) the family's config.json cannot hold must keep the family's value, or the file would lie:
+        transformers' class for the family could not compute this model.
         """
-        from encoderlab.models import FAMILIES
-
-        spec = FAMILIES[self.model_type]
+        spec = _FAMILIES[self.model_type]
         out: dict[str, Any] = {"architectures": [architecture]}
         for name, hf in _hf_names(spec).items():
             if hf:
@@ -249,17 +265,48 @@ class EncoderConfig:
 
     def save_json(self, path: str | os.PathLike, architecture: str) -> None:
         """Write a Hugging Face config.json (atomically)."""
-        from encoderlab.io import atomic_write_text
-
         atomic_write_text(Path(path), json.dumps(self.to_hf_dict(architecture), indent=2) + "\n")
 
 
-# The variant switches and their BERT values: a family's FamilySpec.defaults may set them, nothing else may.
-_SWITCH_DEFAULTS = {"shared_layers": False, "positions_after_pad": False, "absolute_positions": True,
-                    "relative_attention": False}
-# Fields only some families write into config.json (through FamilySpec.hf_names).
-_VARIANT_FIELDS = (*_SWITCH_DEFAULTS, "embedding_size", "position_buckets", "max_relative_positions")
+# Fields BERT's config.json has no key for: only some families write them (through FamilyConfig.hf_names).
+_VARIANT_FIELDS = ("shared_layers", "positions_after_pad", "absolute_positions", "relative_attention", "pooler",
+                   "head_activation", "always_project", "embedding_size", "position_buckets", "max_relative_positions")
 _FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EncoderConfig)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyConfig:
+    """What a family tells the config: its switches' values, presets and config.json names (models.FamilySpec)."""
+
+    model_type: str
+    """Hugging Face `model_type`."""
+    presets: dict[str, dict] = field(default_factory=dict)
+    """Preset name -> EncoderConfig fields (on top of `defaults`)."""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """EncoderConfig fields the family sets (its switches): applied under every preset and HF config."""
+    hf_names: dict[str, str | None] = field(default_factory=dict)
+    """Our field -> this family's config.json key, where it differs from BERT's (DistilBERT's `dim`) or is a
+    field only this family writes (ALBERT's `embedding_size`); None: the family's config.json has no key for it."""
+    hf_constants: dict[str, tuple] = field(default_factory=dict)
+    """config.json keys that must hold one of these values (the first is written on export)."""
+    hf_required: frozenset[str] = frozenset()
+    """hf_constants keys that must be present: transformers reads their absence as a value we do not build."""
+    hf_unused: frozenset[str] = frozenset()
+    """config.json keys of this family that carry nothing the backbone uses (dropped on load)."""
+
+
+_FAMILIES: dict[str, FamilyConfig] = {}
+
+
+def register_family(family: FamilyConfig) -> None:
+    """Make a family's presets and config.json names known (encoderlab.models registers each family on import)."""
+    _FAMILIES[family.model_type] = family
+
+
+def presets() -> dict[str, dict]:
+    """Preset name -> the EncoderConfig fields of every registered family's presets."""
+    return {name: {"model_type": family.model_type, **family.defaults, **fields}
+            for family in _FAMILIES.values() for name, fields in family.presets.items()}
 
 
 def _is_int(value: Any) -> bool:
@@ -287,7 +334,7 @@ def _one_of(value: Any, allowed: tuple) -> bool:
     return value in allowed
 
 
-def _hf_names(spec) -> dict[str, str | None]:
+def _hf_names(spec: FamilyConfig) -> dict[str, str | None]:
     """Our field -> the family's config.json key; None where the family's config.json has no key for it."""
     names: dict[str, str | None] = {f.name: _HF_NAMES.get(f.name, f.name) for f in dataclasses.fields(EncoderConfig)
                                     if f.name not in _VARIANT_FIELDS and f.name != "labels"}
@@ -304,4 +351,5 @@ def _is_default_labels(labels: list[str] | None) -> bool:
     return labels is not None and all(label == f"LABEL_{i}" for i, label in enumerate(labels))
 
 
-__all__ = ["EncoderConfig", "ConfigError", "field_names"]
+__all__ = ["ACTIVATION_NAMES", "ConfigError", "EncoderConfig", "FamilyConfig", "field_names", "presets",
+           "register_family"]

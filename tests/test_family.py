@@ -246,11 +246,33 @@ def test_distilbert_config_with_token_types_is_refused_on_export() -> None:
         config.to_hf_dict("DistilBertModel")
 
 
-def test_a_family_switch_cannot_be_turned_off() -> None:
-    with pytest.raises(ConfigError, match="shared_layers"):
-        EncoderConfig.from_preset("albert-base", shared_layers=False)
-    with pytest.raises(ConfigError, match="positions_after_pad"):
-        EncoderConfig.from_preset("bert-base", positions_after_pad=True)
+# (family, switch, a value the family's transformers class cannot compute, what the model then has)
+SWITCHES = [
+    ("albert", "shared_layers", False, lambda m: len(m.encoder.layers) == 2),
+    ("bert", "always_project", True, lambda m: m.encoder.project is not None),
+    ("bert", "positions_after_pad", True, lambda m: m.encoder.embeddings.pad_id == 0),
+    ("distilbert", "pooler", True, lambda m: m.pooler is not None),
+    ("electra", "pooler", True, lambda m: m.pooler is not None),
+    ("bert", "pooler", False, lambda m: m.pooler is None),
+]
+
+
+@pytest.mark.parametrize("family, switch, value, built", SWITCHES)
+def test_any_switch_builds_but_only_its_family_value_is_saved(family: str, switch: str, value, built) -> None:
+    config = tiny_config(family).replace(**{switch: value})  # the config describes the model: no lock to model_type
+    assert built(EncoderModel(config))
+    with pytest.raises(ConfigError, match=f"{switch}={value!r} cannot be saved in a transformers {family}"):
+        config.to_hf_dict(FAMILIES[family].architectures["base"])
+
+
+@pytest.mark.parametrize("family, activation", [("bert", "relu"), ("roberta", "silu"), ("electra", None)])
+def test_mlm_head_activation_is_read_from_the_config(family: str, activation: str | None) -> None:
+    config = tiny_config(family).replace(head_activation=activation)
+    expected = {"relu": torch.relu, "silu": torch.nn.functional.silu, None: torch.nn.functional.gelu}[activation]
+    x = torch.linspace(-3, 3, 7)
+    assert_close(MODEL_CLASSES["mlm"](config).mlm.act(x), expected(x))
+    with pytest.raises(ConfigError, match="head_activation"):
+        config.to_hf_dict(FAMILIES[family].architectures["mlm"])
 
 
 def test_unsupported_albert_layer_groups_are_refused() -> None:

@@ -18,20 +18,10 @@ from tqdm import tqdm
 
 from encoderlab.errors import InputError
 from encoderlab.nn.model import EncoderModel
+from encoderlab.nn.pooling import POOLINGS, pool
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
-POOLINGS = ("mean", "cls")
-
-
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """(B, T, H) token vectors -> (B, H) sentence vectors."""
-    if pooling == "cls":
-        return hidden[:, 0]
-    if pooling == "mean":
-        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-    raise InputError(f"unknown pooling {pooling!r}; expected one of {POOLINGS}")
 
 
 def default_max_length(model_folder: Path | None, model: EncoderModel) -> int:

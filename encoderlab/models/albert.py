@@ -11,7 +11,7 @@ Departures from BERT (section 3.1), each a switch:
 
 from __future__ import annotations
 
-from encoderlab.models import FamilySpec
+from encoderlab.models.family import FamilySpec
 
 _LAYER = "encoder.albert_layer_groups.0.albert_layers.{i}."
 
@@ -47,11 +47,10 @@ SPEC = FamilySpec(
     aliases={"predictions.decoder.bias": "predictions.bias"},
     tied=(("predictions.decoder.weight", "embeddings.word_embeddings.weight"),),
     ignored=("embeddings.position_ids", "embeddings.token_type_ids"),
-    defaults={"vocab_size": 30000, "embedding_size": 128, "shared_layers": True, "hidden_act": "gelu_new",
-              "hidden_dropout": 0.0, "attention_dropout": 0.0},
+    defaults={"vocab_size": 30000, "embedding_size": 128, "shared_layers": True, "always_project": True,
+              "hidden_act": "gelu_new", "hidden_dropout": 0.0, "attention_dropout": 0.0},
     hf_names={"embedding_size": "embedding_size"},
     hf_constants={"num_hidden_groups": (1,), "inner_group_num": (1,)},
     hf_unused=frozenset({"classifier_dropout_prob"}),
-    always_project=True,
     tokenizer_kind="unigram",
 )

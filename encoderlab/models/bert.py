@@ -7,7 +7,7 @@ arXiv:1908.08962), all with 4x feed-forward width and 64-wide heads.
 
 from __future__ import annotations
 
-from encoderlab.models import FamilySpec
+from encoderlab.models.family import FamilySpec
 
 
 def _preset(layers: int, hidden: int) -> dict:

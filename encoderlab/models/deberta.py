@@ -20,7 +20,7 @@ objective, not part of this module.
 
 from __future__ import annotations
 
-from encoderlab.models import ClassifierHead, FamilySpec
+from encoderlab.models.family import ClassifierHead, FamilySpec
 
 _LAYER = "encoder.layer.{i}."
 
@@ -67,7 +67,7 @@ SPEC = FamilySpec(
     ignored=("embeddings.position_ids",),
     # position_buckets is not fixed here: a config.json without it means no buckets, as in transformers.
     defaults={"vocab_size": 128100, "type_vocab_size": 0, "layer_norm_eps": 1e-7, "relative_attention": True,
-              "absolute_positions": False},
+              "absolute_positions": False, "pooler": False},
     hf_names={"position_buckets": "position_buckets", "max_relative_positions": "max_relative_positions"},
     hf_constants={
         "relative_attention": (True,),
@@ -84,7 +84,6 @@ SPEC = FamilySpec(
     hf_required=frozenset({"relative_attention", "pos_att_type", "share_att_key", "norm_rel_ebd",
                            "position_biased_input"}),
     hf_unused=frozenset({"pooler_dropout", "pooler_hidden_size", "conv_act", "conv_groups"}),
-    pooler=False,
     tokenizer_kind="unigram",
     # DebertaV2ForSequenceClassification's ContextPooler: dropout, pooler.dense, gelu on the first token, then
     # dropout and classifier (the pooler is the head's, unprefixed, not the backbone's).

@@ -9,7 +9,7 @@ Departures from BERT:
 
 from __future__ import annotations
 
-from encoderlab.models import ClassifierHead, FamilySpec
+from encoderlab.models.family import ClassifierHead, FamilySpec
 
 _LAYER = "transformer.layer.{i}."
 
@@ -37,13 +37,12 @@ SPEC = FamilySpec(
     },
     tied=(("vocab_projector.weight", "embeddings.word_embeddings.weight"),),
     ignored=("embeddings.position_ids",),
-    defaults={"type_vocab_size": 0, "layer_norm_eps": 1e-12},
+    defaults={"type_vocab_size": 0, "layer_norm_eps": 1e-12, "pooler": False},
     hf_names={"hidden_size": "dim", "num_layers": "n_layers", "num_heads": "n_heads", "intermediate_size": "hidden_dim",
               "hidden_dropout": "dropout", "attention_dropout": "attention_dropout", "hidden_act": "activation",
               "type_vocab_size": None, "layer_norm_eps": None},
     hf_constants={"sinusoidal_pos_embds": (False,)},
     hf_unused=frozenset({"qa_dropout", "seq_classif_dropout", "tie_weights_"}),
-    pooler=False,
     # DistilBertForSequenceClassification: the first token -> pre_classifier -> ReLU -> dropout -> classifier.
     classifier_head=ClassifierHead(dense="pre_classifier.", activation="relu", out="classifier.",
                                    dropout_first=False),

@@ -11,8 +11,8 @@ Sizes from table 6: small is 12 layers of 256 with 128-wide embeddings and 4 hea
 
 from __future__ import annotations
 
-from encoderlab.models import ClassifierHead, FamilySpec
 from encoderlab.models.bert import backbone_map
+from encoderlab.models.family import ClassifierHead, FamilySpec
 
 SPEC = FamilySpec(
     model_type="electra",
@@ -40,8 +40,7 @@ SPEC = FamilySpec(
     hf_names={"embedding_size": "embedding_size"},
     hf_unused=frozenset({"summary_type", "summary_use_proj", "summary_activation", "summary_last_dropout",
                          "summary_first_dropout", "classifier_dropout"}),
-    pooler=False,
-    head_activation="gelu",
+    defaults={"pooler": False, "head_activation": "gelu"},
     # ElectraClassificationHead: RoBERTa's layout with gelu in place of tanh, whatever hidden_act says.
     classifier_head=ClassifierHead(dense="classifier.dense.", activation="gelu", out="classifier.out_proj."),
 )

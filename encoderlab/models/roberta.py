@@ -10,11 +10,11 @@ Departures from BERT, each a switch or a name:
 
 from __future__ import annotations
 
-from encoderlab.models import ClassifierHead, FamilySpec
 from encoderlab.models.bert import backbone_map
+from encoderlab.models.family import ClassifierHead, FamilySpec
 
 DEFAULTS = {"vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1, "pad_token_id": 1,
-            "layer_norm_eps": 1e-5, "positions_after_pad": True}
+            "layer_norm_eps": 1e-5, "positions_after_pad": True, "head_activation": "gelu"}
 
 
 def _preset(layers: int, hidden: int) -> dict:
@@ -38,7 +38,6 @@ SPEC = FamilySpec(
     tied=(("lm_head.decoder.weight", "embeddings.word_embeddings.weight"),),
     ignored=("embeddings.position_ids", "embeddings.token_type_ids"),
     defaults=DEFAULTS,
-    head_activation="gelu",
     tokenizer_kind="bpe",
     # RobertaClassificationHead: the <s> vector -> dense -> tanh -> out_proj; the pooler goes unused.
     classifier_head=ClassifierHead(dense="classifier.dense.", activation="tanh", out="classifier.out_proj."),

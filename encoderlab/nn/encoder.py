@@ -65,10 +65,8 @@ class Encoder(nn.Module):
 
 
 def _projection(config: EncoderConfig) -> nn.Linear | None:
-    """The embedding-to-hidden projection of a factorized model, or None when the widths agree."""
-    from encoderlab.models import FAMILIES
-
-    if config.embedding_width == config.hidden_size and not FAMILIES[config.model_type].always_project:
+    """The embedding-to-hidden projection of a factorized model; None when the widths agree, unless always_project."""
+    if config.embedding_width == config.hidden_size and not config.always_project:
         return None
     return nn.Linear(config.embedding_width, config.hidden_size)
 

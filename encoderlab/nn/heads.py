@@ -32,10 +32,8 @@ class MLMHead(nn.Module):
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
-        from encoderlab.models import FAMILIES
-
         self.transform = nn.Linear(config.hidden_size, config.embedding_width)
-        self.act = ACTIVATIONS[FAMILIES[config.model_type].head_activation or config.hidden_act]
+        self.act = ACTIVATIONS[config.head_activation or config.hidden_act]
         self.norm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encoderlab import checkpoint
 from encoderlab.config import EncoderConfig
 from encoderlab.nn.encoder import Encoder, EncoderOutput, init_weights
 from encoderlab.nn.heads import MLMHead, NSPHead, Pooler, RTDHead
@@ -41,16 +42,12 @@ class Model(nn.Module):
 
     def save_pretrained(self, folder: str | os.PathLike) -> None:
         """Write config.json + model.safetensors in Hugging Face's layout (atomically)."""
-        from encoderlab.checkpoint import save_pretrained
-
-        save_pretrained(self, folder)
+        checkpoint.save_pretrained(self, folder)
 
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike, **config_overrides) -> "Model":
         """Load a Hugging Face checkpoint folder (or an alias such as `minilm`) into this class."""
-        from encoderlab.checkpoint import load_model
-
-        return load_model(folder, kind=cls.kind, **config_overrides)
+        return checkpoint.load_model(folder, kind=cls.kind, **config_overrides)
 
 
 class EncoderModel(Model):
@@ -59,14 +56,10 @@ class EncoderModel(Model):
     kind = "base"
 
     def __init__(self, config: EncoderConfig, pooler: bool | None = None) -> None:
-        """pooler: whether to build the [CLS] pooler; by default, when the family's bare model has one."""
+        """pooler: whether to build the [CLS] pooler (a checkpoint may lack it); by default, config.pooler."""
         super().__init__(config)
-        from encoderlab.models import FAMILIES
-
-        if pooler is None:
-            pooler = FAMILIES[config.model_type].pooler
         self.encoder = Encoder(config)
-        self.pooler = Pooler(config.hidden_size) if pooler else None
+        self.pooler = Pooler(config.hidden_size) if (config.pooler if pooler is None else pooler) else None
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -210,5 +203,6 @@ def _mlm_logits(head: MLMHead, encoder: Encoder, hidden: torch.Tensor,
     return head(hidden[selected], word_embeddings), labels[selected]
 
 
-MODEL_CLASSES: dict[str, type[Model]] = {cls.kind: cls for cls in (EncoderModel, MaskedLMModel, PreTrainingModel,
-                                                                    ReplacedTokenDetector)}
+# checkpoint.load_model builds these kinds by name; they are registered there (checkpoint sits below nn).
+MODEL_CLASSES: dict[str, type[Model]] = checkpoint.MODEL_CLASSES
+MODEL_CLASSES.update({cls.kind: cls for cls in (EncoderModel, MaskedLMModel, PreTrainingModel, ReplacedTokenDetector)})

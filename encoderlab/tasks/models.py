@@ -29,12 +29,12 @@ from encoderlab.checkpoint import (has_pooler, hf_to_ours, normalize_hf_state, o
                                    resolve_model_path)
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError
-from encoderlab.infer.embed import pool
 from encoderlab.io import atomic_write, atomic_write_text
 from encoderlab.models import FAMILIES, FamilySpec
 from encoderlab.nn.dropout import Dropout
 from encoderlab.nn.heads import Pooler
 from encoderlab.nn.model import EncoderModel
+from encoderlab.nn.pooling import pool
 from encoderlab.tasks.heads import SequenceHead, init_linear
 
 TASK_FILE = "task.json"  # what encoderlab needs beyond config.json: task, columns, max_length, pooling
