@@ -9,8 +9,9 @@ import pytest
 from transformers import BertConfig
 
 from encoderlab import ConfigError, EncoderConfig
-from encoderlab.config import field_names
+from encoderlab.config import ACTIVATION_NAMES, field_names
 from encoderlab.models import PRESETS
+from encoderlab.nn.mlp import ACTIVATIONS
 
 # Our field name -> transformers BertConfig attribute, for every field both sides have.
 HF_ATTRIBUTES = {
@@ -197,6 +198,7 @@ def test_missing_config_names_the_file(tmp_path: Path) -> None:
     ("vocab_size", 0), ("num_layers", -1), ("hidden_size", 32.0), ("num_heads", True),
     ("hidden_act", "tanh"), ("hidden_dropout", 1.0), ("attention_dropout", -0.1),
     ("type_vocab_size", -1), ("pad_token_id", 30522), ("model_type", "gpt2"),
+    ("pooler", 1), ("always_project", "yes"), ("head_activation", "tanh"),
 ])
 def test_out_of_range_field_is_named(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):
@@ -217,3 +219,7 @@ def test_replace_with_unknown_field_names_it() -> None:
         EncoderConfig().replace(num_hidden_layers=4)  # the HF name, not ours
     assert "num_layers" in str(err.value)  # the known names are listed
     assert "num_layers" in field_names()
+
+
+def test_every_activation_the_config_accepts_is_one_the_model_computes() -> None:
+    assert sorted(ACTIVATIONS) == sorted(ACTIVATION_NAMES)

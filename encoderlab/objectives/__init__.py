@@ -10,50 +10,23 @@ accumulation and DDP equal to one big batch:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+from encoderlab.objectives import distill, mlm, rtd
+from encoderlab.objectives.base import Counts, Objective
+from encoderlab.tokenizer import Tokenizer
 
-if TYPE_CHECKING:
-    from encoderlab.tokenizer import Tokenizer
+if TYPE_CHECKING:  # the recipe type only: train/ builds objectives, so it sits above them
     from encoderlab.train.config import PretrainConfig
 
-Counts = dict[str, torch.Tensor]
-"""Whole-step totals over all ranks and micro-batches: "masked" tokens, "tokens" (real ones), "sequences"."""
 
-
-class Objective(nn.Module):
-    """Base of the objectives: forward(batch, counts) -> (loss, sums); metrics from summed sums; save/load/export."""
-
-    def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The micro-batch's share of the step's loss, and detached sums (losses, correct counts) for the logs."""
-        raise NotImplementedError
-
-    def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
-        """Per-token (or per-sequence) figures from sums over a step or an evaluation; "loss" is the total."""
-        raise NotImplementedError
-
-    def save(self, folder: Path) -> None:
-        """Write the trained weights into a checkpoint folder (exactly enough to resume)."""
-        raise NotImplementedError
-
-    def load(self, folder: Path) -> None:
-        """Load what save() wrote, in place."""
-        raise NotImplementedError
-
-    def export(self, folder: Path, tokenizer: "Tokenizer") -> None:
-        """The final model(s) as Hugging Face folders with the tokenizer."""
-        raise NotImplementedError
-
-
-def build_objective(cfg: "PretrainConfig", tokenizer: "Tokenizer") -> Objective:
+def build_objective(cfg: PretrainConfig, tokenizer: Tokenizer) -> Objective:
     """The recipe's objective with freshly initialised models (a distillation student starts from its teacher)."""
-    from encoderlab.objectives import distill, mlm, rtd
-
     if cfg.objective == "rtd":
         return rtd.build(cfg, tokenizer)
     if cfg.objective == "distill":
         return distill.build(cfg, tokenizer)
     return mlm.build(cfg, tokenizer)
+
+
+__all__ = ["Counts", "Objective", "build_objective"]

@@ -26,7 +26,7 @@ from encoderlab.checkpoint import load_model, load_weights, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel
-from encoderlab.objectives import Counts, Objective
+from encoderlab.objectives.base import Counts, Objective
 from encoderlab.objectives.mlm import mlm_metrics, mlm_sums
 from encoderlab.tokenizer import Tokenizer
 

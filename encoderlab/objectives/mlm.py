@@ -16,7 +16,7 @@ from encoderlab.checkpoint import load_weights
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError
 from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel, Model, PreTrainingModel
-from encoderlab.objectives import Counts, Objective
+from encoderlab.objectives.base import Counts, Objective
 from encoderlab.tokenizer import Tokenizer
 
 

@@ -39,7 +39,7 @@ from encoderlab.errors import CheckpointError
 from encoderlab.io import atomic_write
 from encoderlab.models import FAMILIES
 from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, ReplacedTokenDetector
-from encoderlab.objectives import Counts, Objective
+from encoderlab.objectives.base import Counts, Objective
 from encoderlab.objectives.mlm import mlm_metrics, mlm_sums, model_config
 from encoderlab.tokenizer import Tokenizer
 
