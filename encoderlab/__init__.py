@@ -1,5 +1,6 @@
 """encoderlab: BERT-family encoders written from scratch, with Hugging Face parity."""
 
+from encoderlab import models  # noqa: F401  (registers every family's presets and config.json names with config)
 from encoderlab.checkpoint import load_model, resolve_model_path, save_pretrained
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, EncoderlabError, InputError
