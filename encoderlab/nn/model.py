@@ -204,5 +204,5 @@ def _mlm_logits(head: MLMHead, encoder: Encoder, hidden: torch.Tensor,
 
 
 # checkpoint.load_model builds these kinds by name; they are registered there (checkpoint sits below nn).
-MODEL_CLASSES: dict[str, type[Model]] = checkpoint.MODEL_CLASSES
+MODEL_CLASSES = checkpoint.MODEL_CLASSES
 MODEL_CLASSES.update({cls.kind: cls for cls in (EncoderModel, MaskedLMModel, PreTrainingModel, ReplacedTokenDetector)})
