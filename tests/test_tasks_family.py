@@ -30,11 +30,12 @@ from encoderlab.models import FAMILIES
 from encoderlab.nn.model import EncoderModel, MaskedLMModel
 from encoderlab.tasks.classify import ClassifyTask
 from encoderlab.tasks.cli import add_commands
-from encoderlab.tasks.loop import TrainOptions, seed_everything, train
+from encoderlab.tasks.objective import TrainOptions, train
 from encoderlab.tasks.models import (SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier,
                                      load_backbone, load_task_model, save_task_model)
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
+from encoderlab.train.state import seed_everything
 
 DEBERTA = "deberta-v2"
 FAMILY_PARAMS = [f for f in FAMILIES if f != DEBERTA] + [

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from encoderlab.nn.model import IGNORE_INDEX
 from encoderlab.tokenizer import Tokenizer
 
 Counts = dict[str, torch.Tensor]
@@ -15,6 +16,13 @@ Counts = dict[str, torch.Tensor]
 
 class Objective(nn.Module):
     """Base of the objectives: forward(batch, counts) -> (loss, sums); metrics from summed sums; save/load/export."""
+
+    unused_parameters = False  # whether forward may leave some parameters without a gradient (DDP must know)
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> Counts:
+        """This micro-batch's share of the step's counts (the loop sums them over micro-batches and ranks)."""
+        return {"masked": (batch["labels"] != IGNORE_INDEX).sum(), "tokens": batch["attention_mask"].sum(),
+                "sequences": torch.tensor(batch["input_ids"].shape[0], device=batch["input_ids"].device)}
 
     def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The micro-batch's share of the step's loss, and detached sums (losses, correct counts) for the logs."""

@@ -4,15 +4,15 @@
 - models.py      heads on the encoder, saved as the family's transformers XFor* folders; the BiLSTM baseline
 - heads.py       each family's sequence-classification head (pooled [CLS], or a dense layer on the first token)
 - base.py        what a task gives the loop (features, collate, loss, predict, score) and shared helpers
-- loop.py        the one fine-tuning loop (AdamW, warmup + linear decay, bf16 option, best checkpoint)
+- objective.py   fine-tuning as an objective of the one training loop (encoderlab.train.loop): recipe, data, best checkpoint
 - classify.py, tagging.py, qa.py, embedding.py   the four tasks
 - metrics.py     accuracy/F1/MCC, Pearson/Spearman, seqeval entity F1, SQuAD EM/F1
 - cli.py         `encoderlab finetune TASK` and `encoderlab evaluate TASK` (add_commands)
 """
 
-from encoderlab.tasks.loop import TrainOptions, train
 from encoderlab.tasks.models import (BiLSTMClassifier, SentenceEmbedder, SequenceClassifier, SpanExtractor,
                                      TokenClassifier, load_backbone, load_task_model, save_task_model)
+from encoderlab.tasks.objective import TrainOptions, train
 
 __all__ = ["BiLSTMClassifier", "SentenceEmbedder", "SequenceClassifier", "SpanExtractor", "TokenClassifier",
            "TrainOptions", "load_backbone", "load_task_model", "save_task_model", "train"]

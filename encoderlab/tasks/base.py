@@ -1,13 +1,12 @@
-"""What every task provides to the one fine-tuning loop, and the helpers they share.
+"""What every task provides to the one training loop, and the helpers they share.
 
 A task turns examples into features (token ids and targets, unpadded), features into padded batches, a
-batch into a loss, and examples into predictions and metrics. The loop (encoderlab.tasks.loop) knows
-nothing else about it.
+batch into a summed loss and its counts, and examples into predictions and metrics. Its objective
+(encoderlab.tasks.objective) gives the loop (encoderlab.train.loop) nothing else.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -89,23 +88,9 @@ def sorted_batches(lengths: Sequence[int], batch_size: int) -> Iterator[list[int
         yield order[start:start + batch_size]
 
 
-def autocast(precision: str, device: torch.device | str = "cpu"):
-    """bf16 autocast when asked for, else nothing."""
-    device = torch.device(device)
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 def model_device(model: nn.Module) -> torch.device:
     """The device of a model's first parameter."""
     return next(model.parameters()).device
-
-
-def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """The batch with every tensor (also inside nested dicts) moved to `device`."""
-    return {k: to_device(v, device) if isinstance(v, dict) else v.to(device) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
 
 
 class Task(ABC):
@@ -113,7 +98,9 @@ class Task(ABC):
 
     name: ClassVar[str]
     metrics: tuple[str, ...]  # what evaluate() reports; the first selects the best checkpoint by default
+    other_metrics: ClassVar[tuple[str, ...]] = ()  # what evaluate() may report instead (e.g. without scores)
     group_by_length: ClassVar[bool] = True  # batches of similar length (less padding); False: uniformly random
+    loss_per: ClassVar[str] = "sequences"  # the count of counts() that divides the summed loss
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, batch_size: int = 32, precision: str = "fp32") -> None:
         self.tokenizer, self.max_length = tokenizer, max_length
@@ -136,9 +123,16 @@ class Task(ABC):
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         """A padded batch of tensors."""
 
+    def counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """This batch's share of a step's counts: sequences (rows) and real tokens (of every text column)."""
+        inputs = [b for b in batch.values() if isinstance(b, dict)] or [batch]  # embed: one dict per column
+        mask = inputs[0]["attention_mask"]
+        return {"sequences": torch.tensor(mask.shape[0], device=mask.device),
+                "tokens": sum(b["attention_mask"].sum() for b in inputs)}
+
     @abstractmethod
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        """The mean loss of a batch (a scalar)."""
+        """The loss of a batch summed over its `loss_per` units (a scalar): the loop divides by the step's count."""
 
     @abstractmethod
     def predict(self, model: nn.Module, examples: list) -> list:

@@ -13,10 +13,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import InputError
-from encoderlab.tasks.base import Task, autocast, encode, model_device, pad_inputs, sorted_batches
+from encoderlab.tasks.base import Task, encode, model_device, pad_inputs, sorted_batches
 from encoderlab.tasks.metrics import classification_metrics, correlation_metrics
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
+from encoderlab.train.loop import autocast
 
 
 def label_set(examples: list[TextExample]) -> list[str]:
@@ -27,6 +28,13 @@ def label_set(examples: list[TextExample]) -> list[str]:
     if all(name.lstrip("-").isdigit() for name in names):
         return sorted(names, key=int)
     return sorted(names)
+
+
+def classification_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> torch.Tensor:
+    """Summed cross-entropy of logits (B, L) for class ids (B,), or squared error of (B, 1) for scores (B,)."""
+    if regression:
+        return F.mse_loss(logits.float().squeeze(-1), labels, reduction="sum")
+    return F.cross_entropy(logits.float(), labels, reduction="sum")
 
 
 class ClassifyTask(Task):
@@ -88,10 +96,8 @@ class ClassifyTask(Task):
         return batch
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float()  # (B, L)
-        if self.regression:
-            return F.mse_loss(logits.squeeze(-1), batch["labels"])
-        return F.cross_entropy(logits, batch["labels"])
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])  # (B, L)
+        return classification_loss(logits, batch["labels"], self.regression)
 
     @torch.inference_mode()
     def logits(self, model: nn.Module, examples: list[TextExample]) -> torch.Tensor:

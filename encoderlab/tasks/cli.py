@@ -118,8 +118,9 @@ def build_model(name: str, args: argparse.Namespace, task, tokenizer):
 # ---- finetune ------------------------------------------------------------------------------------------------
 def cmd_finetune(args: argparse.Namespace) -> dict[str, Any]:
     """Fine-tune a model on a task; keep the best checkpoint by the eval metric; print the results."""
-    from encoderlab.tasks.loop import TrainOptions
+    from encoderlab.tasks.objective import TrainOptions
     from encoderlab.tokenizer import Tokenizer
+    from encoderlab.train import distributed
 
     name, out = args.task, Path(args.out)
     _set_threads(args.threads)
@@ -127,7 +128,8 @@ def cmd_finetune(args: argparse.Namespace) -> dict[str, Any]:
         args.tokenizer = "minilm"
     batch_size = args.batch_size or BATCH_SIZE[name]
     options = TrainOptions(lr=args.lr or (1e-3 if args.model == BILSTM else 2e-5), weight_decay=args.weight_decay,
-                           warmup_ratio=args.warmup_ratio, epochs=args.epochs, batch_size=batch_size, seed=args.seed,
+                           warmup_ratio=args.warmup_ratio, epochs=args.epochs, batch_size=batch_size,
+                           grad_accum=args.grad_accum, seed=args.seed,
                            precision=args.precision, eval_every=args.eval_every, save_every=args.save_every,
                            progress=not args.no_progress)
     options.validate()
@@ -148,13 +150,20 @@ def cmd_finetune(args: argparse.Namespace) -> dict[str, Any]:
     runs = [_one_run(name, args, task, tokenizer, features, evaluation, options, seed,
                      out if len(seeds) == 1 else out / f"seed-{seed}", len(train)) for seed in seeds]
     summary = runs[0] if len(runs) == 1 else _summarize(runs, out)
-    _print_summary(summary, args.json)
+    if distributed.is_main_process():
+        _print_summary(summary, args.json)
+    distributed.teardown()
     return summary
 
 
 def _device(name: str | None):
-    """--device, or CUDA when there is one, else the CPU."""
+    """--device, or CUDA when there is one, else the CPU; under torchrun, this rank's device."""
     import torch
+
+    from encoderlab.train import distributed
+
+    if distributed.world_size() > 1:
+        return distributed.setup(name or "auto").device
 
     if name is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -193,8 +202,10 @@ def _one_run(name: str, args: argparse.Namespace, task, tokenizer, features: lis
     from dataclasses import asdict, replace
 
     from encoderlab.io import atomic_write_text
-    from encoderlab.tasks.loop import seed_everything, train
     from encoderlab.tasks.models import save_task_model
+    from encoderlab.tasks.objective import train
+    from encoderlab.train import distributed
+    from encoderlab.train.state import seed_everything
 
     seed_everything(seed)
     model = build_model(name, args, task, tokenizer).to(_device(args.device))
@@ -212,13 +223,15 @@ def _one_run(name: str, args: argparse.Namespace, task, tokenizer, features: lis
                    evaluate=(lambda m: task.evaluate(m, evaluation)) if evaluation else None, metric=args.metric,
                    save=lambda m: save_task_model(m, out, tokenizer, info), on_eval=write_log,
                    run_dir=out, resume=args.resume)
-    write_log(result)
+    if distributed.is_main_process():
+        write_log(result)
     return record | result.as_dict() | {"out": str(out)}
 
 
 def _summarize(runs: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     """Median, min, max and standard deviation of each best eval metric over the seeds; written to seeds.json."""
     from encoderlab.io import atomic_write_text
+    from encoderlab.train.distributed import is_main_process
 
     keys = [k for k in (runs[0].get("best") or {}) if k.startswith("eval_")]
     spread = {}
@@ -228,7 +241,8 @@ def _summarize(runs: list[dict[str, Any]], out: Path) -> dict[str, Any]:
                        "std": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
     summary = {"task": runs[0]["task"], "seeds": [run["options"]["seed"] for run in runs], "metrics": spread,
                "runs": [{"seed": run["options"]["seed"], "out": run["out"], "best": run["best"]} for run in runs]}
-    atomic_write_text(out / "seeds.json", json.dumps(summary, indent=2) + "\n")
+    if is_main_process():
+        atomic_write_text(out / "seeds.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
 
@@ -365,6 +379,9 @@ def _training_options(parser: argparse.ArgumentParser, task: str) -> None:
     parser.add_argument("--seeds", type=int, default=1, metavar="K",
                         help="train K runs with seeds S, S+1, ... into OUT/seed-S and report the median and spread "
                              "of the best eval metrics (default: 1)")
+    parser.add_argument("--grad-accum", type=int, default=1, metavar="K",
+                        help="split each step's batch into K micro-batches (per rank): the same step in less "
+                             "memory (default: 1)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                         help="fp32, or bf16 autocast for the forward pass (default: fp32)")
     parser.add_argument("--metric", default=None, metavar="NAME",

@@ -21,10 +21,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import ConfigError, InputError
-from encoderlab.tasks.base import Task, autocast, encode, model_device, pad_inputs, sorted_batches
+from encoderlab.tasks.base import Task, encode, model_device, pad_inputs, sorted_batches
 from encoderlab.tasks.metrics import correlation_metrics
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
+from encoderlab.train.loop import autocast
 
 LOSSES = ("mnrl", "cosent", "cosine")
 
@@ -42,11 +43,27 @@ def cosent_loss(cosines: torch.Tensor, scores: torch.Tensor, scale: float) -> to
     return torch.logsumexp(torch.cat([diff.new_zeros(1), diff.flatten()]), dim=0)
 
 
+def embedding_loss(name: str, vectors: list[torch.Tensor], labels: torch.Tensor, scale: float,
+                   score_max: float | None) -> torch.Tensor:
+    """The batch's loss times its pairs: vectors (B, H) per text column, labels (B,) gold scores.
+
+    mnrl and cosent compare the pairs of the batch with each other, so the batch is their unit: their mean loss
+    times B is what a sum over the pairs would be (the loop divides by the step's pairs)."""
+    vectors = [v.float() for v in vectors]
+    if name == "mnrl":
+        return mnrl_loss(vectors[0], torch.cat(vectors[1:]), scale) * len(labels)
+    cosines = F.cosine_similarity(vectors[0], vectors[1], dim=-1)
+    if name == "cosent":
+        return cosent_loss(cosines, labels, scale) * len(labels)
+    return F.mse_loss(cosines, labels / score_max, reduction="sum")
+
+
 class EmbedTask(Task):
     """Fine-tune a sentence embedder on pairs (optionally scored) or triplets."""
 
     name = "embed"
-    metrics = ("spearman", "pearson")  # with scored eval pairs; recall_at_1 and mrr without
+    metrics = ("spearman", "pearson")  # with scored eval pairs
+    other_metrics = ("recall_at_1", "mrr")  # without
     # Both losses compare the pairs of a batch with each other: batches of one length would be of one genre
     # (STS-B's captions are short, its news long), and the model would never learn to rank across them.
     group_by_length = False
@@ -95,14 +112,9 @@ class EmbedTask(Task):
         return batch
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        vectors = [model(b["input_ids"], b["attention_mask"], b["token_type_ids"]).float()
+        vectors = [model(b["input_ids"], b["attention_mask"], b["token_type_ids"])
                    for key, b in sorted(batch.items()) if key != "labels"]  # (B, H) per text column
-        if self.loss_name == "mnrl":
-            return mnrl_loss(vectors[0], torch.cat(vectors[1:]), self.scale)
-        cosines = F.cosine_similarity(vectors[0], vectors[1], dim=-1)
-        if self.loss_name == "cosent":
-            return cosent_loss(cosines, batch["labels"], self.scale)
-        return F.mse_loss(cosines, batch["labels"] / self.score_max)
+        return embedding_loss(self.loss_name, vectors, batch["labels"], self.scale, self.score_max)
 
     @torch.inference_mode()
     def vectors(self, model: nn.Module, texts: list[str]) -> torch.Tensor:

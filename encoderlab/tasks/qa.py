@@ -23,10 +23,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import ConfigError
-from encoderlab.tasks.base import Task, autocast, encode, model_device, pad_inputs, sorted_batches
+from encoderlab.tasks.base import Task, encode, model_device, pad_inputs, sorted_batches
 from encoderlab.tasks.metrics import squad_metrics
 from encoderlab.tasks.readers import QAExample
 from encoderlab.tokenizer import Tokenizer
+from encoderlab.train.loop import autocast
 
 
 @dataclass
@@ -55,6 +56,11 @@ def answer_tokens(spans: list[tuple[int, int] | None], char_start: int, char_end
     start = next(i for i in inside if spans[i][1] > char_start)
     end = next(i for i in reversed(inside) if spans[i][0] < char_end)
     return (start, end) if start <= end else None
+
+
+def span_loss(start: torch.Tensor, end: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """Half the summed cross-entropies of start and end logits (B, T) for the gold positions (B,) (BERT, 4.2)."""
+    return (F.cross_entropy(start.float(), starts, reduction="sum") + F.cross_entropy(end.float(), ends, reduction="sum")) / 2
 
 
 class QATask(Task):
@@ -121,7 +127,7 @@ class QATask(Task):
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
         start, end = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])  # (B, T) each
-        return (F.cross_entropy(start.float(), batch["start"]) + F.cross_entropy(end.float(), batch["end"])) / 2
+        return span_loss(start, end, batch["start"], batch["end"])
 
     @torch.inference_mode()
     def predict(self, model: nn.Module, examples: list[QAExample]) -> list[str]:

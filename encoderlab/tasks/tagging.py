@@ -19,10 +19,11 @@ from torch import nn
 
 from encoderlab.errors import InputError
 from encoderlab.nn.model import IGNORE_INDEX
-from encoderlab.tasks.base import Task, autocast, encode, model_device, pad, pad_inputs, sorted_batches
+from encoderlab.tasks.base import Task, encode, model_device, pad, pad_inputs, sorted_batches
 from encoderlab.tasks.metrics import entity_metrics
 from encoderlab.tasks.readers import TaggedSentence
 from encoderlab.tokenizer import Tokenizer
+from encoderlab.train.loop import autocast
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,16 @@ def first_token_of_words(words: list[str], offsets: list[tuple[int, int]],
     return first
 
 
+def tagging_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of logits (B, T, L) summed over the tokens with a tag in labels (B, T) (others IGNORE_INDEX)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+
+
 class TagTask(Task):
     """Token classification with word-level tags (IOB2)."""
 
     name = "ner"
+    loss_per = "targets"  # tagged tokens: each word's first token
     metrics = ("f1", "precision", "recall", "accuracy")
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, labels: list[str], batch_size: int = 32,
@@ -97,9 +104,12 @@ class TagTask(Task):
             batch["labels"] = pad([f["labels"] for f in features], IGNORE_INDEX)
         return batch
 
+    def counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        return super().counts(batch) | {"targets": (batch["labels"] != IGNORE_INDEX).sum()}
+
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float()  # (B, T, L)
-        return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX)
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])  # (B, T, L)
+        return tagging_loss(logits, batch["labels"])
 
     @torch.inference_mode()
     def predict(self, model: nn.Module, sentences: list[TaggedSentence]) -> list[list[str]]:

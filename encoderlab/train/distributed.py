@@ -35,18 +35,28 @@ class Dist:
             dist.barrier()
 
 
+def world_size() -> int:
+    """Processes torchrun started for this job (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def setup(device: str = "auto") -> Dist:
     """Join the process group torchrun describes in the environment, or run alone."""
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    ranks = world_size()
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     target = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(target)
-    if world_size > 1 and not dist.is_initialized():
+    if ranks > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if use_cuda else "gloo")
-    return Dist(rank, world_size, target)
+    return Dist(rank, ranks, target)
+
+
+def is_main_process() -> bool:
+    """Whether this process is rank 0 (or runs alone): the one that writes a run's files."""
+    return not dist.is_initialized() or dist.get_rank() == 0
 
 
 def teardown() -> None:

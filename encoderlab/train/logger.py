@@ -27,16 +27,21 @@ COLUMNS = ("step", "elapsed_s", "loss", "mlm_loss", "mlm_accuracy", "nsp_loss", 
 class RunLogger:
     """Writes what a run measured; a no-op on ranks other than 0 (enabled=False)."""
 
-    def __init__(self, run_dir: Path, recipe: dict[str, Any], enabled: bool = True, resume: bool = False,
-                 resume_step: int = 0) -> None:
-        self.run_dir, self.enabled, self.started = Path(run_dir), enabled, time.time()
+    def __init__(self, run_dir: Path | None, recipe: dict[str, Any] | None, enabled: bool = True, resume: bool = False,
+                 resume_step: int = 0, columns: tuple[str, ...] = COLUMNS, visuals: bool = True) -> None:
+        """recipe: written to recipe.yaml when given; visuals: TensorBoard event files and the curves PNG."""
+        self.shown = enabled  # rank 0 shows the bar and notes; it writes files only into a run folder
+        self.enabled, self.started, self.columns = enabled and run_dir is not None, time.time(), columns
+        self.run_dir, self.visuals, self.tb = Path(run_dir or "."), visuals, None
         self.csv_path = self.run_dir / "metrics.csv"
-        self.tb = None
-        if not enabled:
+        if not self.enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.run_dir / "recipe.yaml", yaml.safe_dump(recipe, sort_keys=False))
+        if recipe is not None:
+            atomic_write_text(self.run_dir / "recipe.yaml", yaml.safe_dump(recipe, sort_keys=False))
         self._start_csv(resume, resume_step)
+        if not visuals:
+            return
         try:
             from tensorboardX import SummaryWriter
 
@@ -50,14 +55,14 @@ class RunLogger:
         if resume and self.csv_path.is_file():
             rows = [r for r in csv.DictReader(self.csv_path.open(encoding="utf-8")) if int(r["step"]) <= resume_step]
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, COLUMNS)
+        writer = csv.DictWriter(buffer, self.columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
         atomic_write_text(self.csv_path, buffer.getvalue())
 
-    def progress(self, start: int, total: int, show: bool = True) -> tqdm:
+    def progress(self, start: int, total: int, show: bool = True, name: str = "train") -> tqdm:
         """The progress bar (steps), shown on rank 0 only."""
-        return tqdm(total=total, initial=start, desc="pretrain", unit="step", disable=not (show and self.enabled),
+        return tqdm(total=total, initial=start, desc=name, unit="step", disable=not (show and self.shown),
                     file=sys.stderr, dynamic_ncols=True)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -65,21 +70,21 @@ class RunLogger:
         if not self.enabled:
             return
         row = {"step": step, "elapsed_s": round(time.time() - self.started, 2)}
-        row.update({k: v for k, v in metrics.items() if k in COLUMNS})
+        row.update({k: v for k, v in metrics.items() if k in self.columns})
         with self.csv_path.open("a", encoding="utf-8", newline="") as handle:
-            csv.DictWriter(handle, COLUMNS).writerow(row)
+            csv.DictWriter(handle, self.columns).writerow(row)
         if self.tb is not None:
             for key, value in metrics.items():
                 self.tb.add_scalar(key, value, step)
 
     def note(self, message: str) -> None:
         """A line for the person watching."""
-        if self.enabled:
+        if self.shown:
             tqdm.write(message, file=sys.stderr)
 
     def finish(self) -> Path | None:
         """Close the logs and draw the curves PNG; returns its path."""
-        if not self.enabled:
+        if not (self.enabled and self.visuals):
             return None
         if self.tb is not None:
             self.tb.close()

@@ -1,19 +1,15 @@
-"""Pretraining: one loop for every objective (MLM, MLM+NSP/SOP, ELECTRA's RTD, distillation), resumable
-exactly, DDP-ready. What is trained and how its loss is computed is the objective's (encoderlab/objectives).
+"""Pretraining (MLM, MLM+NSP/SOP, ELECTRA's RTD, distillation) on the one loop (encoderlab.train.loop).
+What is trained and how its loss is computed is the objective's (encoderlab/objectives); this module gives
+the loop its data and held-out evaluation, and exports the final model.
 
-Exactness rests on three rules:
-- the data position is a cursor (epoch, index) into a deterministic example order;
-- each example's mask is drawn from a generator seeded by (seed, epoch, index), so a batch's masks do not
-  depend on which rank, micro-batch or restart produced it;
-- the loss is a sum over masked tokens (real tokens, sequences) divided by the count of the whole optimizer
-  step (all ranks, all micro-batches), so accumulation and DDP give the same gradient as one big batch.
+The data position is a cursor (epoch, index) into a deterministic example order, and each example's mask is
+drawn from a generator seeded by (seed, epoch, index), so a batch's masks do not depend on which rank,
+micro-batch or restart produced it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,13 +17,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel
 
 from encoderlab.config import EncoderConfig
 from encoderlab.data.collate import MaskingCollator
 from encoderlab.data.examples import PretrainingExamples
 from encoderlab.data.shards import TokenShards
-from encoderlab.errors import ConfigError, InputError
+from encoderlab.errors import InputError
 from encoderlab.io import atomic_write_text
 from encoderlab.models import FAMILIES
 from encoderlab.nn.encoder import Encoder
@@ -37,10 +32,8 @@ from encoderlab.objectives.mlm import MaskedLanguageModeling
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train import distributed
 from encoderlab.train.config import PretrainConfig
-from encoderlab.train.logger import RunLogger
+from encoderlab.train.loop import Evaluation, LoopOptions, autocast, run_loop
 from encoderlab.train.optim import linear_schedule, make_optimizer
-from encoderlab.train.state import (DeferredInterrupt, latest_checkpoint, load_trainer_state, remove_leftovers,
-                                    rng_state, save_checkpoint, set_rng_state)
 
 
 @dataclass
@@ -111,22 +104,6 @@ def build_model(cfg: PretrainConfig, tokenizer: Tokenizer) -> Model:
     return build_objective(cfg, tokenizer).model
 
 
-def _autocast(precision: str, device: torch.device):
-    """bf16 autocast on CPU or CUDA when the recipe asks for it."""
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def _counts(batches: list[dict[str, torch.Tensor]], dist: distributed.Dist) -> dict[str, torch.Tensor]:
-    """Masked tokens, real tokens and sequences of a whole step: all micro-batches, summed over ranks (>= 1)."""
-    local = torch.stack([sum((b["labels"] != IGNORE_INDEX).sum() for b in batches),
-                         sum(b["attention_mask"].sum() for b in batches),
-                         torch.tensor(sum(b["input_ids"].shape[0] for b in batches), device=dist.device)]).float()
-    masked, tokens, sequences = dist.sum(local).clamp(min=1).unbind()
-    return {"masked": masked, "tokens": tokens, "sequences": sequences}
-
-
 @torch.no_grad()
 def evaluate(model: Objective | Model, batches: Batches, cfg: PretrainConfig, micro: int,
              device: torch.device) -> dict[str, float]:
@@ -140,9 +117,10 @@ def evaluate(model: Objective | Model, batches: Batches, cfg: PretrainConfig, mi
     count = min(cfg.eval_batches * micro, batches.examples.num_examples(0))
     for start in range(0, count, micro):
         batch = {k: v.to(device) for k, v in batches.make([(0, i) for i in range(start, min(start + micro, count))]).items()}
-        with _autocast(cfg.precision, device):
-            _, parts = objective(batch, {key: torch.tensor(1.0, device=device) for key in ("masked", "tokens", "sequences")})
-        for key, value in _counts([batch], distributed.Dist(device=device)).items():
+        batch_counts = objective.counts(batch)
+        with autocast(cfg.precision, device):
+            _, parts = objective(batch, {key: torch.tensor(1.0, device=device) for key in batch_counts})
+        for key, value in batch_counts.items():
             counts[key] = counts.get(key, 0.0) + float(value)
         for key, value in parts.items():
             sums[key] = sums.get(key, 0.0) + float(value)
@@ -150,6 +128,28 @@ def evaluate(model: Objective | Model, batches: Batches, cfg: PretrainConfig, mi
     result = {f"eval_{k}": v for k, v in objective.metrics(sums, counts).items()}
     result["eval_perplexity"] = math.exp(min(result["eval_mlm_loss"], 50.0))
     return result
+
+
+@dataclass
+class PretrainingData:
+    """The loop's data (encoderlab.train.loop.StepData): each step the next batch_size examples of the cursor,
+    rank r taking the r-th slice of micro x grad_accum of them."""
+
+    batches: Batches
+    batch_size: int
+    micro: int
+    cursor: Cursor = field(default_factory=Cursor)
+
+    def next_step(self, rank: int, world_size: int, grad_accum: int) -> list[dict[str, torch.Tensor]]:
+        positions = self.cursor.take(self.batch_size, self.batches.examples)  # the same on every rank
+        mine = positions[rank * self.micro * grad_accum:(rank + 1) * self.micro * grad_accum]
+        return [self.batches.make(mine[i:i + self.micro]) for i in range(0, len(mine), self.micro)]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.cursor.epoch, "index": self.cursor.index}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.cursor = Cursor(**state)
 
 
 def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
@@ -161,54 +161,33 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     """
     run_dir = Path(run_dir)
     dist = distributed.setup(cfg.device)
-    _open_run_dir(run_dir, resume, dist.is_main)
     torch.manual_seed(cfg.seed)
     tokenizer = Tokenizer.from_pretrained(Path(cfg.data) / "tokenizer")
     _check_tokenizer_kind(cfg, tokenizer)
     model = build_objective(cfg, tokenizer).to(dist.device)
     micro = cfg.micro_batch(dist.world_size)
-    train_batches = Batches(PretrainingExamples(TokenShards(cfg.data, "train"), _objective(cfg), cfg.max_length,
-                                                cfg.seed, cfg.short_seq_prob), masking_collator(cfg, tokenizer), cfg.seed,
-                            tokenizer.pad_id)
+    data = PretrainingData(Batches(PretrainingExamples(TokenShards(cfg.data, "train"), _objective(cfg),
+                                                       cfg.max_length, cfg.seed, cfg.short_seq_prob),
+                                   masking_collator(cfg, tokenizer), cfg.seed, tokenizer.pad_id), cfg.batch_size, micro)
     valid_batches = heldout_batches(cfg, tokenizer)
+    evaluation = None if valid_batches is None else Evaluation(lambda: evaluate(model, valid_batches, cfg, micro,
+                                                                                dist.device))
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.warmup_steps, cfg.max_steps))
-    cursor, step = _restore(run_dir, model, optimizer, scheduler) if resume else (Cursor(), 0)
-    trainable = DistributedDataParallel(model) if dist.world_size > 1 else model
     if cfg.compile:
         for module in model.modules():
             if isinstance(module, Encoder):
                 module.compile()
-    logger = RunLogger(run_dir, cfg.to_dict(), enabled=dist.is_main, resume=resume and step > 0, resume_step=step)
-    model.train()
-    final: dict[str, Any] = {}
-    stop_at = cfg.max_steps if stop_after is None else min(cfg.max_steps, stop_after)
-    bar = logger.progress(step, cfg.max_steps, progress)
-    with bar, DeferredInterrupt() as interrupt:
-        while step < stop_at:
-            metrics = _train_step(trainable, train_batches, cursor, optimizer, scheduler, cfg, micro, dist)
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}")
-            if step % cfg.log_every == 0 or step == stop_at:
-                logger.log(step, metrics)
-            if valid_batches is not None and dist.is_main and (step == cfg.max_steps or
-                                                               (cfg.eval_every and step % cfg.eval_every == 0)):
-                final.update(evaluate(model, valid_batches, cfg, micro, dist.device))
-                logger.log(step, final)
-            stopping = step < stop_at and _any_rank(interrupt.requested, dist)
-            if dist.is_main and (step == stop_at or stopping or (cfg.save_every and step % cfg.save_every == 0)):
-                _save(run_dir, step, model, optimizer, scheduler, cursor, cfg)
-            dist.barrier()
-            if stopping:
-                logger.note(f"interrupted at step {step}: checkpoint saved, continue with --resume")
-                raise interrupt.stop()
-    if dist.is_main and step == cfg.max_steps:
+    options = LoopOptions(cfg.max_steps, cfg.grad_accum, cfg.precision, cfg.clip_norm, cfg.log_every, cfg.eval_every,
+                          cfg.save_every, keep_checkpoints=cfg.keep_checkpoints, progress=progress, name="pretrain",
+                          recipe=cfg.to_dict())
+    result = run_loop(model, data, optimizer, scheduler, options, run_dir, dist, resume, stop_after, evaluation)
+    if dist.is_main and result.step == cfg.max_steps:
         _export_final(run_dir, model, tokenizer)
-        logger.finish()
-    final["step"] = step
+    final = {k: v for k, v in (evaluation.history[-1] if evaluation and evaluation.history else {}).items()
+             if k.startswith("eval_")}
     distributed.teardown()
-    return final
+    return final | {"step": result.step}
 
 
 def _check_tokenizer_kind(cfg: PretrainConfig, tokenizer: Tokenizer) -> None:
@@ -219,20 +198,6 @@ def _check_tokenizer_kind(cfg: PretrainConfig, tokenizer: Tokenizer) -> None:
                       f"tokenizer, but data {cfg.data} was prepared with a {tokenizer.kind} one; the model will "
                       f"train, but its tokenizer is not the family's (see `encoderlab tokenizer train --kind`)",
                       stacklevel=2)
-
-
-def _open_run_dir(run_dir: Path, resume: bool, is_main: bool) -> None:
-    """Refuse a fresh run over an earlier run's checkpoints (they would mix); clear what a killed run left."""
-    if not resume and (run_dir / "checkpoints" / "latest").exists():
-        raise ConfigError(f"{run_dir}: holds checkpoints of an earlier run; pass --resume to continue it, "
-                          f"or choose another --out")
-    if is_main:
-        remove_leftovers(run_dir, run_dir / "model")
-
-
-def _any_rank(flag: bool, dist: distributed.Dist) -> bool:
-    """True when `flag` is set on any rank, so that all ranks stop at the same step."""
-    return bool(dist.sum(torch.tensor(int(flag), device=dist.device))) if dist.world_size > 1 else flag
 
 
 def masking_collator(cfg: PretrainConfig, tokenizer: Tokenizer) -> MaskingCollator:
@@ -255,66 +220,6 @@ def heldout_batches(cfg: PretrainConfig, tokenizer: Tokenizer) -> Batches | None
         return None
     return Batches(PretrainingExamples(shards, _objective(cfg), cfg.max_length, cfg.seed + 1, cfg.short_seq_prob),
                    masking_collator(cfg, tokenizer), cfg.seed + 1, tokenizer.pad_id)
-
-
-def _train_step(model: torch.nn.Module, batches: Batches, cursor: Cursor, optimizer: torch.optim.Optimizer,
-                scheduler: Any, cfg: PretrainConfig, micro: int, dist: distributed.Dist) -> dict[str, float]:
-    """One optimizer step: this rank's share of the next global batch, in grad_accum micro-batches."""
-    started = time.perf_counter()
-    positions = cursor.take(cfg.batch_size, batches.examples)  # the whole global batch, same on every rank
-    mine = positions[dist.rank * micro * cfg.grad_accum:(dist.rank + 1) * micro * cfg.grad_accum]
-    micro_batches = [batches.make(mine[i:i + micro]) for i in range(0, len(mine), micro)]
-    metrics = optimizer_step(model, micro_batches, optimizer, scheduler, cfg.clip_norm, cfg.precision, dist)
-    metrics["tokens_per_s"] = metrics["tokens"] / (time.perf_counter() - started)
-    return metrics
-
-
-def optimizer_step(model: torch.nn.Module, micro_batches: list[dict[str, torch.Tensor]],
-                   optimizer: torch.optim.Optimizer, scheduler: Any, clip_norm: float, precision: str,
-                   dist: distributed.Dist) -> dict[str, float]:
-    """Forward and backward over the micro-batches, clip, step; the loss is normalised over the whole step.
-
-    `model` is an Objective (or a DDP wrapper of one): it returns the micro-batch's share of the loss."""
-    micro_batches = [{k: v.to(dist.device, non_blocking=True) for k, v in b.items()} for b in micro_batches]
-    counts = _counts(micro_batches, dist)
-    sums: dict[str, torch.Tensor] = {}
-    for i, batch in enumerate(micro_batches):
-        sync = i == len(micro_batches) - 1 or not isinstance(model, DistributedDataParallel)
-        with (contextlib.nullcontext() if sync else model.no_sync()), _autocast(precision, dist.device):
-            loss, parts = model(batch, counts)
-            (loss * dist.world_size).backward()  # DDP averages gradients over ranks; we want the sum
-        for key, value in parts.items():
-            sums[key] = sums.get(key, 0) + value
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm else float("inf"))
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    objective = model.module if isinstance(model, DistributedDataParallel) else model
-    totals = {k: float(dist.sum(v.float())) for k, v in sums.items()}
-    metrics = objective.metrics(totals, {k: float(v) for k, v in counts.items()})
-    metrics.update(lr=scheduler.get_last_lr()[0], grad_norm=float(grad_norm), tokens=float(counts["tokens"]))
-    return metrics
-
-
-def _restore(run_dir: Path, model: Objective, optimizer: torch.optim.Optimizer, scheduler: Any) -> tuple[Cursor, int]:
-    """Load the latest checkpoint into model, optimizer, scheduler and RNGs; the data cursor and step it holds."""
-    folder = latest_checkpoint(run_dir)
-    if folder is None:  # nothing saved yet (e.g. killed in the first steps): start from the beginning
-        return Cursor(), 0
-    model.load(folder)
-    state = load_trainer_state(folder)
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state["rng"])
-    return Cursor(**state["cursor"]), state["step"]
-
-
-def _save(run_dir: Path, step: int, model: Objective, optimizer: torch.optim.Optimizer, scheduler: Any,
-          cursor: Cursor, cfg: PretrainConfig) -> None:
-    """A resumable checkpoint of this exact point in training."""
-    state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-             "rng": rng_state(), "cursor": {"epoch": cursor.epoch, "index": cursor.index}}
-    save_checkpoint(run_dir, step, model.save, state, cfg.keep_checkpoints)
 
 
 def _export_final(run_dir: Path, model: Objective, tokenizer: Tokenizer) -> None:

@@ -7,8 +7,8 @@ RUN/checkpoints/latest names the newest complete one. A step folder is built und
 (.step-000200.RANDOM.tmp) and renamed into place, and an old one is renamed away before it is deleted, so a
 kill or a full disk never leaves a half-written or half-deleted checkpoint under a final name, and `latest`
 always names a complete one; a run starts by removing the temporaries a killed one left (remove_leftovers).
-Both training loops (pretraining and fine-tuning) save here, and both turn Ctrl-C and SIGTERM into a
-checkpoint at the next step boundary (DeferredInterrupt).
+The one training loop (encoderlab.train.loop) saves here for every objective, pretraining and fine-tuning, and
+turns Ctrl-C and SIGTERM into a checkpoint at the next step boundary (DeferredInterrupt).
 """
 
 from __future__ import annotations
@@ -42,6 +42,13 @@ def rng_state() -> dict[str, Any]:
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
+
+
+def seed_everything(seed: int) -> None:
+    """Python, NumPy and torch RNGs."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def set_rng_state(state: dict[str, Any]) -> None:

@@ -1,0 +1,321 @@
+"""The one training loop: every objective, pretraining (encoderlab.objectives) and fine-tuning
+(encoderlab.tasks.objective) alike.
+
+What it gives each of them: bf16 autocast, gradient accumulation, DDP under torchrun (gloo on CPU, NCCL on
+CUDA), gradient clipping, the optimizer and schedule step, metrics.csv, an evaluation hook (every N steps and
+at each epoch's end, keeping the best model by a metric), resumable checkpoints in RUN/checkpoints, and Ctrl-C
+or SIGTERM turned into a checkpoint at the next step boundary.
+
+Exactness rests on three rules:
+- a step's data is a function of the step alone (`StepData`: a cursor or a step count in its state_dict), the
+  same whichever rank, micro-batch or restart asks for it;
+- the loss is a sum divided by the count of the whole optimizer step (all ranks, all micro-batches; see
+  `Objective.counts`), so accumulation and DDP give the gradient of one big batch;
+- a checkpoint holds the weights, optimizer, schedule, every RNG, the data position and the hook's record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from encoderlab.errors import ConfigError
+from encoderlab.objectives import Objective
+from encoderlab.train import distributed
+from encoderlab.train.logger import COLUMNS, RunLogger
+from encoderlab.train.state import (DeferredInterrupt, clear_checkpoints, latest_checkpoint, load_trainer_state,
+                                    remove_leftovers, rng_state, save_checkpoint, set_rng_state)
+
+log = logging.getLogger(__name__)
+PRECISIONS = ("fp32", "bf16")
+DUMMY = "dummy"  # key of a micro-batch a rank runs at weight 0 when its share of a step is empty
+
+
+def autocast(precision: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
+    """bf16 autocast on CPU or CUDA when asked for (weights and optimizer stay fp32), else nothing."""
+    if precision == "bf16":
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """The batch with every tensor (also inside nested dicts) moved to `device`."""
+    return {k: to_device(v, device) if isinstance(v, dict) else
+            v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+class StepData(Protocol):
+    """Where an objective's batches come from: step by step, resumable."""
+
+    def next_step(self, rank: int, world_size: int, grad_accum: int) -> list[dict[str, Any]]:
+        """This rank's micro-batches of the next step (at least one; a DUMMY one when its share is empty)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data (loadable with weights_only) that puts the stream back where it is."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from what state_dict() returned."""
+
+
+@dataclass
+class LoopOptions:
+    """How the loop runs: length, accumulation, precision, and when it logs, evaluates and saves."""
+
+    max_steps: int
+    """Optimizer steps of the whole run."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step (per rank)."""
+    precision: str = "fp32"
+    """fp32, or bf16 autocast."""
+    clip_norm: float = 1.0
+    """Gradient clipping by global L2 norm; 0 disables it."""
+    log_every: int = 1
+    """Steps between metrics.csv rows."""
+    eval_every: int = 0
+    """Steps between evaluations, beside each epoch's end and the last step (0: only those)."""
+    save_every: int = 0
+    """Steps between checkpoints, beside each epoch's end, the last step and an interruption (0: only those)."""
+    steps_per_epoch: int = 0
+    """Steps of one pass over the data, where the data has epochs (fine-tuning); 0: no epoch boundaries."""
+    keep_checkpoints: int = 1
+    """How many step checkpoints to keep."""
+    discard_old: bool = False
+    """A fresh run over an earlier run's checkpoints discards them (True) or is refused (False)."""
+    progress: bool = True
+    """Show a tqdm bar on stderr (rank 0)."""
+    name: str = "train"
+    """The bar's label."""
+    recipe: dict | None = None
+    """Written to RUN/recipe.yaml when given."""
+    columns: tuple[str, ...] = COLUMNS
+    """metrics.csv's columns."""
+    visuals: bool = True
+    """TensorBoard logs and the curves PNG beside metrics.csv."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first option out of range."""
+        for name in ("max_steps", "grad_accum", "log_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} {getattr(self, name)!r} must be at least 1")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+
+    def due(self, step: int, every: int) -> bool:
+        """Whether `step` ends an `every`-step period, an epoch, or the run."""
+        return (bool(every) and step % every == 0) or step == self.max_steps or (
+            self.steps_per_epoch > 0 and step % self.steps_per_epoch == 0)
+
+
+@dataclass
+class Evaluation:
+    """The evaluation hook: at due steps record the train loss since the last record and the eval metrics,
+    and keep the best model by `metric` (higher is better).
+
+    evaluate() returns metrics named eval_*; metric names one without the prefix (None: the first reported).
+    save_best() is called when a record is the best yet; on_record(self) after each record.
+    """
+
+    evaluate: Callable[[], dict[str, float]] | None = None
+    metric: str | None = None
+    save_best: Callable[[], None] | None = None
+    on_record: Callable[[Evaluation], None] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best: dict[str, Any] | None = None
+    losses: list[float] = field(default_factory=list)  # train losses since the last record
+
+    def record(self, step: int, steps_per_epoch: int) -> dict[str, Any]:
+        """Evaluate and keep the best; returns the new history entry."""
+        entry: dict[str, Any] = {"epoch": round(step / steps_per_epoch, 3)} if steps_per_epoch else {}
+        entry |= {"step": step, "train_loss": sum(self.losses) / len(self.losses) if self.losses else None}
+        self.losses = []
+        if self.evaluate is not None:
+            metrics = self.evaluate()
+            if f"eval_{self.metric}" not in metrics:  # e.g. unscored embedding pairs report retrieval metrics
+                self.metric = next(iter(metrics)).removeprefix("eval_")
+            entry |= metrics
+            if self.best is None or metrics[f"eval_{self.metric}"] > self.best[f"eval_{self.metric}"]:
+                self.best = dict(entry)
+                if self.save_best is not None:
+                    self.save_best()
+        self.history.append(entry)
+        if self.on_record is not None:
+            self.on_record(self)
+        return entry
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history, "best": self.best, "metric": self.metric, "losses": self.losses}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.history, self.best, self.metric, self.losses = (state[k] for k in ("history", "best", "metric", "losses"))
+
+
+@dataclass
+class LoopResult:
+    """Where a run ended: its step, seconds (over all restarts) and the last step's metrics."""
+
+    step: int
+    seconds: float
+    metrics: dict[str, float]
+
+
+def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimizer, scheduler: Any,
+             options: LoopOptions, run_dir: Path | None, dist: distributed.Dist, resume: bool = False,
+             stop_after: int | None = None, evaluation: Evaluation | None = None) -> LoopResult:
+    """Train `objective` (on dist.device) to options.max_steps, or stop_after steps with a checkpoint.
+
+    run_dir None: no logs and no checkpoints. Ctrl-C and SIGTERM finish the current step, save a checkpoint
+    and raise KeyboardInterrupt (Terminated for SIGTERM).
+    """
+    options.validate()
+    if run_dir is not None:
+        _open_run_dir(Path(run_dir), resume, options.discard_old, dist)
+    step, seconds = _restore(run_dir, objective, optimizer, scheduler, data, evaluation) if resume else (0, 0.0)
+    logger = RunLogger(run_dir, options.recipe, enabled=dist.is_main and run_dir is not None, resume=resume and step > 0,
+                       resume_step=step, columns=options.columns, visuals=options.visuals)
+    trainable = DistributedDataParallel(objective, find_unused_parameters=objective.unused_parameters) \
+        if dist.world_size > 1 else objective
+    objective.train()
+    stop_at = options.max_steps if stop_after is None else min(options.max_steps, stop_after)
+    started, metrics = time.time() - seconds, {}
+    bar = logger.progress(step, options.max_steps, options.progress, options.name)
+    with bar, DeferredInterrupt() as interrupt:
+        while step < stop_at:
+            metrics = _train_step(trainable, data, optimizer, scheduler, options, dist)
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{metrics['lr']:.2e}", tok_s=f"{metrics['tokens_per_s']:.0f}")
+            if step % options.log_every == 0 or step == stop_at:
+                logger.log(step, metrics)
+            if evaluation is not None and dist.is_main:
+                evaluation.losses.append(metrics["loss"])
+                if options.due(step, options.eval_every):
+                    _record(evaluation, step, options, logger, bar)
+            stopping = step < stop_at and _any_rank(interrupt.requested, dist)
+            if run_dir is not None and dist.is_main and (step == stop_at or stopping or
+                                                         options.due(step, options.save_every)):
+                _save(Path(run_dir), step, time.time() - started, objective, optimizer, scheduler, data, evaluation,
+                      options.keep_checkpoints)
+            dist.barrier()
+            if stopping:
+                logger.note(f"interrupted at step {step}" + ("" if run_dir is None else
+                                                              ": checkpoint saved, continue with --resume"))
+                raise interrupt.stop()
+    if step == options.max_steps:
+        logger.finish()
+    return LoopResult(step, time.time() - started, metrics)
+
+
+def _record(evaluation: Evaluation, step: int, options: LoopOptions, logger: RunLogger, bar: Any) -> None:
+    """Run the evaluation hook, log its entry and show it."""
+    entry = evaluation.record(step, options.steps_per_epoch)
+    logger.log(step, {k: v for k, v in entry.items() if v is not None})
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in entry.items() if isinstance(v, float))
+    line = f"{'epoch ' + format(entry['epoch'], 'g') + ' ' if 'epoch' in entry else ''}step {step}: {shown}"
+    if bar.disable:
+        log.info(line)
+    else:
+        bar.write(line, file=sys.stderr)
+
+
+def _open_run_dir(run_dir: Path, resume: bool, discard_old: bool, dist: distributed.Dist) -> None:
+    """Clear what a killed run left; a fresh run over an earlier run's checkpoints discards them or is refused."""
+    if not resume and (run_dir / "checkpoints" / "latest").exists():
+        if not discard_old:
+            raise ConfigError(f"{run_dir}: holds checkpoints of an earlier run; pass --resume to continue it, "
+                              f"or choose another --out")
+        if dist.is_main:
+            clear_checkpoints(run_dir)  # they must not be resumed into this run
+    if dist.is_main:
+        remove_leftovers(run_dir, run_dir / "model")
+    dist.barrier()
+
+
+def _any_rank(flag: bool, dist: distributed.Dist) -> bool:
+    """True when `flag` is set on any rank, so that all ranks stop at the same step."""
+    return bool(dist.sum(torch.tensor(int(flag), device=dist.device))) if dist.world_size > 1 else flag
+
+
+def _train_step(model: torch.nn.Module, data: StepData, optimizer: torch.optim.Optimizer, scheduler: Any,
+                options: LoopOptions, dist: distributed.Dist) -> dict[str, float]:
+    """One optimizer step over this rank's share of the next batch; its metrics with tokens/s."""
+    started = time.perf_counter()
+    micro_batches = data.next_step(dist.rank, dist.world_size, options.grad_accum)
+    metrics = optimizer_step(model, micro_batches, optimizer, scheduler, options.clip_norm, options.precision, dist)
+    metrics["tokens_per_s"] = metrics["tokens"] / (time.perf_counter() - started)
+    return metrics
+
+
+def step_counts(objective: Objective, batches: list[dict[str, Any]], dist: distributed.Dist) -> dict[str, torch.Tensor]:
+    """The objective's counts (masked tokens, real tokens, sequences, ...) of a whole step: all micro-batches,
+    summed over ranks (each at least 1); DUMMY micro-batches count nothing."""
+    counts = [objective.counts(b) for b in batches]
+    keys = sorted(counts[0])
+    local = torch.stack([sum(c[k] * (0 if b.get(DUMMY) else 1) for b, c in zip(batches, counts)) for k in keys])
+    return dict(zip(keys, dist.sum(local.float()).clamp(min=1).unbind()))
+
+
+def optimizer_step(model: torch.nn.Module, micro_batches: list[dict[str, Any]], optimizer: torch.optim.Optimizer,
+                   scheduler: Any, clip_norm: float, precision: str, dist: distributed.Dist) -> dict[str, float]:
+    """Forward and backward over the micro-batches, clip, step; the loss is normalised over the whole step.
+
+    `model` is an Objective (or a DDP wrapper of one): it returns the micro-batch's share of the loss.
+    A DUMMY micro-batch runs at weight 0: it lets a rank without examples meet the others in DDP's all-reduce."""
+    objective = model.module if isinstance(model, DistributedDataParallel) else model
+    micro_batches = [to_device(b, dist.device) for b in micro_batches]
+    counts = step_counts(objective, micro_batches, dist)
+    sums: dict[str, torch.Tensor] = {}
+    for i, batch in enumerate(micro_batches):
+        sync = i == len(micro_batches) - 1 or not isinstance(model, DistributedDataParallel)
+        weight = 0.0 if batch.get(DUMMY) else float(dist.world_size)  # DDP averages gradients over ranks; we sum
+        with (contextlib.nullcontext() if sync else model.no_sync()), autocast(precision, dist.device):
+            loss, parts = model({k: v for k, v in batch.items() if k != DUMMY}, counts)
+            (loss * weight).backward()
+        for key, value in parts.items():  # a dummy's zeros too: every rank then sums the same keys below
+            sums[key] = sums.get(key, 0) + (value if weight else value * 0)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm else float("inf"))
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    totals = {k: float(dist.sum(torch.as_tensor(v, device=dist.device).float())) for k, v in sums.items()}
+    metrics = objective.metrics(totals, {k: float(v) for k, v in counts.items()})
+    metrics.update(lr=scheduler.get_last_lr()[0], grad_norm=float(grad_norm), tokens=float(counts["tokens"]))
+    return metrics
+
+
+def _restore(run_dir: Path | None, objective: Objective, optimizer: torch.optim.Optimizer, scheduler: Any,
+             data: StepData, evaluation: Evaluation | None) -> tuple[int, float]:
+    """Load the latest checkpoint into everything that trains, the data stream and the hook; its step and
+    seconds (0, 0.0 when the run has no checkpoint yet, e.g. killed in its first steps)."""
+    folder = latest_checkpoint(Path(run_dir)) if run_dir is not None else None
+    if folder is None:
+        return 0, 0.0
+    objective.load(folder)
+    state = load_trainer_state(folder)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    record = json.loads(state["record"])  # JSON: plain data for weights_only loading
+    data.load_state_dict(record["data"])
+    if evaluation is not None and record["evaluation"] is not None:
+        evaluation.load_state_dict(record["evaluation"])
+    return state["step"], record["seconds"]
+
+
+def _save(run_dir: Path, step: int, seconds: float, objective: Objective, optimizer: torch.optim.Optimizer,
+          scheduler: Any, data: StepData, evaluation: Evaluation | None, keep: int) -> None:
+    """A resumable checkpoint of this exact point in training."""
+    record = {"data": data.state_dict(), "seconds": seconds,
+              "evaluation": None if evaluation is None else evaluation.state_dict()}
+    state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "rng": rng_state(), "record": json.dumps(record)}
+    save_checkpoint(run_dir, step, objective.save, state, keep)
