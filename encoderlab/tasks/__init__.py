@@ -4,7 +4,7 @@
 - models.py      heads on the encoder, saved as the family's transformers XFor* folders; the BiLSTM baseline
 - heads.py       each family's sequence-classification head (pooled [CLS], or a dense layer on the first token)
 - base.py        what a task gives the loop (features, collate, loss, predict, score) and shared helpers
-- objective.py   fine-tuning as an objective of the one training loop (encoderlab.train.loop): recipe, data, best checkpoint
+- objective.py   each task as an objective of the one training loop (train/loop.py): recipe, data, best model
 - classify.py, tagging.py, qa.py, embedding.py   the four tasks
 - metrics.py     accuracy/F1/MCC, Pearson/Spearman, seqeval entity F1, SQuAD EM/F1
 - cli.py         `encoderlab finetune TASK` and `encoderlab evaluate TASK` (add_commands)

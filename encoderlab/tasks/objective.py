@@ -177,7 +177,8 @@ def train(model: nn.Module, task: Task, features: list[dict[str, Any]], options:
     data = FeatureBatches(task, features, options.batch_size, options.seed)
     total = max(1, math.ceil(options.epochs * data.steps_per_epoch))
     optimizer = make_optimizer(model, options.lr, options.weight_decay, (0.9, 0.999), 1e-8)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(int(options.warmup_ratio * total), total))
+    warmup = int(options.warmup_ratio * total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(warmup, total))
     evaluation = _evaluation(model, task, evaluate, metric, save, on_eval)
     loop = LoopOptions(total, options.grad_accum, options.precision, options.max_grad_norm,
                        eval_every=options.eval_every, save_every=options.save_every,
@@ -197,7 +198,8 @@ def _evaluation(model: nn.Module, task: Task, evaluate: Callable | None, metric:
     """The loop's evaluation hook: task metrics as eval_*, the best model saved, each record reported."""
     def report(hook: Evaluation) -> None:
         if on_eval is not None:
-            on_eval(RunResult(hook.history, hook.best, hook.metric if evaluate else None, 0.0, hook.history[-1]["step"]))
+            steps = hook.history[-1]["step"]
+            on_eval(RunResult(hook.history, hook.best, hook.metric if evaluate else None, steps=steps))
 
     return Evaluation(evaluate=(lambda: {f"eval_{k}": v for k, v in evaluate(model).items()}) if evaluate else None,
                       metric=metric or task.default_metric, save_best=(lambda: save(model)) if save else None,

@@ -60,7 +60,8 @@ def answer_tokens(spans: list[tuple[int, int] | None], char_start: int, char_end
 
 def span_loss(start: torch.Tensor, end: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
     """Half the summed cross-entropies of start and end logits (B, T) for the gold positions (B,) (BERT, 4.2)."""
-    return (F.cross_entropy(start.float(), starts, reduction="sum") + F.cross_entropy(end.float(), ends, reduction="sum")) / 2
+    return (F.cross_entropy(start.float(), starts, reduction="sum")
+            + F.cross_entropy(end.float(), ends, reduction="sum")) / 2
 
 
 class QATask(Task):

@@ -180,8 +180,8 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
     if run_dir is not None:
         _open_run_dir(Path(run_dir), resume, options.discard_old, dist)
     step, seconds = _restore(run_dir, objective, optimizer, scheduler, data, evaluation) if resume else (0, 0.0)
-    logger = RunLogger(run_dir, options.recipe, enabled=dist.is_main and run_dir is not None, resume=resume and step > 0,
-                       resume_step=step, columns=options.columns, visuals=options.visuals)
+    logger = RunLogger(run_dir, options.recipe, enabled=dist.is_main, resume=resume and step > 0, resume_step=step,
+                       columns=options.columns, visuals=options.visuals)
     trainable = DistributedDataParallel(objective, find_unused_parameters=objective.unused_parameters) \
         if dist.world_size > 1 else objective
     objective.train()
@@ -193,7 +193,8 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
             metrics = _train_step(trainable, data, optimizer, scheduler, options, dist)
             step += 1
             bar.update(1)
-            bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{metrics['lr']:.2e}", tok_s=f"{metrics['tokens_per_s']:.0f}")
+            bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{metrics['lr']:.2e}",
+                            tok_s=f"{metrics['tokens_per_s']:.0f}")
             if step % options.log_every == 0 or step == stop_at:
                 logger.log(step, metrics)
             if evaluation is not None and dist.is_main:

@@ -32,7 +32,7 @@ from encoderlab.objectives.mlm import MaskedLanguageModeling
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train import distributed
 from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Evaluation, LoopOptions, autocast, run_loop
+from encoderlab.train.loop import Evaluation, LoopOptions, autocast, run_loop, to_device
 from encoderlab.train.optim import linear_schedule, make_optimizer
 
 
@@ -116,7 +116,7 @@ def evaluate(model: Objective | Model, batches: Batches, cfg: PretrainConfig, mi
     counts: dict[str, float] = {}
     count = min(cfg.eval_batches * micro, batches.examples.num_examples(0))
     for start in range(0, count, micro):
-        batch = {k: v.to(device) for k, v in batches.make([(0, i) for i in range(start, min(start + micro, count))]).items()}
+        batch = to_device(batches.make([(0, i) for i in range(start, min(start + micro, count))]), device)
         batch_counts = objective.counts(batch)
         with autocast(cfg.precision, device):
             _, parts = objective(batch, {key: torch.tensor(1.0, device=device) for key in batch_counts})
