@@ -37,7 +37,7 @@ from encoderlab.nn.model import IGNORE_INDEX  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 from encoderlab.train.distributed import Dist  # noqa: E402
 from encoderlab.train.optim import linear_schedule, make_optimizer, param_groups  # noqa: E402
-from encoderlab.train.pretrain import optimizer_step  # noqa: E402
+from encoderlab.train.loop import optimizer_step  # noqa: E402
 
 WIKI = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "wikipedia" / "AA"
 PRESET, BATCH, SEQ, SEED = "bert-mini", 32, 128, 0
@@ -136,7 +136,7 @@ def schedule(optimizer: torch.optim.Optimizer, total: int) -> torch.optim.lr_sch
 
 
 def encoderlab_mode(name: str, precision: str, compile_: bool, total: int) -> Mode:
-    """encoderlab's MaskedLMModel trained by encoderlab.train.pretrain.optimizer_step."""
+    """encoderlab's MaskedLMModel trained by encoderlab.train.loop.optimizer_step."""
     torch.manual_seed(SEED)
     model = MaskedLMModel(EncoderConfig.from_preset(PRESET)).train()
     if compile_:
@@ -267,7 +267,7 @@ def report(modes: list[Mode], source: dict[str, object], peaks: dict[str, float]
     median = {m.name: statistics.median(m.rates) for m in modes}
     figures: dict[str, object] = {
         **source, **timing, "preset": PRESET, "batch": BATCH, "seq": SEQ, "threads": torch.get_num_threads(),
-        "step_function": "encoderlab.train.pretrain.optimizer_step",
+        "step_function": "encoderlab.train.loop.optimizer_step",
         "matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
         "flops_per_token": round(per_token),
         "flops_note": "model FLOPs of flops_per_token() (6N + 12LTH + masked head), the same for both sides: "

@@ -29,7 +29,8 @@ from encoderlab.objectives import Counts, Objective
 from encoderlab.tasks.base import Task, length_grouped_batches, model_device
 from encoderlab.tasks.models import load_task_model, save_task_model
 from encoderlab.train import distributed
-from encoderlab.train.loop import DUMMY, PRECISIONS, Evaluation, LoopOptions, run_loop
+from encoderlab.train.config import PRECISIONS
+from encoderlab.train.loop import DUMMY, Evaluation, LoopOptions, run_loop
 from encoderlab.train.optim import linear_schedule, make_optimizer
 
 COLUMNS = ("step", "elapsed_s", "epoch", "loss", "train_loss", "lr", "grad_norm", "tokens_per_s")

@@ -42,7 +42,7 @@ def world_size() -> int:
 
 def setup(device: str = "auto") -> Dist:
     """Join the process group torchrun describes in the environment, or run alone."""
-    use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
+    use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
     ranks = world_size()
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

@@ -37,7 +37,6 @@ from encoderlab.train.state import (DeferredInterrupt, clear_checkpoints, latest
                                     remove_leftovers, rng_state, save_checkpoint, set_rng_state)
 
 log = logging.getLogger(__name__)
-PRECISIONS = ("fp32", "bf16")
 DUMMY = "dummy"  # key of a micro-batch a rank runs at weight 0 when its share of a step is empty
 
 
@@ -69,7 +68,8 @@ class StepData(Protocol):
 
 @dataclass
 class LoopOptions:
-    """How the loop runs: length, accumulation, precision, and when it logs, evaluates and saves."""
+    """How the loop runs: length, accumulation, precision, and when it logs, evaluates and saves (the recipes,
+    PretrainConfig and TrainOptions, check the values)."""
 
     max_steps: int
     """Optimizer steps of the whole run."""
@@ -101,14 +101,6 @@ class LoopOptions:
     """metrics.csv's columns."""
     visuals: bool = True
     """TensorBoard logs and the curves PNG beside metrics.csv."""
-
-    def validate(self) -> None:
-        """Raise ConfigError naming the first option out of range."""
-        for name in ("max_steps", "grad_accum", "log_every", "keep_checkpoints"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} {getattr(self, name)!r} must be at least 1")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
 
     def due(self, step: int, every: int) -> bool:
         """Whether `step` ends an `every`-step period, an epoch, or the run."""
@@ -176,7 +168,6 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
     run_dir None: no logs and no checkpoints. Ctrl-C and SIGTERM finish the current step, save a checkpoint
     and raise KeyboardInterrupt (Terminated for SIGTERM).
     """
-    options.validate()
     if run_dir is not None:
         _open_run_dir(Path(run_dir), resume, options.discard_old, dist)
     step, seconds = _restore(run_dir, objective, optimizer, scheduler, data, evaluation) if resume else (0, 0.0)
