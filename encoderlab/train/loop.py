@@ -210,7 +210,7 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
 def _record(evaluation: Evaluation, step: int, options: LoopOptions, logger: RunLogger, bar: Any) -> None:
     """Run the evaluation hook, log its entry and show it."""
     entry = evaluation.record(step, options.steps_per_epoch)
-    logger.log(step, {k: v for k, v in entry.items() if v is not None})
+    logger.log(step, {k: v for k, v in entry.items() if v is not None and k != "step"})
     shown = ", ".join(f"{k} {v:.4f}" for k, v in entry.items() if isinstance(v, float))
     line = f"{'epoch ' + format(entry['epoch'], 'g') + ' ' if 'epoch' in entry else ''}step {step}: {shown}"
     if bar.disable:
