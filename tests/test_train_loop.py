@@ -100,13 +100,14 @@ def test_two_process_ddp_matches_one_process(data, tmp_path):
     assert_same_run(tmp_path / "double", tmp_path / "single")
 
 
-def test_bf16_fine_tuning_runs_and_learns(data, tmp_path):
-    out = tmp_path / "bf16"
-    assert main(argv(data, "classify", out, "--precision", "bf16", "--grad-accum", "2", "--epochs", "4")) == 0
-    steps = [loss for _, loss in losses(out)]
-    assert len(steps) == 16 and all(torch.isfinite(torch.tensor(steps)))
-    assert sum(steps[-4:]) < sum(steps[:4])
-    assert (out / "model.safetensors").is_file()
+def test_bf16_fine_tuning_runs_close_to_fp32(data, tmp_path):
+    fp32, bf16 = tmp_path / "fp32", tmp_path / "bf16"
+    assert main(argv(data, "classify", fp32, "--grad-accum", "2")) == 0
+    assert main(argv(data, "classify", bf16, "--grad-accum", "2", "--precision", "bf16")) == 0
+    reference, steps = [loss for _, loss in losses(fp32)], [loss for _, loss in losses(bf16)]
+    assert len(steps) == 8 and steps != reference  # rounded to bf16: not the fp32 run
+    assert steps == pytest.approx(reference, rel=0.05)
+    assert (bf16 / "model.safetensors").is_file()
 
 
 def test_grad_accum_must_be_positive(data, tmp_path, capsys):
