@@ -153,11 +153,10 @@ class Evaluation:
 
 @dataclass
 class LoopResult:
-    """Where a run ended: its step, seconds (over all restarts) and the last step's metrics."""
+    """Where a run ended: its step and seconds (over all restarts)."""
 
     step: int
     seconds: float
-    metrics: dict[str, float]
 
 
 def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimizer, scheduler: Any,
@@ -177,7 +176,7 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
         if dist.world_size > 1 else objective
     objective.train()
     stop_at = options.max_steps if stop_after is None else min(options.max_steps, stop_after)
-    started, metrics = time.time() - seconds, {}
+    started = time.time() - seconds
     bar = logger.progress(step, options.max_steps, options.progress, options.name)
     with bar, DeferredInterrupt() as interrupt:
         while step < stop_at:
@@ -204,7 +203,7 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
                 raise interrupt.stop()
     if step == options.max_steps:
         logger.finish()
-    return LoopResult(step, time.time() - started, metrics)
+    return LoopResult(step, time.time() - started)
 
 
 def _record(evaluation: Evaluation, step: int, options: LoopOptions, logger: RunLogger, bar: Any) -> None:
