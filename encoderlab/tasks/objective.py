@@ -27,7 +27,7 @@ from torch import nn
 from encoderlab.errors import ConfigError
 from encoderlab.objectives import Counts, Objective
 from encoderlab.tasks.base import Task, length_grouped_batches, model_device
-from encoderlab.tasks.models import load_task_model, save_task_model
+from encoderlab.tasks.models import SentenceEmbedder, load_task_model, save_task_model
 from encoderlab.train import distributed
 from encoderlab.train.config import PRECISIONS
 from encoderlab.train.loop import DUMMY, Evaluation, LoopOptions, run_loop
@@ -96,11 +96,10 @@ class RunResult:
 class TaskObjective(Objective):
     """A task model trained on its task's loss, summed over the micro-batch and divided by the step's count."""
 
-    unused_parameters = True  # e.g. a sentence embedder keeps the pooler of its checkpoint but never uses it
-
     def __init__(self, model: nn.Module, task: Task) -> None:
         super().__init__()
         self.model, self.task = model, task
+        self.unused_parameters = isinstance(model, SentenceEmbedder)  # keeps its checkpoint's pooler, never runs it
 
     def counts(self, batch: dict[str, Any]) -> Counts:
         return self.task.counts(batch)
