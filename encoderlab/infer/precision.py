@@ -5,13 +5,23 @@
   request for it falls back to fp32 with a warning. LayerNorm and softmax run in bf16 too: for inference the
   embeddings stay within cosine 0.999 of fp32 (tests/test_pipelines.py checks ≥ 0.99 as the issue asks).
 - int8: dynamic quantization of every nn.Linear of the encoder: weights int8 with one scale per output channel,
-  activations quantized on the fly with one scale per token, an int8 x int8 -> int32 matmul (`torch._int_mm`,
-  oneDNN with VNNI on x86), then rescaled. Per-token scales matter for BERT-style models: a few hidden
-  dimensions carry outliers that vary by token (Dettmers et al. 2022, LLM.int8(), section 3), and torch's
-  stock `quantize_dynamic` (one scale per tensor, 7-bit activations on x86) drops MiniLM's embeddings to
-  cosine 0.88 of fp32 where this keeps them at 0.997 (mean over STS-B dev sentences; STS-B Spearman 0.2 points
-  below fp32, `bench/inference.py`). Embeddings, LayerNorm, GELU and attention run in bf16 where the CPU has
-  it (they are memory-bound, and bf16 halves their traffic), in fp32 elsewhere.
+  activations quantized on the fly with one scale per token, an int8 x int8 -> int32 matmul, then rescaled.
+  Per-token scales matter for BERT-style models: a few hidden dimensions carry outliers that vary by token
+  (Dettmers et al. 2022, LLM.int8(), section 3), and torch's stock `quantize_dynamic` (one scale per tensor,
+  7-bit activations on x86) drops MiniLM's embeddings to cosine 0.88 of fp32 where per-token scales keep them
+  at 0.997 (mean over STS-B dev sentences; STS-B Spearman 0.2 points below fp32, `bench/inference.py`).
+  The matmul kernel follows the CPU (`int8_kernel`), because no one kernel is fast on every x86 CPU:
+  - "int_mm" (VNNI or AMX): `torch._int_mm`, oneDNN's VNNI kernel; with --compile 2.7x the fp32 compiled
+    sentences/s on an AVX-512 VNNI machine. Without VNNI the same call is a slow loop: one 800x384x1536
+    matmul took 1 s against 14 ms in fp32 on a 2-core AVX2 EPYC, int8 ran 60x slower than fp32.
+  - "fbgemm" (AVX2 or AVX-512 without VNNI): fbgemm's dynamic linear (`quantized::linear_dynamic`), the kernel
+    behind torch's own `quantize_dynamic`, 1.6-3.2x faster than the fp32 matmul for MiniLM's shapes on the
+    EPYC above. It quantizes its input with one scale per tensor, so each row is divided by its own maximum
+    first and the output multiplied back: exactly a per-token scale, since the matmul is linear in each row.
+  - none elsewhere (Arm, x86 without AVX2): int8 is not offered (a request runs fp32, with a warning), since
+    no kernel here was measured faster than fp32 there.
+  Embeddings, LayerNorm, GELU and attention run in bf16 where the CPU has it (they are memory-bound, and bf16
+  halves their traffic), in fp32 elsewhere.
   Under torch.compile (`--compile`) the exact GELU runs as an op the compiler does not look into: fused into
   the next layer's per-token quantization, erf would be evaluated twice per element, once for the row's
   maximum and once for the values (that one kernel took a quarter of MiniLM's time on SST-2).
@@ -20,11 +30,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -70,9 +82,26 @@ def _int_mm_works() -> bool:
         return False
 
 
+# x86 flags of an int8 dot-product instruction that accumulates in int32 (AVX512-VNNI, AVX-VNNI, AMX-INT8):
+# oneDNN's int8 kernels, behind torch._int_mm, need one of them to be fast.
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def int8_kernel(device: torch.device | str = "cpu") -> str | None:
+    """The int8 matmul kernel that beats fp32 on this device: "int_mm", "fbgemm", or None (int8 not offered)."""
+    if torch.device(device).type != "cpu":
+        return None
+    flags = cpu_flags()
+    if flags & VNNI_FLAGS and _int_mm_works():
+        return "int_mm"
+    if "avx2" in flags and "fbgemm" in torch.backends.quantized.supported_engines:
+        return "fbgemm"
+    return None
+
+
 def int8_supported(device: torch.device | str = "cpu") -> bool:
-    """int8 runs on the CPU where torch has an int8 matmul."""
-    return torch.device(device).type == "cpu" and _int_mm_works()
+    """int8 runs where this device has an int8 kernel faster than fp32 (`int8_kernel`)."""
+    return int8_kernel(device) is not None
 
 
 class Int8Linear(nn.Module):
@@ -100,6 +129,49 @@ class Int8Linear(nn.Module):
         return y.reshape(*shape[:-1], -1)
 
 
+class FbgemmInt8Linear(nn.Module):
+    """y = x W^T + b by fbgemm's dynamic int8 linear, W int8 per output channel, x per token: (..., K) -> (..., N)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach().float()  # (N, K)
+        scale = weight.abs().amax(dim=1).clamp(min=1e-8) / 127  # (N,)
+        with warnings.catch_warnings(), _quantized_engine("fbgemm"):
+            # Creating quantized tensors is deprecated (pytorch/pytorch#184982) but is still the only way into
+            # fbgemm's prepacked weights; it runs once per layer, here.
+            warnings.simplefilter("ignore", UserWarning)
+            qweight = torch.quantize_per_channel(weight, scale.double(), torch.zeros_like(scale, dtype=torch.long),
+                                                 0, torch.qint8)
+            self.packed = torch.ops.quantized.linear_prepack(qweight, None)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])  # (M, K)
+        # fbgemm quantizes its input with one scale per tensor: rows brought to a maximum of 1 first make that
+        # scale one per token. 8-bit activations (reduce_range=False): fbgemm's AVX2 kernel sums pairs of u8 x s8
+        # products in int16 with saturation (vpmaddubsw), which torch's default 7-bit range avoids, but on MiniLM
+        # the rare saturation cost less than the lost bit (SST-2 cosine to fp32 0.9958 against 0.9940).
+        scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-4)  # (M, 1)
+        y = torch.ops.quantized.linear_dynamic(x / scale, self.packed, False)  # (M, N) fp32
+        y = torch.addcmul(self.bias, y, scale) if self.bias is not None else y.mul_(scale)
+        return y.reshape(*shape[:-1], -1)
+
+
+@contextlib.contextmanager
+def _quantized_engine(engine: str) -> Iterator[None]:
+    """torch's quantized engine set to `engine` inside the block (prepacking reads this global)."""
+    previous = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = previous
+
+
+INT8_LINEARS: dict[str, type[nn.Module]] = {"int_mm": Int8Linear, "fbgemm": FbgemmInt8Linear}
+
+
 @torch.library.custom_op("encoderlab::gelu", mutates_args=())
 def _gelu_op(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x)
@@ -115,13 +187,13 @@ def opaque_gelu(x: torch.Tensor) -> torch.Tensor:
     return _gelu_op(x)
 
 
-def quantize_int8(model: nn.Module) -> nn.Module:
-    """Every nn.Linear replaced by an Int8Linear, in place; returns the model."""
+def quantize_int8(model: nn.Module, kernel: str = "int_mm") -> nn.Module:
+    """Every nn.Linear replaced by the int8 linear of `kernel` (a key of INT8_LINEARS), in place; returns the model."""
     for name, child in model.named_children():
         if isinstance(child, nn.Linear):
-            setattr(model, name, Int8Linear(child))
+            setattr(model, name, INT8_LINEARS[kernel](child))
         else:
-            quantize_int8(child)
+            quantize_int8(child, kernel)
     return model
 
 
@@ -142,14 +214,23 @@ def convert(model: nn.Module, precision: str) -> nn.Module:
     if precision == "bf16":
         return copy.deepcopy(model).to(torch.bfloat16)
     if precision == "int8":
-        # Around the int8 matmuls (LayerNorm, GELU, attention, the (de)quantization passes) bf16 halves the
-        # memory traffic where the CPU has bf16 arithmetic; elsewhere those parts stay in fp32.
-        model = quantize_int8(copy.deepcopy(model))  # weights quantized from fp32
-        for module in model.modules():
-            if isinstance(module, FeedForward) and module.act is F.gelu:
-                module.act = opaque_gelu
-        return model.to(torch.bfloat16) if bf16_supported() else model
+        return _convert_int8(model)
     raise ConfigError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+
+
+def _convert_int8(model: nn.Module) -> nn.Module:
+    """A copy of the model with int8 linears on this CPU's fast kernel (ConfigError where it has none)."""
+    kernel = int8_kernel()
+    if kernel is None:
+        raise ConfigError("precision int8: this CPU has no int8 kernel faster than fp32 (needs x86 AVX2)")
+    log.info("int8 matmuls by %s", kernel)
+    model = quantize_int8(copy.deepcopy(model), kernel)  # weights quantized from fp32
+    for module in model.modules():
+        if isinstance(module, FeedForward) and module.act is F.gelu:
+            module.act = opaque_gelu
+    # Around the int8 matmuls (LayerNorm, GELU, attention, the (de)quantization passes) bf16 halves the memory
+    # traffic where the CPU has bf16 arithmetic; fbgemm's linear takes fp32 only.
+    return model.to(torch.bfloat16) if kernel == "int_mm" and bf16_supported() else model
 
 
 def resolve(model: nn.Module, precision: str, probe: Callable[[nn.Module], object] | None = None,
