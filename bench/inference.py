@@ -113,7 +113,7 @@ def accuracy(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     vectors, spearman = {}, {}
     torch._dynamo.reset()  # as in setup()
     compiled = [] if args.quick else args.compiled  # --quick: the compiled contender's cosine is in its sst2 figures
-    modes = precisions.supported() + [f"{m}+compile" for m in compiled if m in precisions.supported()]
+    modes = args.precisions + [f"{m}+compile" for m in compiled if m in args.precisions]
     for mode in modes:
         embed = ours(folder, args.batch_size, mode.split("+")[0], compile=mode.endswith("+compile"))
         a, b = embed(first), embed(second)
@@ -183,13 +183,14 @@ def ours(folder: Path, batch_size: int, mode: str, compile: bool = False) -> Cal
     return embedder.embed
 
 
-def contenders(folder: Path, batch_size: int, compiled: list[str]) -> tuple[dict[str, Callable], dict[str, float]]:
+def contenders(folder: Path, batch_size: int, modes: list[str],
+               compiled: list[str]) -> tuple[dict[str, Callable], dict[str, float]]:
     """Every contender this machine runs, by name, and the seconds each took to load (compiling included)."""
     loaders = {"hf-eager-fp32": lambda: hf_eager(folder, batch_size),
                "sentence-transformers": lambda: sentence_transformers(folder, batch_size)}
-    for mode in precisions.supported():
+    for mode in modes:
         loaders[f"encoderlab-{mode}"] = functools.partial(ours, folder, batch_size, mode)
-    for mode in (m for m in compiled if m in precisions.supported()):
+    for mode in (m for m in compiled if m in modes):
         loaders[f"encoderlab-{mode}+compile"] = functools.partial(ours, folder, batch_size, mode, True)
     runs, load_seconds = {}, {}
     for name, load in loaders.items():
@@ -248,7 +249,7 @@ def setup(name: str, folder: Path, texts: list[str], args: argparse.Namespace,
     # Compiled code of earlier setups would stay in dynamo's cache, guarded per model, and push this setup's
     # models past dynamo's recompile limit (8), after which they would run eagerly.
     torch._dynamo.reset()
-    runs, load_seconds = contenders(folder, args.batch_size, args.compiled)
+    runs, load_seconds = contenders(folder, args.batch_size, args.precisions, args.compiled)
     seconds, vectors = measure(runs, texts, args.rounds)
     work = flops(folder, texts)
     reference = vectors["encoderlab-fp32"]
@@ -294,8 +295,11 @@ def main() -> None:
                         help="comma-separated: sst2, passages, base, accuracy")
     parser.add_argument("--compiled", default="fp32,bf16,int8",
                         help="precisions also run with compile=True, comma-separated (default: all; none: '')")
+    parser.add_argument("--precisions", default=",".join(precisions.supported()),
+                        help="encoderlab precisions to run, comma-separated (default: all this CPU supports)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    args.precisions = [m for m in precisions.supported() if m in args.precisions.split(",")]
     if args.quick:
         args.rounds, args.setups, args.compiled = 1, "sst2,accuracy", "int8"
     args.compiled = [m for m in args.compiled.split(",") if m]

@@ -34,8 +34,10 @@ from common import command_line, goal, matmul_peak, write_results  # noqa: E402
 from encoderlab import EncoderConfig, MaskedLMModel  # noqa: E402
 from encoderlab.data.collate import MaskingCollator  # noqa: E402
 from encoderlab.nn.model import IGNORE_INDEX  # noqa: E402
+from encoderlab.objectives.mlm import MaskedLanguageModeling  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 from encoderlab.train.distributed import Dist  # noqa: E402
+from encoderlab.train.flops import mlm_flops_per_token  # noqa: E402
 from encoderlab.train.optim import linear_schedule, make_optimizer, param_groups  # noqa: E402
 from encoderlab.train.loop import optimizer_step  # noqa: E402
 
@@ -142,8 +144,9 @@ def encoderlab_mode(name: str, precision: str, compile_: bool, total: int) -> Mo
     if compile_:
         model.encoder.compile()
     optimizer = make_optimizer(model, LR, WEIGHT_DECAY, BETAS, EPS)
-    scheduler, dist = schedule(optimizer, total), Dist()
-    return Mode(name, lambda batch: optimizer_step(model, [batch], optimizer, scheduler, CLIP, precision, dist)["loss"])
+    scheduler, dist, objective = schedule(optimizer, total), Dist(), MaskedLanguageModeling(model)
+    return Mode(name, lambda batch: optimizer_step(objective, [batch], optimizer, scheduler, CLIP, precision,
+                                                   dist)["loss"])
 
 
 def hf_mode(name: str, attn: str, precision: str, total: int) -> Mode:
