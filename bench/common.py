@@ -106,6 +106,11 @@ def parser(doc: str, quick: str) -> argparse.ArgumentParser:
     return out
 
 
+def size(args: argparse.Namespace) -> str:
+    """"smoke", "quick" or "full": how big a run the options ask for."""
+    return "smoke" if args.smoke else "quick" if args.quick else "full"
+
+
 def results_path(args: argparse.Namespace, name: str) -> Path:
     """NAME.json (NAME_quick.json, NAME_smoke.json) in --results-dir; smoke runs never land in bench/results."""
     suffix = "_smoke" if args.smoke else "_quick" if args.quick else ""

@@ -328,7 +328,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.precisions = [m for m in precisions.supported() if m in args.precisions.split(",")]
-    args.sizes = SIZES["smoke" if args.smoke else "quick" if args.quick else "full"]
+    args.sizes = SIZES[common.size(args)]
     args.rounds = args.rounds or args.sizes["rounds"]
     if args.quick or args.smoke:
         args.setups, args.compiled = ("sst2,accuracy" if args.quick else args.setups), ""
