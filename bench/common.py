@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel
 from encoderlab.checkpoint import resolve_model_path
 from encoderlab.compare import cpu_name
 
@@ -202,16 +203,14 @@ def smoke_data(folder: Path) -> Path:
 
 
 def tiny_model(folder: Path, masked_lm: bool = False) -> Path:
-    """A random BERT of 2 layers x 32 (BertModel, or BertForMaskedLM) written by transformers, with minilm's
+    """A random BERT of 2 layers x 32 (BertModel, or BertForMaskedLM) in Hugging Face's layout, with minilm's
     tokenizer and sentence-transformers files: what every contender can load, in a fraction of a second."""
-    from transformers import BertConfig, BertForMaskedLM, BertModel  # a test dependency: only benches need it
-
     minilm = resolve_model_path("minilm")
     vocab_size = json.loads((minilm / "config.json").read_text(encoding="utf-8"))["vocab_size"]
-    config = BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64)
+    config = EncoderConfig.from_preset("bert-tiny", vocab_size=vocab_size, hidden_size=32, num_heads=2,
+                                       intermediate_size=64)
     torch.manual_seed(0)
-    (BertForMaskedLM if masked_lm else BertModel)(config).save_pretrained(folder)
+    (MaskedLMModel if masked_lm else EncoderModel)(config).save_pretrained(folder)
     for item in minilm.iterdir():
         if item.name in ("config.json", "model.safetensors", "README.md"):
             continue
