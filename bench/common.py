@@ -23,6 +23,9 @@ import torch
 
 from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel
 from encoderlab.checkpoint import resolve_model_path
+from encoderlab.cli import main as encoderlab_main
+from encoderlab.data.prepare import prepare
+from encoderlab.data.tokenizer_training import train_tokenizer
 from encoderlab.compare import cpu_name
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -131,6 +134,14 @@ def write_results(args: argparse.Namespace, name: str, figures: dict[str, Any], 
     return path
 
 
+def encoderlab(*argv: Any) -> None:
+    """Run an `encoderlab` command in this process (no interpreter start-up per run); exit if it fails."""
+    print("$ encoderlab", " ".join(map(str, argv)), file=sys.stderr, flush=True)
+    code = encoderlab_main([str(a) for a in argv])
+    if code:
+        raise SystemExit(f"encoderlab {argv[0]} exited {code}")
+
+
 def command_line() -> str:
     """The command that ran this script, as it could be typed again from the repository root."""
     return " ".join(["python", *sys.argv])
@@ -220,3 +231,17 @@ def tiny_model(folder: Path, masked_lm: bool = False) -> Path:
         settings = json.loads(pooling.read_text(encoding="utf-8"))
         pooling.write_text(json.dumps(settings | {"word_embedding_dimension": config.hidden_size}), encoding="utf-8")
     return folder
+
+
+def smoke_shards(folder: Path) -> Path:
+    """`encoderlab prepare` shards (train and valid, a 200-word WordPiece vocabulary) of smoke_data's Wikipedia
+    stand-in, in `folder`/shards: what a pretraining recipe's `data` names."""
+    wiki = sorted((smoke_data(folder / "data") / "wikipedia" / "AA").glob("wiki_*.gz"))
+    train_tokenizer([str(f) for f in wiki], vocab_size=200, out_dir=folder / "tokenizer")
+    prepare([str(f) for f in wiki], folder / "tokenizer", folder / "shards", holdout=0.2, workers=1, progress=False)
+    return folder / "shards"
+
+
+# What --smoke shrinks every pretraining recipe to (`--set` overrides): 2 layers x 32, 4 sequences of 32 tokens.
+SMOKE_RECIPE = ["model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64", "model.num_layers=2",
+                "max_length=32", "batch_size=4", "precision=fp32"]
