@@ -15,6 +15,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -79,17 +80,34 @@ def versions() -> dict[str, str | None]:
             "numpy": _version("numpy")}
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    """Best FLOP/s of an (n, n) @ (n, n) torch.matmul in `dtype` over `reps` timed runs after one warm-up."""
-    a = torch.randn(n, n).to(dtype)
-    b = torch.randn(n, n).to(dtype)
-    torch.matmul(a, b)
-    best = float("inf")
+def peak_rate(product: Callable[[int], Callable[[], object]], most: int = 2048, reps: int = 5) -> float:
+    """Best FLOP/s of `product(n)()`, an (n, n) x (n, n) matmul, over `reps` timed runs. n doubles from 256 while
+    one run takes under 0.1 s, up to `most`: an emulated dtype (bf16 without AVX512-BF16, int8 without VNNI)
+    then takes seconds, not minutes, and a fast one still gets a matrix big enough to reach its peak."""
+    n = 256
+    while True:
+        run = product(n)
+        started = time.perf_counter()
+        run()
+        best = time.perf_counter() - started
+        if best > 0.1 or n >= most:
+            break
+        n *= 2
     for _ in range(reps):
         started = time.perf_counter()
-        torch.matmul(a, b)
+        run()
         best = min(best, time.perf_counter() - started)
     return 2 * n**3 / best
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
+    """Best FLOP/s of a square torch.matmul in `dtype` (up to n x n; see peak_rate)."""
+
+    def product(size: int) -> Callable[[], object]:
+        a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+        return lambda: torch.matmul(a, b)
+
+    return peak_rate(product, n, reps)
 
 
 def goal(what: str, value: float, target: float) -> dict[str, Any]:

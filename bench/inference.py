@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import common  # noqa: E402
-from common import goal, matmul_peak, smoke_data, tiny_model, write_results  # noqa: E402
+from common import goal, matmul_peak, peak_rate, smoke_data, tiny_model, write_results  # noqa: E402
 
 from encoderlab.checkpoint import resolve_model_path  # noqa: E402
 from encoderlab.infer import precision as precisions  # noqa: E402
@@ -238,17 +238,15 @@ def flops(folder: Path, texts: list[str]) -> float:
 
 
 def int8_peak(n: int = 2048, reps: int = 5) -> float:
-    """Best op/s of an (n, n) x (n, n) int8 matmul (torch._int_mm, int32 accumulate); 0 where there is none."""
+    """Best op/s of a square int8 matmul (torch._int_mm, int32 accumulate; see peak_rate); 0 where there is none."""
     if not precisions.int8_supported():
         return 0.0
-    a = torch.randint(-127, 128, (n, n), dtype=torch.int8)
-    torch._int_mm(a, a)
-    best = float("inf")
-    for _ in range(reps):
-        started = time.perf_counter()
-        torch._int_mm(a, a)
-        best = min(best, time.perf_counter() - started)
-    return 2 * n**3 / best
+
+    def product(size: int) -> Callable[[], object]:
+        a = torch.randint(-127, 128, (size, size), dtype=torch.int8)
+        return lambda: torch._int_mm(a, a)
+
+    return peak_rate(product, n, reps)
 
 
 def setup(name: str, folder: Path, texts: list[str], args: argparse.Namespace,

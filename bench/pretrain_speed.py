@@ -8,7 +8,7 @@ optimizer; the modes take turns (round robin, the order rotated each round) so t
 machine falls on all of them alike, and each figure is the median over rounds.
 
     python bench/pretrain_speed.py            # full: all modes including torch.compile (~6 minutes)
-    python bench/pretrain_speed.py --quick    # under a minute: fewer rounds, no torch.compile
+    python bench/pretrain_speed.py --quick    # under a minute: fewer rounds, no torch.compile, bf16 only if native
     python bench/pretrain_speed.py --smoke    # seconds: a 2 x 32 model on 4 x 32 random tokens (make test)
 """
 
@@ -35,6 +35,7 @@ from common import goal, matmul_peak, write_results  # noqa: E402
 
 from encoderlab import EncoderConfig, MaskedLMModel  # noqa: E402
 from encoderlab.data.collate import MaskingCollator  # noqa: E402
+from encoderlab.infer.precision import bf16_supported  # noqa: E402
 from encoderlab.nn.model import IGNORE_INDEX  # noqa: E402
 from encoderlab.objectives.mlm import MaskedLanguageModeling  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
@@ -274,6 +275,8 @@ def main() -> None:
     batches, source = masked_batches(2 if args.smoke else 4 if args.quick else 8, shape)
     print(f"data: {source}", flush=True)
     names = args.modes.split(",") if args.modes else [n for n in MODES if compiled or not MODES[n][2]]
+    if args.quick and not args.modes and not bf16_supported():  # emulated bf16 steps take tens of seconds each
+        names = [n for n in names if "bf16" not in n]
     modes = [build(name, total, shape) for name in names]
     size = 256 if args.smoke else 2048
     peaks = {"fp32": matmul_peak(torch.float32, size), "bf16": matmul_peak(torch.bfloat16, size)}
@@ -299,6 +302,8 @@ def report(modes: list[Mode], source: dict[str, object], peaks: dict[str, float]
         "flops_note": "model FLOPs of flops_per_token() (6N + 12LTH + masked head), the same for both sides: "
                       "transformers' decoder over all positions is not counted as useful work",
         "compile_modes": "left out (--quick or --no-compile)" if not any("compile" in m.name for m in modes) else "run",
+        "bf16_modes": "run" if any("bf16" in m.name for m in modes) else "left out (--quick on a CPU without native "
+                      "bf16, where every bf16 matmul is emulated)",
         "load_average_1_5_15_min_after": _loadavg(),
         "tokens_per_s": {m.name: round(median[m.name], 1) for m in modes},
         "tokens_per_s_all_rounds": {m.name: [round(r) for r in m.rates] for m in modes},
