@@ -25,9 +25,9 @@ import torch
 from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel
 from encoderlab.checkpoint import resolve_model_path
 from encoderlab.cli import main as encoderlab_main
+from encoderlab.compare import cpu_name
 from encoderlab.data.prepare import prepare
 from encoderlab.data.tokenizer_training import train_tokenizer
-from encoderlab.compare import cpu_name
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SMOKE_RESULTS = Path(tempfile.gettempdir()) / "encoderlab-bench-smoke"
