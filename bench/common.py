@@ -28,6 +28,7 @@ from encoderlab.cli import main as encoderlab_main
 from encoderlab.compare import cpu_name
 from encoderlab.data.prepare import prepare
 from encoderlab.data.tokenizer_training import train_tokenizer
+from encoderlab.infer.precision import bf16_supported
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SMOKE_RESULTS = Path(tempfile.gettempdir()) / "encoderlab-bench-smoke"
@@ -108,6 +109,11 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
         return lambda: torch.matmul(a, b)
 
     return peak_rate(product, n, reps)
+
+
+def training_precision() -> str:
+    """bf16 where the CPU computes it natively, else fp32: emulated bf16 (AVX2 only) is many times slower."""
+    return "bf16" if bf16_supported() else "fp32"
 
 
 def goal(what: str, value: float, target: float) -> dict[str, Any]:

@@ -9,7 +9,7 @@ at equal compute ELECTRA's discriminator fine-tunes better than an MLM-trained m
 
     python bench/electra_vs_mlm.py            # both pretraining runs, then SST-2 (about 40 minutes on 2 quiet cores)
     python bench/electra_vs_mlm.py --reuse    # use runs that already finished
-    python bench/electra_vs_mlm.py --quick    # 12 steps each and 256 SST-2 sentences: under a minute or two
+    python bench/electra_vs_mlm.py --quick    # 6 MLM steps (ELECTRA: the same FLOPs), 128 SST-2 sentences
     python bench/electra_vs_mlm.py --smoke    # 2 x 32 models, 2 steps, synthetic shards and SST-2 (make test)
 """
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import common  # noqa: E402
-from common import SMOKE_RECIPE, encoderlab, goal, smoke_shards, write_results  # noqa: E402
+from common import SMOKE_RECIPE, encoderlab, goal, smoke_shards, training_precision, write_results  # noqa: E402
 from finetune import DATA, cli  # noqa: E402
 
 from encoderlab.config import EncoderConfig  # noqa: E402
@@ -67,7 +67,7 @@ def sst2(model: Path, opts: argparse.Namespace, work: Path) -> dict:
     """SST-2 dev accuracy after fine-tuning `model` (same settings for both sides)."""
     argv = ["finetune", "classify", "--model", model, "--train", opts.data / "sst2/train.tsv",
             "--eval", opts.data / "sst2/dev.tsv",
-            "--out", work / model.parent.name, "--epochs", 1, "--lr", opts.lr, "--seed", 42, "--precision", "bf16",
+            "--out", work / model.parent.name, "--epochs", 1, "--lr", opts.lr, "--seed", 42, "--precision", training_precision(),
             "--no-progress", *(["--max-train", opts.max_train] if opts.max_train else []),
             *(["--max-eval", 96] if opts.quick or opts.smoke else []),
             *(["--threads", opts.threads] if opts.threads else [])]
@@ -106,7 +106,7 @@ def replaced_token_auc(run: Path, data: Path, sentences: int = 200, seed: int = 
 
 
 def main() -> None:
-    parser = common.parser(__doc__, quick="12 MLM steps and tiny SST-2 subsets")
+    parser = common.parser(__doc__, quick="6 MLM steps and tiny SST-2 subsets: about a minute")
     parser.add_argument("--reuse", action="store_true", help="reuse finished runs instead of pretraining again")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs", help="folder of the two runs (default: runs/)")
     parser.add_argument("--max-train", type=int, default=0, help="SST-2 training sentences (default 0: all 67,349)")
@@ -126,22 +126,22 @@ def main() -> None:
               "(configs/bert-mini-wiki.yaml says how to make them)", file=sys.stderr)
         return
     if opts.quick:
-        opts.max_train, opts.reuse = 256, False
+        opts.max_train, opts.reuse = 128, False
     with tempfile.TemporaryDirectory(prefix="encoderlab-bench-") as work:
-        compare(opts, [], Path(work))
+        compare(opts, [f"precision={training_precision()}"], Path(work))
 
 
 def compare(opts: argparse.Namespace, extra: list[str], work: Path) -> None:
     """Pretrain both sides at equal FLOPs (`extra`: further --set overrides), fine-tune each on SST-2, report."""
     recipes = {name: load_recipe(path, extra) for name, path in RECIPES.items()}
-    mlm_steps = {"smoke": 2, "quick": 12, "full": recipes["mlm"].max_steps}[common.size(opts)]
+    mlm_steps = {"smoke": 2, "quick": 6, "full": recipes["mlm"].max_steps}[common.size(opts)]
     budget = mlm_steps * step_flops(recipes["mlm"])
     electra_steps = max(1, round(budget / step_flops(recipes["electra"])))
     warmup = {name: max(1, round(r.warmup_steps / r.max_steps * steps))
               for (name, r), steps in zip(recipes.items(), (mlm_steps, electra_steps))}
     suffix = {"smoke": "-smoke", "quick": "-quick", "full": ""}[common.size(opts)]
     runs = {name: opts.runs / f"compare-{'bert' if name == 'mlm' else 'electra'}-mini{suffix}" for name in RECIPES}
-    figures: dict = {"training_flops_budget": budget, "threads": torch.get_num_threads()}
+    figures: dict = {"training_flops_budget": budget, "threads": torch.get_num_threads(), "recipe_overrides": extra}
     for name, steps in (("mlm", mlm_steps), ("electra", electra_steps)):
         overrides = [*extra, f"max_steps={steps}", f"warmup_steps={warmup[name]}"]
         if opts.quick or opts.smoke:

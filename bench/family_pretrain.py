@@ -7,7 +7,7 @@ tokenizer kind); the others read the WordPiece shards. The curves go to docs/fam
 to bench/results/family_pretrain.json: first and last logged loss, and the held-out figures at the end.
 
     python bench/family_pretrain.py            # 120 steps each; the README's figure used --steps 150
-    python bench/family_pretrain.py --quick    # 8 steps each (about a minute)
+    python bench/family_pretrain.py --quick    # 4 steps each (about a minute)
     python bench/family_pretrain.py --smoke    # 2 steps each of 2 x 32 models on synthetic shards (make test)
 """
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import common  # noqa: E402
-from common import SMOKE_RECIPE, encoderlab, results_path, smoke_shards, write_results  # noqa: E402
+from common import SMOKE_RECIPE, encoderlab, results_path, smoke_shards, training_precision, write_results  # noqa: E402
 
 from encoderlab import EncoderConfig, MaskedLMModel  # noqa: E402
 from encoderlab.io import atomic_write  # noqa: E402
@@ -55,7 +55,7 @@ def run_recipe(recipe: str, out: Path, steps: int, extra: list[str]) -> None:
     """One short run of configs/family/RECIPE.yaml into `out` (`extra`: further --set overrides)."""
     overrides = [f"max_steps={steps}", f"warmup_steps={max(1, steps // 10)}", "batch_size=16",
                  f"log_every={max(1, min(4, steps // 2))}", f"eval_every={steps}", "eval_batches=4", f"save_every={steps}"]
-    if recipe == "roberta-mini" and (ROOT / "runs/wiki-bpe-data/meta.json").is_file() and not extra:
+    if recipe == "roberta-mini" and (ROOT / "runs/wiki-bpe-data/meta.json").is_file() and "data=" not in str(extra):
         overrides.append("data=runs/wiki-bpe-data")
     encoderlab("pretrain", "--config", ROOT / f"configs/family/{recipe}.yaml", "--out", out,
                *[x for o in overrides + extra for x in ("--set", o)])
@@ -99,7 +99,7 @@ def plot(results: dict[str, Path], out: Path) -> None:
 
 
 def main() -> None:
-    parser = common.parser(__doc__, quick="8 steps per family")
+    parser = common.parser(__doc__, quick="4 steps per family")
     parser.add_argument("--steps", type=int, default=120, help="steps per family (default: 120)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs/family", help="where the runs go")
     parser.add_argument("--reuse", action="store_true", help="keep runs that already finished")
@@ -113,7 +113,7 @@ def main() -> None:
         print("skipped: needs the prepared Wikipedia shards (runs/wiki-data) and the teacher runs/bert-mini-cpu/model; "
               "configs/bert-mini-wiki-cpu.yaml says how to make both", file=sys.stderr)
         return
-    run_all(opts, 8 if opts.quick else opts.steps, [])
+    run_all(opts, 4 if opts.quick else opts.steps, [f"precision={training_precision()}"])
 
 
 def run_all(opts: Namespace, steps: int, extra: list[str]) -> None:
@@ -140,6 +140,7 @@ def run_all(opts: Namespace, steps: int, extra: list[str]) -> None:
                "quick": ROOT / "bench/results/family-curves-quick.png", "full": ROOT / "docs/family-curves.png"}
     picture = picture[common.size(opts)]
     plot(folders, picture)
+    figures["recipe_overrides"] = extra
     figures["curves"] = str(picture.relative_to(ROOT) if picture.is_relative_to(ROOT) else picture)
     print(f"wrote {write_results(opts, 'family_pretrain', figures, goals)}")
 

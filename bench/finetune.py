@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import common  # noqa: E402
-from common import goal, results_path, smoke_data, tiny_model, write_results  # noqa: E402
+from common import goal, results_path, smoke_data, tiny_model, training_precision, write_results  # noqa: E402
 
 from encoderlab.tasks.cli import add_commands  # noqa: E402
 
@@ -163,8 +163,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lr", default="squad=5e-5",
                         help="peak learning rate: LR or task=LR,... (default: squad=5e-5, the BERT paper's SQuAD "
                              "recipe, section 4.2; the others take the CLI default, 2e-5; bilstm 1e-3)")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16",
-                        help="bf16 autocast (default; ~2x faster on CPUs with AVX512-BF16) or fp32")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default=training_precision(),
+                        help="bf16 autocast (~2x faster on CPUs with AVX512-BF16) or fp32 (default: bf16 where the "
+                             "CPU has it natively, else fp32)")
     parser.add_argument("--qa-max-length", type=int, default=384, help="SQuAD window length (default: 384)")
     parser.add_argument("--qa-doc-stride", type=int, default=128, help="tokens shared by SQuAD windows (default: 128)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")

@@ -13,7 +13,7 @@ Everything here is run, not read from test results:
     against the Embed pipeline run here.
 
     python bench/reliability.py            # 64 clients for 60 s; 3 kills per command
-    python bench/reliability.py --quick    # 16 clients for 10 s; 2 kills per command: a minute or two
+    python bench/reliability.py --quick    # 16 clients for 5 s; 1 kill of shorter runs; every 4th bad input
     python bench/reliability.py --smoke    # 2 clients for 1 s on a tiny model; 1 kill of shorter runs (make test)
 """
 
@@ -238,17 +238,18 @@ def kill_and_resume(argv: list[str], run: Path, kill_steps: list[int]) -> dict[s
             "stderr_tail": err[-500:] if process.returncode else ""}
 
 
-def crashes(kills_per_command: int, smoke: bool) -> dict[str, Any]:
-    """Kill-and-resume runs of pretrain and finetune (shorter with `smoke`) against uninterrupted references."""
+def crashes(kills_per_command: int, size: str) -> dict[str, Any]:
+    """Kill-and-resume runs of pretrain and finetune (shorter for --quick and --smoke) against uninterrupted
+    references."""
     started = time.perf_counter()
     rng = random.Random(SEED)
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for command, make, size in (("pretrain", pretrain_argv, 8 if smoke else RECIPE["max_steps"]),
-                                    ("finetune", finetune_argv, 16 if smoke else 160)):
+        for command, make, length in (("pretrain", pretrain_argv, {"smoke": 8, "quick": 16, "full": 40}[size]),
+                                      ("finetune", finetune_argv, {"smoke": 16, "quick": 48, "full": 160}[size])):
             root = Path(tmp) / command
             root.mkdir()
-            argv, steps = make(root, size)
+            argv, steps = make(root, length)
             reference = subprocess.run([sys.executable, "-m", "encoderlab", *argv, "--out", str(root / "reference")],
                                        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600, check=False)
             if reference.returncode:
@@ -448,20 +449,20 @@ def server(clients: int, seconds: float, abuse_share: float, model: str) -> dict
 
 # ---- the report ------------------------------------------------------------------------------------------------
 def main() -> None:
-    parser = common.parser(__doc__, quick="16 clients for 10 s, 2 kills per command")
+    parser = common.parser(__doc__, quick="16 clients for 5 s, 1 kill of shorter runs, every 4th bad input")
     parser.add_argument("--clients", type=int, help="concurrent clients (default: 64; --quick 16; --smoke 2)")
-    parser.add_argument("--seconds", type=float, help="how long the clients send (default: 60; --quick 10; --smoke 1)")
-    parser.add_argument("--kills", type=int, help="SIGKILLs per command (default: 3; --quick 2; --smoke 1)")
+    parser.add_argument("--seconds", type=float, help="how long the clients send (default: 60; --quick 5; --smoke 1)")
+    parser.add_argument("--kills", type=int, help="SIGKILLs per command (default: 3; --quick and --smoke 1)")
     parser.add_argument("--abuse-share", type=float, default=0.1, help="fraction of abusive requests (default: 0.1)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # the other core is the server's (or a background job's)
     size = common.size(args)
     clients = args.clients or {"smoke": 2, "quick": 16, "full": 64}[size]
-    seconds = args.seconds or {"smoke": 1, "quick": 10, "full": 60}[size]
+    seconds = args.seconds or {"smoke": 1, "quick": 5, "full": 60}[size]
     load_before = os.getloadavg()
-    figures = {"bad_inputs": bad_inputs(16 if args.smoke else 1)}  # the test suite runs every case
+    figures = {"bad_inputs": bad_inputs({"smoke": 16, "quick": 4, "full": 1}[size])}  # tests run every case
     print("bad inputs:", json.dumps({k: v for k, v in figures["bad_inputs"].items() if k != "unhandled"}))
-    figures["crashes"] = crashes(args.kills or {"smoke": 1, "quick": 2, "full": 3}[size], args.smoke)
+    figures["crashes"] = crashes(args.kills or {"smoke": 1, "quick": 1, "full": 3}[size], size)
     print("crashes:", json.dumps(figures["crashes"]))
     with tempfile.TemporaryDirectory(prefix="encoderlab-reliability-") as work:
         model = str(tiny_model(Path(work) / "tiny")) if args.smoke else "minilm"
