@@ -49,8 +49,8 @@ TARGETS = {"sst2": ("SST-2 dev accuracy (MiniLM)", "accuracy", 0.89),
            "conll": ("CoNLL-2003 valid entity F1 (MiniLM)", "f1", 0.87),
            "squad": ("SQuAD v1.1 part-a held-out articles F1 (MiniLM)", "f1", 60.0),
            "stsb": ("STS-B dev Spearman after fine-tuning (MiniLM)", "spearman", 0.86)}
-QUICK = {"max_train": {"sst2": 192, "bilstm": 512, "conll": 96, "squad": 32, "stsb": 192},
-         "max_eval": {"sst2": 96, "bilstm": 128, "conll": 48, "squad": 16, "stsb": 96}, "epochs": 1.0}
+QUICK = {"max_train": {"sst2": 96, "bilstm": 256, "conll": 48, "squad": 16, "stsb": 96},
+         "max_eval": {"sst2": 48, "bilstm": 64, "conll": 24, "squad": 8, "stsb": 48}, "epochs": 1.0}
 SMOKE = {"max_train": {"*": 16}, "max_eval": {"*": 8}, "epochs": 1.0}
 
 
