@@ -9,14 +9,14 @@ at equal compute ELECTRA's discriminator fine-tunes better than an MLM-trained m
 
     python bench/electra_vs_mlm.py            # both pretraining runs, then SST-2 (about 40 minutes on 2 quiet cores)
     python bench/electra_vs_mlm.py --reuse    # use runs that already finished
-    python bench/electra_vs_mlm.py --quick    # 12 steps each and 256 SST-2 sentences: under a minute or two
+    python bench/electra_vs_mlm.py --quick    # 6 MLM steps (ELECTRA: the same FLOPs), 128 SST-2 sentences
+    python bench/electra_vs_mlm.py --smoke    # 2 x 32 models, 2 steps, synthetic shards and SST-2 (make test)
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +27,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import command_line, goal, write_results  # noqa: E402
+import common  # noqa: E402
+from common import SMOKE_RECIPE, encoderlab, goal, smoke_shards, training_precision, write_results  # noqa: E402
 from finetune import DATA, cli  # noqa: E402
 
 from encoderlab.config import EncoderConfig  # noqa: E402
@@ -51,10 +52,7 @@ def step_flops(recipe) -> float:
 def pretrain(name: str, run: Path, overrides: list[str], reuse: bool) -> float:
     """Run (or reuse) one pretraining run; its wall-clock seconds (from metrics.csv when reused)."""
     if not (reuse and (run / "model" / "config.json").is_file()):
-        argv = [sys.executable, "-m", "encoderlab", "pretrain", "--config", str(RECIPES[name]), "--out", str(run),
-                *[x for o in overrides for x in ("--set", o)]]
-        print("$", " ".join(argv[2:]), file=sys.stderr, flush=True)
-        subprocess.run(argv, check=True)
+        encoderlab("pretrain", "--config", RECIPES[name], "--out", run, *[x for o in overrides for x in ("--set", o)])
     rows = list(csv.DictReader((run / "metrics.csv").open(encoding="utf-8")))
     return float(rows[-1]["elapsed_s"])
 
@@ -67,10 +65,11 @@ def last(run: Path, column: str) -> float | None:
 
 def sst2(model: Path, opts: argparse.Namespace, work: Path) -> dict:
     """SST-2 dev accuracy after fine-tuning `model` (same settings for both sides)."""
-    argv = ["finetune", "classify", "--model", model, "--train", DATA / "sst2/train.tsv", "--eval", DATA / "sst2/dev.tsv",
-            "--out", work / model.parent.name, "--epochs", 1, "--lr", opts.lr, "--seed", 42, "--precision", "bf16",
+    argv = ["finetune", "classify", "--model", model, "--train", opts.data / "sst2/train.tsv",
+            "--eval", opts.data / "sst2/dev.tsv",
+            "--out", work / model.parent.name, "--epochs", 1, "--lr", opts.lr, "--seed", 42, "--precision", training_precision(),
             "--no-progress", *(["--max-train", opts.max_train] if opts.max_train else []),
-            *(["--max-eval", 96] if opts.quick else []),
+            *(["--max-eval", 96] if opts.quick or opts.smoke else []),
             *(["--threads", opts.threads] if opts.threads else [])]
     summary = cli(*argv)
     return {"accuracy": round(summary["best"]["eval_accuracy"], 4), "train_examples": summary["train_examples"],
@@ -78,7 +77,7 @@ def sst2(model: Path, opts: argparse.Namespace, work: Path) -> dict:
 
 
 @torch.no_grad()
-def replaced_token_auc(run: Path, sentences: int = 200, seed: int = 0) -> dict[str, float]:
+def replaced_token_auc(run: Path, data: Path, sentences: int = 200, seed: int = 0) -> dict[str, float]:
     """ROC AUC of the exported discriminator's scores for replaced tokens: 15% of the (non-special) tokens of
     SST-2 dev sentences replaced by random ids, or by samples of the exported generator. 0.5 is chance."""
     from sklearn.metrics import roc_auc_score
@@ -89,7 +88,7 @@ def replaced_token_auc(run: Path, sentences: int = 200, seed: int = 0) -> dict[s
     torch.manual_seed(seed)
     discriminator, generator = load_model(run / "model"), load_model(run / "model" / "generator")
     tokenizer = Tokenizer.from_pretrained(run / "model")
-    lines = (DATA / "sst2/dev.tsv").read_text(encoding="utf-8").splitlines()[1:sentences + 1]
+    lines = (data / "sst2/dev.tsv").read_text(encoding="utf-8").splitlines()[1:sentences + 1]
     batch = tokenizer.encode_batch([line.split("\t")[0] for line in lines], max_length=64)
     ids, mask = batch.input_ids, batch.attention_mask
     scored = mask.bool() & ~torch.isin(ids, torch.tensor(sorted(tokenizer.special_ids)))
@@ -107,51 +106,63 @@ def replaced_token_auc(run: Path, sentences: int = 200, seed: int = 0) -> dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="12 MLM steps and tiny SST-2 subsets")
+    parser = common.parser(__doc__, quick="6 MLM steps and tiny SST-2 subsets: about a minute")
     parser.add_argument("--reuse", action="store_true", help="reuse finished runs instead of pretraining again")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs", help="folder of the two runs (default: runs/)")
     parser.add_argument("--max-train", type=int, default=0, help="SST-2 training sentences (default 0: all 67,349)")
     parser.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate (default: 1e-4)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     opts = parser.parse_args()
+    if opts.smoke:
+        with tempfile.TemporaryDirectory(prefix="encoderlab-electra-") as work:
+            opts.max_train, opts.reuse, opts.runs = 16, False, Path(work) / "runs"
+            shards = smoke_shards(Path(work))
+            opts.data = Path(work) / "data"
+            compare(opts, [*SMOKE_RECIPE, f"data={shards}"], Path(work))
+        return
+    opts.data = DATA
     if not (DATA / "sst2").is_dir() or not (ROOT / "runs/wiki-data/meta.json").is_file():
         print("skipped: needs ../shared/data/sst2 and the prepared Wikipedia shards in runs/wiki-data "
               "(configs/bert-mini-wiki.yaml says how to make them)", file=sys.stderr)
         return
     if opts.quick:
-        opts.max_train, opts.reuse = 256, False
-    recipes = {name: load_recipe(path) for name, path in RECIPES.items()}
-    mlm_steps = 12 if opts.quick else recipes["mlm"].max_steps
+        opts.max_train, opts.reuse = 128, False
+    with tempfile.TemporaryDirectory(prefix="encoderlab-bench-") as work:
+        compare(opts, [f"precision={training_precision()}"], Path(work))
+
+
+def compare(opts: argparse.Namespace, extra: list[str], work: Path) -> None:
+    """Pretrain both sides at equal FLOPs (`extra`: further --set overrides), fine-tune each on SST-2, report."""
+    recipes = {name: load_recipe(path, extra) for name, path in RECIPES.items()}
+    mlm_steps = {"smoke": 2, "quick": 6, "full": recipes["mlm"].max_steps}[common.size(opts)]
     budget = mlm_steps * step_flops(recipes["mlm"])
     electra_steps = max(1, round(budget / step_flops(recipes["electra"])))
     warmup = {name: max(1, round(r.warmup_steps / r.max_steps * steps))
               for (name, r), steps in zip(recipes.items(), (mlm_steps, electra_steps))}
-    suffix = "-quick" if opts.quick else ""
+    suffix = {"smoke": "-smoke", "quick": "-quick", "full": ""}[common.size(opts)]
     runs = {name: opts.runs / f"compare-{'bert' if name == 'mlm' else 'electra'}-mini{suffix}" for name in RECIPES}
-    figures: dict = {"training_flops_budget": budget, "threads": torch.get_num_threads()}
-    with tempfile.TemporaryDirectory(prefix="encoderlab-bench-") as work:
-        for name, steps in (("mlm", mlm_steps), ("electra", electra_steps)):
-            overrides = [f"max_steps={steps}", f"warmup_steps={warmup[name]}"]
-            if opts.quick:
-                overrides += ["eval_every=0", "save_every=0", "eval_batches=2", "log_every=4"]
-            seconds = pretrain(name, runs[name], overrides, opts.reuse)
-            started = time.time()
-            figures[name] = {"run": str(runs[name].relative_to(ROOT)) if runs[name].is_relative_to(ROOT) else str(runs[name]),
-                             "steps": steps, "flops_per_step": step_flops(recipes[name]),
-                             "training_flops": steps * step_flops(recipes[name]), "pretrain_seconds": seconds,
-                             "final_train_loss": last(runs[name], "loss"),
-                             "heldout_mlm_accuracy": last(runs[name], "eval_mlm_accuracy"),
-                             "heldout_rtd_accuracy": last(runs[name], "eval_rtd_accuracy"),
-                             "sst2": sst2(runs[name] / "model", opts, Path(work))}
-            figures[name]["sst2"]["seconds"] = round(time.time() - started, 1)
-            if name == "electra":
-                figures[name].update(replaced_token_auc(runs[name]))
-            print(name, figures[name], file=sys.stderr, flush=True)
+    figures: dict = {"training_flops_budget": budget, "threads": torch.get_num_threads(), "recipe_overrides": extra}
+    for name, steps in (("mlm", mlm_steps), ("electra", electra_steps)):
+        overrides = [*extra, f"max_steps={steps}", f"warmup_steps={warmup[name]}"]
+        if opts.quick or opts.smoke:
+            overrides += ["eval_every=0", "save_every=0", "eval_batches=2", f"log_every={min(4, steps)}"]
+        seconds = pretrain(name, runs[name], overrides, opts.reuse)
+        started = time.time()
+        figures[name] = {"run": str(runs[name].relative_to(ROOT)) if runs[name].is_relative_to(ROOT) else str(runs[name]),
+                         "steps": steps, "flops_per_step": step_flops(recipes[name]),
+                         "training_flops": steps * step_flops(recipes[name]), "pretrain_seconds": seconds,
+                         "final_train_loss": last(runs[name], "loss"),
+                         "heldout_mlm_accuracy": last(runs[name], "eval_mlm_accuracy"),
+                         "heldout_rtd_accuracy": last(runs[name], "eval_rtd_accuracy"),
+                         "sst2": sst2(runs[name] / "model", opts, work)}
+        figures[name]["sst2"]["seconds"] = round(time.time() - started, 1)
+        if name == "electra":
+            figures[name].update(replaced_token_auc(runs[name], opts.data))
+        print(name, figures[name], file=sys.stderr, flush=True)
     gap = figures["electra"]["sst2"]["accuracy"] - figures["mlm"]["sst2"]["accuracy"]
     figures["electra_minus_mlm_sst2"] = round(gap, 4)
     goals = [goal("ELECTRA SST-2 dev accuracy minus MLM's at equal training FLOPs (paper: > 0)", gap, 0.0)]
-    path = write_results("electra_vs_mlm_quick" if opts.quick else "electra_vs_mlm", command_line(), figures, goals)
+    path = write_results(opts, "electra_vs_mlm", figures, goals)
     print(f"wrote {path}")
 
 

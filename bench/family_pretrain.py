@@ -7,23 +7,28 @@ tokenizer kind); the others read the WordPiece shards. The curves go to docs/fam
 to bench/results/family_pretrain.json: first and last logged loss, and the held-out figures at the end.
 
     python bench/family_pretrain.py            # 120 steps each; the README's figure used --steps 150
-    python bench/family_pretrain.py --quick    # 8 steps each (about a minute)
+    python bench/family_pretrain.py --quick    # 4 steps each (about a minute)
+    python bench/family_pretrain.py --smoke    # 2 steps each of 2 x 32 models on synthetic shards (make test)
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
-import subprocess
+import shutil
 import sys
+import tempfile
+from argparse import Namespace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import command_line, write_results  # noqa: E402
+import common  # noqa: E402
+from common import SMOKE_RECIPE, encoderlab, results_path, smoke_shards, training_precision, write_results  # noqa: E402
 
+from encoderlab import EncoderConfig, MaskedLMModel  # noqa: E402
 from encoderlab.io import atomic_write  # noqa: E402
+from encoderlab.tokenizer import Tokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # family: (recipe, the loss columns to draw, extra overrides)
@@ -46,16 +51,25 @@ def series(table: list[dict[str, str]], column: str) -> tuple[list[int], list[fl
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def run_recipe(recipe: str, out: Path, steps: int) -> None:
-    """One short run of configs/family/RECIPE.yaml into `out`."""
-    overrides = [f"max_steps={steps}", f"warmup_steps={max(1, steps // 10)}", "batch_size=16", "log_every=4",
-                 f"eval_every={steps}", "eval_batches=4", f"save_every={steps}"]
-    if recipe == "roberta-mini" and (ROOT / "runs/wiki-bpe-data/meta.json").is_file():
+def run_recipe(recipe: str, out: Path, steps: int, extra: list[str]) -> None:
+    """One short run of configs/family/RECIPE.yaml into `out` (`extra`: further --set overrides)."""
+    overrides = [f"max_steps={steps}", f"warmup_steps={max(1, steps // 10)}", "batch_size=16",
+                 f"log_every={max(1, min(4, steps // 2))}", f"eval_every={steps}", "eval_batches=4", f"save_every={steps}"]
+    if recipe == "roberta-mini" and (ROOT / "runs/wiki-bpe-data/meta.json").is_file() and "data=" not in str(extra):
         overrides.append("data=runs/wiki-bpe-data")
-    argv = [sys.executable, "-m", "encoderlab", "pretrain", "--config", str(ROOT / f"configs/family/{recipe}.yaml"),
-            "--out", str(out), *[x for o in overrides for x in ("--set", o)]]
-    print("$", " ".join(argv[2:]), file=sys.stderr, flush=True)
-    subprocess.run(argv, check=True, cwd=ROOT)
+    encoderlab("pretrain", "--config", ROOT / f"configs/family/{recipe}.yaml", "--out", out,
+               *[x for o in overrides + extra for x in ("--set", o)])
+
+
+def smoke_setup(work: Path) -> list[str]:
+    """Synthetic shards and a tiny random teacher in `work`; the overrides that point every recipe at them."""
+    shards = smoke_shards(work)
+    tokenizer = Tokenizer.from_pretrained(shards / "tokenizer")
+    config = EncoderConfig.from_preset("bert-tiny", vocab_size=tokenizer.vocab_size, hidden_size=32, num_heads=2,
+                                       intermediate_size=64)
+    MaskedLMModel(config).save_pretrained(work / "teacher")
+    tokenizer.save(work / "teacher")
+    return [*SMOKE_RECIPE, f"data={shards}", f"teacher={work / 'teacher'}", "eval_batches=1"]
 
 
 def plot(results: dict[str, Path], out: Path) -> None:
@@ -85,24 +99,32 @@ def plot(results: dict[str, Path], out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="8 steps per family")
+    parser = common.parser(__doc__, quick="4 steps per family")
     parser.add_argument("--steps", type=int, default=120, help="steps per family (default: 120)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs/family", help="where the runs go")
     parser.add_argument("--reuse", action="store_true", help="keep runs that already finished")
     opts = parser.parse_args()
+    if opts.smoke:
+        with tempfile.TemporaryDirectory(prefix="encoderlab-family-") as work:
+            opts.runs, opts.reuse = Path(work) / "runs", False
+            run_all(opts, 2, smoke_setup(Path(work)))
+        return
     if not (ROOT / "runs/wiki-data/meta.json").is_file() or not (ROOT / "runs/bert-mini-cpu/model").is_dir():
         print("skipped: needs the prepared Wikipedia shards (runs/wiki-data) and the teacher runs/bert-mini-cpu/model; "
               "configs/bert-mini-wiki-cpu.yaml says how to make both", file=sys.stderr)
         return
-    steps = 8 if opts.quick else opts.steps
+    run_all(opts, 4 if opts.quick else opts.steps, [f"precision={training_precision()}"])
+
+
+def run_all(opts: Namespace, steps: int, extra: list[str]) -> None:
+    """Run (or reuse) every family's recipe for `steps` steps; draw the curves; write the figures and goals."""
     folders, figures, goals = {}, {}, []
+    suffix = {"smoke": "-smoke", "quick": "-quick", "full": ""}[common.size(opts)]
     for title, (recipe, columns) in RUNS.items():
-        folders[title] = opts.runs / (recipe + ("-quick" if opts.quick else ""))
+        folders[title] = opts.runs / (recipe + suffix)
         if not (opts.reuse and (folders[title] / "model" / "config.json").is_file()):
-            if folders[title].exists():
-                subprocess.run(["rm", "-rf", str(folders[title])], check=True)
-            run_recipe(recipe, folders[title], steps)
+            shutil.rmtree(folders[title], ignore_errors=True)
+            run_recipe(recipe, folders[title], steps, extra)
         table = rows(folders[title])
         losses = series(table, "loss")[1]  # training rows; the held-out rows leave `loss` empty
         first, last = losses[0], losses[-1]
@@ -114,10 +136,13 @@ def main() -> None:
         goals.append({"what": f"{title}: training loss falls over {steps} steps", "value": round(last - first, 4),
                       "target": "< 0", "met": last < first})
         print(title, figures[recipe], file=sys.stderr, flush=True)
-    picture = ROOT / ("bench/results/family-curves-quick.png" if opts.quick else "docs/family-curves.png")
+    picture = {"smoke": results_path(opts, "family_pretrain").with_name("family-curves-smoke.png"),
+               "quick": ROOT / "bench/results/family-curves-quick.png", "full": ROOT / "docs/family-curves.png"}
+    picture = picture[common.size(opts)]
     plot(folders, picture)
-    figures["curves"] = str(picture.relative_to(ROOT))
-    print(f"wrote {write_results('family_pretrain_quick' if opts.quick else 'family_pretrain', command_line(), figures, goals)}")
+    figures["recipe_overrides"] = extra
+    figures["curves"] = str(picture.relative_to(ROOT) if picture.is_relative_to(ROOT) else picture)
+    print(f"wrote {write_results(opts, 'family_pretrain', figures, goals)}")
 
 
 if __name__ == "__main__":

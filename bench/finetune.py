@@ -12,11 +12,12 @@ best checkpoint by the eval metric). Scored on:
 CPU time is scarce (the machine is shared), so every task takes a training subset and an epoch count:
 
     python bench/finetune.py --quick                              # tiny subsets, under a minute
+    python bench/finetune.py --smoke                              # a tiny random model, synthetic data (make test)
     python bench/finetune.py --tasks stsb --epochs 1              # one task; others keep their last figures
     python bench/finetune.py --tasks sst2 --max-train sst2=20000 --epochs 1 --threads 2
 
 Figures of tasks not run keep their previous values in bench/results/finetune.json, each with the command
-that produced it; --quick writes finetune_quick.json instead.
+that produced it; --quick writes finetune_quick.json instead (--smoke: finetune_smoke.json in a temporary folder).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import RESULTS, command_line, goal, write_results  # noqa: E402
+import common  # noqa: E402
+from common import goal, results_path, smoke_data, tiny_model, training_precision, write_results  # noqa: E402
 
 from encoderlab.tasks.cli import add_commands  # noqa: E402
 
@@ -47,8 +49,9 @@ TARGETS = {"sst2": ("SST-2 dev accuracy (MiniLM)", "accuracy", 0.89),
            "conll": ("CoNLL-2003 valid entity F1 (MiniLM)", "f1", 0.87),
            "squad": ("SQuAD v1.1 part-a held-out articles F1 (MiniLM)", "f1", 60.0),
            "stsb": ("STS-B dev Spearman after fine-tuning (MiniLM)", "spearman", 0.86)}
-QUICK = {"max_train": {"sst2": 192, "bilstm": 512, "conll": 96, "squad": 32, "stsb": 192},
-         "max_eval": {"sst2": 96, "bilstm": 128, "conll": 48, "squad": 16, "stsb": 96}, "epochs": 1.0}
+QUICK = {"max_train": {"sst2": 96, "bilstm": 256, "conll": 48, "squad": 16, "stsb": 96},
+         "max_eval": {"sst2": 48, "bilstm": 64, "conll": 24, "squad": 8, "stsb": 48}, "epochs": 1.0}
+SMOKE = {"max_train": {"*": 16}, "max_eval": {"*": 8}, "epochs": 1.0}
 
 
 def per_task(value: str | None, cast) -> dict[str, Any]:
@@ -122,18 +125,19 @@ def shown(argv: list[Any], work: Path) -> str:
 def run_task(task: str, opts: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Figures of one benchmark task."""
     if task in ("sst2", "bilstm"):
-        return finetune(task, "classify", DATA / "sst2" / "train.tsv", DATA / "sst2" / "dev.tsv", work, opts)
+        return finetune(task, "classify", opts.data / "sst2" / "train.tsv", opts.data / "sst2" / "dev.tsv", work, opts)
     if task == "conll":
-        return finetune(task, "ner", DATA / "conll2003" / "train.txt", DATA / "conll2003" / "valid.txt", work, opts)
+        return finetune(task, "ner", opts.data / "conll2003" / "train.txt", opts.data / "conll2003" / "valid.txt",
+                        work, opts)
     if task == "squad":
-        train, evaluation, split = split_squad(DATA / "squad_v1.1" / "dev-v1.1.part-a.json", work)
+        train, evaluation, split = split_squad(opts.data / "squad_v1.1" / "dev-v1.1.part-a.json", work)
         return finetune(task, "qa", train, evaluation, work, opts, "--max-length", opts.qa_max_length,
                         "--doc-stride", opts.qa_doc_stride) | {"split": split}
-    dev = DATA / "stsb" / "dev.tsv"
+    dev = opts.data / "stsb" / "dev.tsv"
     before = cli("evaluate", "embed", "--model", opts.model, "--data", dev,
                  *(["--threads", opts.threads] if opts.threads else []),
                  *(["--max-eval", pick(opts.max_eval, task)] if pick(opts.max_eval, task) else []))["metrics"]
-    after = finetune(task, "embed", DATA / "stsb" / "train.tsv", dev, work, opts)
+    after = finetune(task, "embed", opts.data / "stsb" / "train.tsv", dev, work, opts)
     return after | {"before_spearman": round(before["spearman"], 4), "before_pearson": round(before["pearson"], 4)}
 
 
@@ -149,8 +153,7 @@ def goals(figures: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny subsets, one epoch: under a minute")
+    parser = common.parser(__doc__, quick="tiny subsets, one epoch: under a minute")
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {', '.join(TASKS)}")
     parser.add_argument("--model", default="minilm", help="checkpoint folder or alias (default: minilm)")
     parser.add_argument("--max-train", default=None, help="training examples: N, or task=N,task=N (default: all)")
@@ -160,8 +163,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lr", default="squad=5e-5",
                         help="peak learning rate: LR or task=LR,... (default: squad=5e-5, the BERT paper's SQuAD "
                              "recipe, section 4.2; the others take the CLI default, 2e-5; bilstm 1e-3)")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16",
-                        help="bf16 autocast (default; ~2x faster on CPUs with AVX512-BF16) or fp32")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default=training_precision(),
+                        help="bf16 autocast (~2x faster on CPUs with AVX512-BF16) or fp32 (default: bf16 where the "
+                             "CPU has it natively, else fp32)")
     parser.add_argument("--qa-max-length", type=int, default=384, help="SQuAD window length (default: 384)")
     parser.add_argument("--qa-doc-stride", type=int, default=128, help="tokens shared by SQuAD windows (default: 128)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -176,10 +180,11 @@ def parse_args() -> argparse.Namespace:
     opts.epochs = per_task(opts.epochs, float)
     opts.eval_every = per_task(opts.eval_every, int)
     opts.lr = per_task(opts.lr, float)
-    if opts.quick:
-        opts.max_train = QUICK["max_train"] | opts.max_train
-        opts.max_eval = QUICK["max_eval"] | opts.max_eval
-        opts.epochs = {"*": QUICK["epochs"]}
+    if opts.quick or opts.smoke:
+        small = SMOKE if opts.smoke else QUICK
+        opts.max_train = small["max_train"] | opts.max_train
+        opts.max_eval = small["max_eval"] | opts.max_eval
+        opts.epochs = {"*": small["epochs"]}
         opts.qa_max_length, opts.qa_doc_stride = min(opts.qa_max_length, 192), min(opts.qa_doc_stride, 64)
     unknown = set(opts.tasks.split(",")) - set(TASKS)
     if unknown:
@@ -192,19 +197,21 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     opts = parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # a line per evaluation
-    if not DATA.is_dir():
-        raise SystemExit(f"{DATA}: the shared data folder is absent (set ENCODERLAB_DATA)")
-    name = "finetune_quick" if opts.quick else "finetune"
-    previous = RESULTS / f"{name}.json"
-    figures = json.loads(previous.read_text())["figures"] if previous.is_file() and not opts.quick else {}
+    previous = results_path(opts, "finetune")
+    figures = json.loads(previous.read_text())["figures"] if previous.is_file() and common.size(opts) == "full" else {}
     with tempfile.TemporaryDirectory(prefix="encoderlab-bench-") as work:
+        opts.data = smoke_data(Path(work) / "data") if opts.smoke else DATA
+        if opts.smoke:
+            opts.model = str(tiny_model(Path(work) / "tiny"))
+        if not opts.data.is_dir():
+            raise SystemExit(f"{opts.data}: the shared data folder is absent (set ENCODERLAB_DATA)")
         for task in opts.tasks.split(","):
             print(f"== {task}", file=sys.stderr)
             key = opts.label or task
             figures[key] = run_task(task, opts, Path(work)) | {"model": opts.model}
             print(json.dumps({key: figures[key]}, indent=2))
     figures["torch_threads"] = torch.get_num_threads()
-    path = write_results(name, command_line(), figures, goals(figures))
+    path = write_results(opts, "finetune", figures, goals(figures))
     print(f"wrote {path}")
 
 

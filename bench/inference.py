@@ -22,7 +22,11 @@ attention, and is set against the best matmul throughput of the contender's prec
 via torch._int_mm), measured in the same run.
 
     python bench/inference.py            # all three setups (several minutes on 2 cores)
-    python bench/inference.py --quick    # fewer texts, one round: under a minute
+    python bench/inference.py --quick    # 128 SST-2 sentences, 64 STS-B pairs, one round, no compile
+    python bench/inference.py --smoke    # seconds: a tiny random model on synthetic text (make test)
+
+--quick and --smoke leave the compiled contenders out: compiling takes longer than the timed work there; the
+full run measures them.
 """
 
 from __future__ import annotations
@@ -43,24 +47,29 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import command_line, goal, matmul_peak, write_results  # noqa: E402
+import common  # noqa: E402
+from common import goal, matmul_peak, peak_rate, smoke_data, tiny_model, write_results  # noqa: E402
 
 from encoderlab.checkpoint import resolve_model_path  # noqa: E402
 from encoderlab.infer import precision as precisions  # noqa: E402
 from encoderlab.infer.pipelines import pipeline  # noqa: E402
 
 DATA = Path(os.environ.get("ENCODERLAB_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+# texts per setup (None: all), passage length, timed rounds
+SIZES = {"full": {"sst2": None, "passages": 128, "passage_tokens": 256, "base": 256, "pairs": None, "rounds": 3},
+         "quick": {"sst2": 128, "passages": 64, "passage_tokens": 256, "base": 64, "pairs": 64, "rounds": 1},
+         "smoke": {"sst2": 16, "passages": 4, "passage_tokens": 64, "base": 8, "pairs": 16, "rounds": 1}}
 
 
-def sst2_sentences() -> list[str]:
+def sst2_sentences(data: Path) -> list[str]:
     """SST-2 dev sentences in file order (the first column after the header)."""
-    path = DATA / "sst2" / "dev.tsv"
+    path = data / "sst2" / "dev.tsv"
     if not path.is_file():
         raise SystemExit(f"{path}: absent (set ENCODERLAB_DATA to the shared data folder)")
     return [line.split("\t")[0] for line in path.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]
 
 
-def passages(count: int, tokens: int = 256) -> list[str]:
+def passages(data: Path, count: int, tokens: int = 256) -> list[str]:
     """`count` texts of 80-100% of `tokens` wordpieces: consecutive sentences of one Wikipedia article joined."""
     from encoderlab.tokenizer import Tokenizer
 
@@ -69,7 +78,7 @@ def passages(count: int, tokens: int = 256) -> list[str]:
 
     tokenizer = Tokenizer.from_pretrained("minilm")
     out: list[str] = []
-    for path in corpus_files([DATA / "wikipedia"]):
+    for path in corpus_files([data / "wikipedia"]):
         for document in iter_documents(path):
             current, length = [], 0  # a passage never spans two documents
             for sentence in (s for paragraph in document for s in split_sentences(paragraph)):
@@ -82,7 +91,7 @@ def passages(count: int, tokens: int = 256) -> list[str]:
                     current, length = [], 0
                 current.append(sentence)
                 length += n
-    raise SystemExit(f"only {len(out)} passages of {tokens} tokens in {DATA / 'wikipedia'}")
+    raise SystemExit(f"only {len(out)} passages of {tokens} tokens in {data / 'wikipedia'}")
 
 
 def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -90,9 +99,9 @@ def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
-def stsb_pairs() -> tuple[list[str], list[str], list[float]]:
+def stsb_pairs(data: Path) -> tuple[list[str], list[str], list[float]]:
     """STS-B dev: first sentences, second sentences and gold scores (columns named in the header)."""
-    path = DATA / "stsb" / "dev.tsv"
+    path = data / "stsb" / "dev.tsv"
     if not path.is_file():
         raise SystemExit(f"{path}: absent (set ENCODERLAB_DATA to the shared data folder)")
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -106,14 +115,13 @@ def accuracy(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     """STS-B dev Spearman in each precision, its drop from fp32, and the cosine of each mode's vectors to fp32's."""
     from scipy.stats import spearmanr
 
-    first, second, gold = stsb_pairs()
-    if args.quick:
-        first, second, gold = first[:200], second[:200], gold[:200]
+    first, second, gold = stsb_pairs(args.data)
+    pairs = args.sizes["pairs"] or len(gold)
+    first, second, gold = first[:pairs], second[:pairs], gold[:pairs]
     print(f"== accuracy: STS-B dev, {len(gold)} pairs", file=sys.stderr)
     vectors, spearman = {}, {}
     torch._dynamo.reset()  # as in setup()
-    compiled = [] if args.quick else args.compiled  # --quick: the compiled contender's cosine is in its sst2 figures
-    modes = precisions.supported() + [f"{m}+compile" for m in compiled if m in precisions.supported()]
+    modes = args.precisions + [f"{m}+compile" for m in args.compiled if m in args.precisions]
     for mode in modes:
         embed = ours(folder, args.batch_size, mode.split("+")[0], compile=mode.endswith("+compile"))
         a, b = embed(first), embed(second)
@@ -133,14 +141,15 @@ def accuracy(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     return {"pairs": len(gold), "sentences": len(reference), "modes": modes}
 
 
-def base_sized_folder(work: Path) -> Path:
-    """A bert-base-sized BertModel (12 x 768, random weights) with minilm's tokenizer, saved for every contender."""
+def base_sized_folder(work: Path, smoke: bool) -> Path:
+    """A bert-base-sized BertModel (12 x 768, random weights; 2 x 32 for --smoke) with minilm's tokenizer."""
     import shutil
 
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    BertModel(BertConfig()).save_pretrained(work / "bert-base")
+    tiny = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+    BertModel(BertConfig(**(tiny if smoke else {}))).save_pretrained(work / "bert-base")
     minilm = resolve_model_path("minilm")
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(minilm / name, work / "bert-base" / name)
@@ -183,13 +192,14 @@ def ours(folder: Path, batch_size: int, mode: str, compile: bool = False) -> Cal
     return embedder.embed
 
 
-def contenders(folder: Path, batch_size: int, compiled: list[str]) -> tuple[dict[str, Callable], dict[str, float]]:
+def contenders(folder: Path, batch_size: int, modes: list[str],
+               compiled: list[str]) -> tuple[dict[str, Callable], dict[str, float]]:
     """Every contender this machine runs, by name, and the seconds each took to load (compiling included)."""
     loaders = {"hf-eager-fp32": lambda: hf_eager(folder, batch_size),
                "sentence-transformers": lambda: sentence_transformers(folder, batch_size)}
-    for mode in precisions.supported():
+    for mode in modes:
         loaders[f"encoderlab-{mode}"] = functools.partial(ours, folder, batch_size, mode)
-    for mode in (m for m in compiled if m in precisions.supported()):
+    for mode in (m for m in compiled if m in modes):
         loaders[f"encoderlab-{mode}+compile"] = functools.partial(ours, folder, batch_size, mode, True)
     runs, load_seconds = {}, {}
     for name, load in loaders.items():
@@ -228,17 +238,15 @@ def flops(folder: Path, texts: list[str]) -> float:
 
 
 def int8_peak(n: int = 2048, reps: int = 5) -> float:
-    """Best op/s of an (n, n) x (n, n) int8 matmul (torch._int_mm, int32 accumulate); 0 where there is none."""
+    """Best op/s of a square int8 matmul (torch._int_mm, int32 accumulate; see peak_rate); 0 where there is none."""
     if not precisions.int8_supported():
         return 0.0
-    a = torch.randint(-127, 128, (n, n), dtype=torch.int8)
-    torch._int_mm(a, a)
-    best = float("inf")
-    for _ in range(reps):
-        started = time.perf_counter()
-        torch._int_mm(a, a)
-        best = min(best, time.perf_counter() - started)
-    return 2 * n**3 / best
+
+    def product(size: int) -> Callable[[], object]:
+        a = torch.randint(-127, 128, (size, size), dtype=torch.int8)
+        return lambda: torch._int_mm(a, a)
+
+    return peak_rate(product, n, reps)
 
 
 def setup(name: str, folder: Path, texts: list[str], args: argparse.Namespace,
@@ -248,7 +256,7 @@ def setup(name: str, folder: Path, texts: list[str], args: argparse.Namespace,
     # Compiled code of earlier setups would stay in dynamo's cache, guarded per model, and push this setup's
     # models past dynamo's recompile limit (8), after which they would run eagerly.
     torch._dynamo.reset()
-    runs, load_seconds = contenders(folder, args.batch_size, args.compiled)
+    runs, load_seconds = contenders(folder, args.batch_size, args.precisions, args.compiled)
     seconds, vectors = measure(runs, texts, args.rounds)
     work = flops(folder, texts)
     reference = vectors["encoderlab-fp32"]
@@ -284,39 +292,53 @@ def sst2_goals(sst2: dict[str, Any]) -> list[dict[str, Any]]:
                  best["vs_sentence_transformers"], 3.0)]
 
 
+def run_setups(args: argparse.Namespace, work: Path, peaks: dict[str, float]) -> dict[str, Any]:
+    """The figures of each of --setups (on a tiny model and synthetic data with --smoke)."""
+    args.data = smoke_data(work / "data") if args.smoke else DATA
+    minilm = tiny_model(work / "tiny") if args.smoke else resolve_model_path("minilm")
+    sentences, sizes, figures = sst2_sentences(args.data), args.sizes, {}
+    for name in args.setups.split(","):
+        if name == "sst2":
+            figures["sst2"] = setup("sst2", minilm, sentences[:sizes["sst2"]], args, peaks)
+        elif name == "passages":
+            texts = passages(args.data, sizes["passages"], sizes["passage_tokens"])
+            figures["passages"] = setup("passages", minilm, texts, args, peaks)
+        elif name == "base":
+            figures["base"] = setup("base", base_sized_folder(work, args.smoke), sentences[:sizes["base"]], args, peaks)
+        elif name == "accuracy":
+            figures["accuracy"] = accuracy(minilm, args)
+        else:
+            raise SystemExit(f"unknown setup {name!r}; expected sst2, passages, base or accuracy")
+    return figures
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer texts and one round: under a minute")
+    parser = common.parser(__doc__, quick="128 texts, 64 STS-B pairs, one round, no compile: under a minute")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for every contender (default: 2)")
     parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default: 32)")
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per contender; the best counts")
+    parser.add_argument("--rounds", type=int, help="timed rounds per contender; the best counts (default: 3)")
     parser.add_argument("--setups", default="sst2,passages,base,accuracy",
                         help="comma-separated: sst2, passages, base, accuracy")
     parser.add_argument("--compiled", default="fp32,bf16,int8",
                         help="precisions also run with compile=True, comma-separated (default: all; none: '')")
+    parser.add_argument("--precisions", default=",".join(precisions.supported()),
+                        help="encoderlab precisions to run, comma-separated (default: all this CPU supports)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.quick:
-        args.rounds, args.setups, args.compiled = 1, "sst2,accuracy", "int8"
+    args.precisions = [m for m in precisions.supported() if m in args.precisions.split(",")]
+    args.sizes = SIZES[common.size(args)]
+    args.rounds = args.rounds or args.sizes["rounds"]
+    if args.quick or args.smoke:
+        args.setups, args.compiled = ("sst2,accuracy" if args.quick else args.setups), ""
     args.compiled = [m for m in args.compiled.split(",") if m]
-    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16), "int8": int8_peak()}
-    minilm = resolve_model_path("minilm")
-    sentences = sst2_sentences()
+    size = 256 if args.smoke else 2048
+    peaks = {"fp32": matmul_peak(torch.float32, size), "bf16": matmul_peak(torch.bfloat16, size),
+             "int8": int8_peak(size)}
     figures: dict[str, Any] = {"matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
-                               "threads": args.threads, "rounds": args.rounds}
+                               "threads": args.threads, "rounds": args.rounds, "precisions": args.precisions,
+                               "compiled": args.compiled or "none (--quick and --smoke leave compiling out)"}
     with tempfile.TemporaryDirectory(prefix="encoderlab-inference-") as work:
-        for name in args.setups.split(","):
-            if name == "sst2":
-                figures["sst2"] = setup("sst2", minilm, sentences[:256] if args.quick else sentences, args, peaks)
-            elif name == "passages":
-                figures["passages"] = setup("passages", minilm, passages(64 if args.quick else 128), args, peaks)
-            elif name == "base":
-                figures["base"] = setup("base", base_sized_folder(Path(work)),
-                                        sentences[:64 if args.quick else 256], args, peaks)
-            elif name == "accuracy":
-                figures["accuracy"] = accuracy(minilm, args)
-            else:
-                raise SystemExit(f"unknown setup {name!r}; expected sst2, passages, base or accuracy")
+        figures |= run_setups(args, Path(work), peaks)
     goals = []
     if "sst2" in figures:
         goals += sst2_goals(figures["sst2"])
@@ -327,7 +349,7 @@ def main() -> None:
             goals.append({"what": f"{mode}: STS-B dev Spearman points below fp32 (minilm)",
                           "value": got["points_below_fp32"], "target": "<= 1.0",
                           "met": bool(got["points_below_fp32"] <= 1.0)})
-    path = write_results("inference_quick" if args.quick else "inference", command_line(), figures, goals)
+    path = write_results(args, "inference", figures, goals)
     print(f"wrote {path}")
 
 

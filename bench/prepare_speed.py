@@ -6,11 +6,11 @@ Memory must stay flat however large the corpus is: the goal compares the peak re
 
     python bench/prepare_speed.py            # 10 files, then 100 files (AA)
     python bench/prepare_speed.py --quick    # 2 files, then 8 files
+    python bench/prepare_speed.py --smoke    # 1 file, then 2, of synthetic text (make test)
 """
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import resource
@@ -21,10 +21,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import command_line, write_results  # noqa: E402
+import common  # noqa: E402
+from common import smoke_data, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WIKI = ROOT.parent / "shared" / "data" / "wikipedia" / "AA"
+FILES = {"smoke": (1, 2), "quick": (2, 8), "full": (10, 100)}  # files of the small and the large run
 
 _RUN = """
 import json, resource, sys
@@ -62,14 +64,13 @@ def raw_ceiling(files: list[Path], tokenizer: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 and 8 files (well under a minute)")
-    args = parser.parse_args()
-    if not WIKI.is_dir():
-        sys.exit(f"skipped: {WIKI} is absent (the Wikipedia corpus lives in ../shared/data)")
-    files = sorted(WIKI.glob("wiki_*.gz"))
-    small, large = (files[:2], files[:8]) if args.quick else (files[:10], files[:100])
+    args = common.parser(__doc__, quick="2 and 8 files (well under a minute)").parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        wiki = smoke_data(Path(tmp) / "data") / "wikipedia" / "AA" if args.smoke else WIKI
+        if not wiki.is_dir():
+            sys.exit(f"skipped: {wiki} is absent (the Wikipedia corpus lives in ../shared/data)")
+        files = sorted(wiki.glob("wiki_*.gz"))
+        small, large = (files[:n] for n in FILES[common.size(args)])
         tokenizer = Path(tmp) / "tokenizer"
         from encoderlab.data.tokenizer_training import train_tokenizer
 
@@ -85,7 +86,7 @@ def main() -> None:
                "self_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     goals = [{"what": f"memory stays flat: peak RSS on {len(large)} files / on {len(small)} files",
               "value": round(growth, 2), "target": "<= 1.5", "met": bool(growth <= 1.5)}]
-    path = write_results("prepare_speed" + ("_quick" if args.quick else ""), command_line(), figures, goals)
+    path = write_results(args, "prepare_speed", figures, goals)
     print(json.dumps({"figures": figures, "goals": goals}, indent=2))
     print(f"wrote {path}")
 

@@ -8,18 +8,19 @@ optimizer; the modes take turns (round robin, the order rotated each round) so t
 machine falls on all of them alike, and each figure is the median over rounds.
 
     python bench/pretrain_speed.py            # full: all modes including torch.compile (~6 minutes)
-    python bench/pretrain_speed.py --quick    # under a minute: fewer rounds, no torch.compile
+    python bench/pretrain_speed.py --quick    # under a minute: fewer rounds, no torch.compile, bf16 only if native
+    python bench/pretrain_speed.py --smoke    # seconds: a 2 x 32 model on 4 x 32 random tokens (make test)
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gzip
 import re
 import statistics
 import sys
 import time
+from argparse import Namespace
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,20 +30,42 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import command_line, goal, matmul_peak, write_results  # noqa: E402
+import common  # noqa: E402
+from common import goal, matmul_peak, write_results  # noqa: E402
 
 from encoderlab import EncoderConfig, MaskedLMModel  # noqa: E402
 from encoderlab.data.collate import MaskingCollator  # noqa: E402
+from encoderlab.infer.precision import bf16_supported  # noqa: E402
 from encoderlab.nn.model import IGNORE_INDEX  # noqa: E402
+from encoderlab.objectives.mlm import MaskedLanguageModeling  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 from encoderlab.train.distributed import Dist  # noqa: E402
+from encoderlab.train.flops import mlm_flops_per_token  # noqa: E402
 from encoderlab.train.optim import linear_schedule, make_optimizer, param_groups  # noqa: E402
 from encoderlab.train.loop import optimizer_step  # noqa: E402
 
 WIKI = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "wikipedia" / "AA"
-PRESET, BATCH, SEQ, SEED = "bert-mini", 32, 128, 0
+SEED = 0
 LR, WEIGHT_DECAY, BETAS, EPS, CLIP, WARMUP = 1e-4, 0.01, (0.9, 0.98), 1e-6, 1.0, 10
 DOC = re.compile(r"<doc [^>]*>\n(.*?)</doc>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What is trained: a preset (with overrides) on batches of `batch` sequences of `seq` tokens."""
+
+    preset: str = "bert-mini"
+    batch: int = 32
+    seq: int = 128
+    overrides: tuple[tuple[str, int], ...] = ()
+    real_data: bool = True  # Wikipedia when present; random token ids otherwise
+
+    def config(self) -> EncoderConfig:
+        return EncoderConfig.from_preset(self.preset, **dict(self.overrides))
+
+
+SMOKE = Shape("bert-tiny", batch=4, seq=32, real_data=False,
+              overrides=(("hidden_size", 32), ("num_heads", 2), ("intermediate_size", 64)))
 
 
 # ---- data -------------------------------------------------------------------------------------------
@@ -60,9 +83,10 @@ def wiki_texts(folder: Path, max_chars: int) -> list[str]:
     return texts
 
 
-def pack(token_lists: list[list[int]], cls_id: int, sep_id: int, pad_id: int, count: int) -> dict[str, torch.Tensor]:
-    """`count` sequences [CLS] w [SEP] of each article's consecutive SEQ-2 token windows; short tails padded."""
-    width = SEQ - 2
+def pack(token_lists: list[list[int]], cls_id: int, sep_id: int, pad_id: int, count: int,
+         seq: int) -> dict[str, torch.Tensor]:
+    """`count` sequences [CLS] w [SEP] of each article's consecutive seq-2 token windows; short tails padded."""
+    width = seq - 2
     rows = []
     for ids in token_lists:
         for start in range(0, len(ids), width):
@@ -75,33 +99,33 @@ def pack(token_lists: list[list[int]], cls_id: int, sep_id: int, pad_id: int, co
             break
     if len(rows) < count:
         raise SystemExit(f"{WIKI}: only {len(rows)} sequences of text, {count} needed")
-    input_ids = torch.full((count, SEQ), pad_id, dtype=torch.long)
+    input_ids = torch.full((count, seq), pad_id, dtype=torch.long)
     for i, row in enumerate(rows):
         input_ids[i, :len(row)] = torch.tensor(row)
     return {"input_ids": input_ids, "attention_mask": (input_ids != pad_id).long()}
 
 
-def masked_batches(num_batches: int) -> tuple[list[dict[str, torch.Tensor]], dict[str, object]]:
-    """num_batches of BATCH x SEQ, masked 15% (80/10/10) once with a fixed seed; plus where the text came from."""
+def masked_batches(num_batches: int, shape: Shape) -> tuple[list[dict[str, torch.Tensor]], dict[str, object]]:
+    """num_batches of batch x seq, masked 15% (80/10/10) once with a fixed seed; plus where the text came from."""
     tokenizer = Tokenizer.from_pretrained("minilm")
-    count = num_batches * BATCH
-    if WIKI.is_dir() and any(WIKI.glob("wiki_0*.gz")):
-        texts = wiki_texts(WIKI, max_chars=count * SEQ * 8)  # ~4 characters a token, twice over for dropped tails
-        seqs = pack(tokenizer.encode_plain(texts), tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, count)
+    count, seq = num_batches * shape.batch, shape.seq
+    if shape.real_data and WIKI.is_dir() and any(WIKI.glob("wiki_0*.gz")):
+        texts = wiki_texts(WIKI, max_chars=count * seq * 8)  # ~4 characters a token, twice over for dropped tails
+        seqs = pack(tokenizer.encode_plain(texts), tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, count, seq)
         source = {"data": f"wikipedia {WIKI.resolve()}/wiki_0*.gz, {len(texts)} articles, MiniLM tokenizer"}
     else:
         generator = torch.Generator().manual_seed(SEED)
-        ids = torch.randint(1000, tokenizer.vocab_size, (count, SEQ), generator=generator)
+        ids = torch.randint(1000, tokenizer.vocab_size, (count, seq), generator=generator)
         ids[:, 0], ids[:, -1] = tokenizer.cls_id, tokenizer.sep_id
         seqs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        source = {"data": f"RANDOM token ids: {WIKI} not found"}
+        source = {"data": "RANDOM token ids" + ("" if not shape.real_data else f": {WIKI} not found")}
     collator = MaskingCollator(tokenizer.vocab_size, tokenizer.mask_id, tokenizer.pad_id, tokenizer.special_ids)
     generator = torch.Generator().manual_seed(SEED)
     input_ids, labels = collator.mask(seqs["input_ids"], seqs["attention_mask"],
                                       torch.ones_like(seqs["input_ids"], dtype=torch.bool), generator)
     batches = []
-    for i in range(0, count, BATCH):
-        part = slice(i, i + BATCH)
+    for i in range(0, count, shape.batch):
+        part = slice(i, i + shape.batch)
         batches.append({"input_ids": input_ids[part], "attention_mask": seqs["attention_mask"][part],
                         "token_type_ids": torch.zeros_like(input_ids[part]), "labels": labels[part]})
     real = int(seqs["attention_mask"].sum())
@@ -135,22 +159,23 @@ def schedule(optimizer: torch.optim.Optimizer, total: int) -> torch.optim.lr_sch
     return torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(WARMUP, total))
 
 
-def encoderlab_mode(name: str, precision: str, compile_: bool, total: int) -> Mode:
+def encoderlab_mode(name: str, precision: str, compile_: bool, total: int, shape: Shape) -> Mode:
     """encoderlab's MaskedLMModel trained by encoderlab.train.loop.optimizer_step."""
     torch.manual_seed(SEED)
-    model = MaskedLMModel(EncoderConfig.from_preset(PRESET)).train()
+    model = MaskedLMModel(shape.config()).train()
     if compile_:
         model.encoder.compile()
     optimizer = make_optimizer(model, LR, WEIGHT_DECAY, BETAS, EPS)
-    scheduler, dist = schedule(optimizer, total), Dist()
-    return Mode(name, lambda batch: optimizer_step(model, [batch], optimizer, scheduler, CLIP, precision, dist)["loss"])
+    scheduler, dist, objective = schedule(optimizer, total), Dist(), MaskedLanguageModeling(model)
+    return Mode(name, lambda batch: optimizer_step(objective, [batch], optimizer, scheduler, CLIP, precision,
+                                                   dist)["loss"])
 
 
-def hf_mode(name: str, attn: str, precision: str, total: int) -> Mode:
+def hf_mode(name: str, attn: str, precision: str, total: int, shape: Shape) -> Mode:
     """transformers' BertForMaskedLM (same config and optimizer) in the standard training loop."""
     from transformers import BertConfig, BertForMaskedLM
 
-    c = EncoderConfig.from_preset(PRESET)
+    c = shape.config()
     config = BertConfig(vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_hidden_layers=c.num_layers,
                         num_attention_heads=c.num_heads, intermediate_size=c.intermediate_size,
                         hidden_act=c.hidden_act, max_position_embeddings=c.max_position_embeddings,
@@ -201,10 +226,10 @@ def run(modes: list[Mode], batches: list[dict[str, torch.Tensor]], warmup: int, 
 
 
 # ---- FLOPs ------------------------------------------------------------------------------------------
-def flops_per_token(config: EncoderConfig, masked_fraction: float) -> float:
+def flops_per_token(shape: Shape, masked_fraction: float) -> float:
     """Training FLOPs per (non-pad) token, forward + backward: encoderlab.train.flops (6N + 12 L T H + the MLM
     head on the masked fraction)."""
-    return mlm_flops_per_token(config, SEQ, masked_fraction)
+    return mlm_flops_per_token(shape.config(), shape.seq, masked_fraction)
 
 
 # ---- main -------------------------------------------------------------------------------------------
@@ -219,17 +244,16 @@ MODES = {  # name: (side, precision or attention + precision, compiled)
 }
 
 
-def build(name: str, total: int) -> Mode:
+def build(name: str, total: int, shape: Shape) -> Mode:
     side, how, compiled = MODES[name]
     if side == "encoderlab":
-        return encoderlab_mode(name, how, compiled, total)
+        return encoderlab_mode(name, how, compiled, total, shape)
     attn, precision = how.split()
-    return hf_mode(name, attn, precision, total)
+    return hf_mode(name, attn, precision, total, shape)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="under a minute: 2 rounds, no torch.compile")
+    parser = common.parser(__doc__, quick="under a minute: 2 rounds, no torch.compile")
     parser.add_argument("--rounds", type=int, help="most timed rounds (each mode takes one step a round)")
     parser.add_argument("--budget", type=float, help="seconds after which no new round starts (after 3)")
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile modes")
@@ -240,39 +264,46 @@ def main() -> None:
     if load_before and load_before[0] > 2.5:
         print(f"warning: load average {load_before[0]} before starting: other work shares the cores, so every "
               "figure is lower and the ratios are squeezed towards 1", flush=True)
-    rounds = args.rounds or (2 if args.quick else 20)
-    warmup = 1 if args.quick else 3
-    budget = args.budget or (30.0 if args.quick else 300.0)
-    compiled = not (args.quick or args.no_compile)
+    small = args.quick or args.smoke
+    rounds = args.rounds or (2 if small else 20)
+    warmup = 1 if small else 3
+    budget = args.budget or (30.0 if small else 300.0)
+    compiled = not (small or args.no_compile)
     total = warmup + rounds + 1  # the schedule's length: warm-up is linear over its first WARMUP steps
+    shape = SMOKE if args.smoke else Shape()
 
-    batches, source = masked_batches(4 if args.quick else 8)
+    batches, source = masked_batches(2 if args.smoke else 4 if args.quick else 8, shape)
     print(f"data: {source}", flush=True)
     names = args.modes.split(",") if args.modes else [n for n in MODES if compiled or not MODES[n][2]]
-    modes = [build(name, total) for name in names]
-    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    if args.quick and not args.modes and not bf16_supported():  # emulated bf16 steps take tens of seconds each
+        names = [n for n in names if "bf16" not in n]
+    modes = [build(name, total, shape) for name in names]
+    size = 256 if args.smoke else 2048
+    peaks = {"fp32": matmul_peak(torch.float32, size), "bf16": matmul_peak(torch.bfloat16, size)}
     run(modes, batches, warmup, rounds, started + budget)
-    peaks = {"fp32": max(peaks["fp32"], matmul_peak(torch.float32)),  # best of before and after
-             "bf16": max(peaks["bf16"], matmul_peak(torch.bfloat16))}
+    peaks = {"fp32": max(peaks["fp32"], matmul_peak(torch.float32, size)),  # best of before and after
+             "bf16": max(peaks["bf16"], matmul_peak(torch.bfloat16, size))}
     timing = {"warmup_steps": warmup, "rounds": len(modes[0].rates), "steps_per_round": 1,
               "wall_s": round(time.perf_counter() - started, 1), "load_average_1_5_15_min_before": load_before}
-    report(modes, source, peaks, args, timing)
+    report(modes, source, peaks, args, timing, shape)
 
 
-def report(modes: list[Mode], source: dict[str, object], peaks: dict[str, float], args: argparse.Namespace,
-           timing: dict[str, int]) -> None:
-    """Print the table; write bench/results/pretrain_speed.json (_quick.json with --quick) unless --modes was given."""
-    config = EncoderConfig.from_preset(PRESET)
-    per_token = flops_per_token(config, float(source["masked_fraction"]))
+def report(modes: list[Mode], source: dict[str, object], peaks: dict[str, float], args: Namespace,
+           timing: dict[str, int], shape: Shape) -> None:
+    """Print the table; write pretrain_speed.json (_quick.json with --quick) unless --modes was given."""
+    per_token = flops_per_token(shape, float(source["masked_fraction"]))
     median = {m.name: statistics.median(m.rates) for m in modes}
     figures: dict[str, object] = {
-        **source, **timing, "preset": PRESET, "batch": BATCH, "seq": SEQ, "threads": torch.get_num_threads(),
+        **source, **timing, "preset": shape.preset, "model_overrides": dict(shape.overrides), "batch": shape.batch,
+        "seq": shape.seq, "threads": torch.get_num_threads(),
         "step_function": "encoderlab.train.loop.optimizer_step",
         "matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
         "flops_per_token": round(per_token),
         "flops_note": "model FLOPs of flops_per_token() (6N + 12LTH + masked head), the same for both sides: "
                       "transformers' decoder over all positions is not counted as useful work",
         "compile_modes": "left out (--quick or --no-compile)" if not any("compile" in m.name for m in modes) else "run",
+        "bf16_modes": "run" if any("bf16" in m.name for m in modes) else "left out (--quick on a CPU without native "
+                      "bf16, where every bf16 matmul is emulated)",
         "load_average_1_5_15_min_after": _loadavg(),
         "tokens_per_s": {m.name: round(median[m.name], 1) for m in modes},
         "tokens_per_s_all_rounds": {m.name: [round(r) for r in m.rates] for m in modes},
@@ -297,7 +328,7 @@ def report(modes: list[Mode], source: dict[str, object], peaks: dict[str, float]
     for g in goals:
         print(f"goal {g['what']}: {g['value']:.2f} (target {g['target']}) {'met' if g['met'] else 'NOT met'}")
     if not args.modes:
-        path = write_results("pretrain_speed" + ("_quick" if args.quick else ""), command_line(), figures, goals)
+        path = write_results(args, "pretrain_speed", figures, goals)
         print(f"wrote {path}")
 
 

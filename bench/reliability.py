@@ -13,12 +13,12 @@ Everything here is run, not read from test results:
     against the Embed pipeline run here.
 
     python bench/reliability.py            # 64 clients for 60 s; 3 kills per command
-    python bench/reliability.py --quick    # 16 clients for 10 s; 2 kills per command: a minute or two
+    python bench/reliability.py --quick    # 16 clients for 5 s; 1 kill of shorter runs; every 4th bad input
+    python bench/reliability.py --smoke    # 2 clients for 1 s on a tiny model; 1 kill of shorter runs (make test)
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import io
@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,9 @@ import torch
 from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import command_line, goal, write_results
-from serve_load import free_port, peak_rss_mib, sentences, start_server
+import common  # noqa: E402
+from common import goal, tiny_model, write_results  # noqa: E402
+from serve_load import free_port, peak_rss_mib, sentences, start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -97,8 +99,8 @@ def run_case(make: Any, folders: Any, tmp: Path) -> tuple[int | None, str, list[
     return code, err.getvalue(), fragments
 
 
-def bad_inputs() -> dict[str, Any]:
-    """Run every case of tests/test_bad_input.py's table; count the handled ones."""
+def bad_inputs(every: int = 1) -> dict[str, Any]:
+    """Run every case (every `every`-th in name order) of tests/test_bad_input.py's table; count the handled ones."""
     sys.path.insert(0, str(ROOT / "tests"))
     from test_bad_input import CASES, XFAIL
 
@@ -106,7 +108,8 @@ def bad_inputs() -> dict[str, Any]:
     handled, named, failures, vague = 0, 0, [], []
     with tempfile.TemporaryDirectory() as root:
         folders = bad_input_folders(Path(root))
-        for name, (make, expected) in sorted(CASES.items()):
+        cases = sorted(CASES.items())[::every]
+        for name, (make, expected) in cases:
             tmp = Path(root) / "cases" / name
             tmp.mkdir(parents=True)
             code, err, fragments = run_case(make, folders, tmp)
@@ -118,7 +121,7 @@ def bad_inputs() -> dict[str, Any]:
                 named += 1
             else:
                 vague.append(f"{name}: {err.strip()[:300]}")
-    return {"cases": len(CASES), "handled": handled, "handled_and_naming_the_fault": named,
+    return {"cases": len(cases), "handled": handled, "handled_and_naming_the_fault": named,
             "unhandled": failures, "handled_without_naming_the_fault": vague, "known_failures_in_the_test_table": sorted(XFAIL),
             "seconds": round(time.perf_counter() - started, 1)}
 
@@ -135,8 +138,8 @@ POSITIVE, NEGATIVE = ["good", "great", "fine", "nice"], ["bad", "awful", "poor",
 FILLER = ["the", "movie", "was", "a", "film", "plot", "very", "quite", "and", "it"]
 
 
-def pretrain_argv(root: Path) -> tuple[list[str], int]:
-    """`encoderlab pretrain` arguments over a tiny prepared corpus (40 steps, a checkpoint each), and its steps."""
+def pretrain_argv(root: Path, steps: int) -> tuple[list[str], int]:
+    """`encoderlab pretrain` arguments over a tiny prepared corpus (`steps` steps, a checkpoint each), and `steps`."""
     from encoderlab.data.prepare import prepare
     from encoderlab.tokenizer import Tokenizer
 
@@ -146,12 +149,14 @@ def pretrain_argv(root: Path) -> tuple[list[str], int]:
     (root / "corpus.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
     Tokenizer.train_wordpiece([root / "corpus.txt"], vocab_size=100).save(root / "tokenizer")
     prepare([str(root / "corpus.txt")], root / "tokenizer", root / "data", holdout=0.1, workers=1)
-    (root / "tiny.yaml").write_text(json.dumps({"data": str(root / "data"), **RECIPE}), encoding="utf-8")
-    return ["pretrain", "--config", str(root / "tiny.yaml")], RECIPE["max_steps"]
+    recipe = {"data": str(root / "data"), **RECIPE, "max_steps": steps}
+    (root / "tiny.yaml").write_text(json.dumps(recipe), encoding="utf-8")
+    return ["pretrain", "--config", str(root / "tiny.yaml")], steps
 
 
-def finetune_argv(root: Path) -> tuple[list[str], int]:
-    """`encoderlab finetune classify` arguments for a tiny random model on synthetic sentiment (60 steps)."""
+def finetune_argv(root: Path, train_rows: int) -> tuple[list[str], int]:
+    """`encoderlab finetune classify` arguments for a tiny random model on synthetic sentiment (3 epochs of batches
+    of 8), and its steps."""
     from encoderlab import EncoderConfig, EncoderModel
     from encoderlab.tokenizer import Tokenizer
 
@@ -163,7 +168,7 @@ def finetune_argv(root: Path) -> tuple[list[str], int]:
     EncoderModel(config).save_pretrained(root / "model")
     tokenizer.save(root / "model")
     rng = random.Random(SEED)
-    for name, count in (("train", 160), ("dev", 32)):
+    for name, count in (("train", train_rows), ("dev", 32)):
         rows = []
         for i in range(count):
             words = rng.choices(FILLER, k=rng.randint(3, 6)) + [rng.choice(POSITIVE if i % 2 else NEGATIVE)]
@@ -171,7 +176,7 @@ def finetune_argv(root: Path) -> tuple[list[str], int]:
         (root / f"{name}.tsv").write_text("sentence\tlabel\n" + "".join(rows), encoding="utf-8")
     return ["finetune", "classify", "--model", str(root / "model"), "--train", str(root / "train.tsv"),
             "--eval", str(root / "dev.tsv"), "--lr", "3e-3", "--epochs", "3", "--batch-size", "8",
-            "--threads", "1", "--no-progress", "--save-every", "2"], 60
+            "--threads", "1", "--no-progress", "--save-every", "2"], 3 * -(-train_rows // 8)
 
 
 def spawn(argv: list[str]) -> subprocess.Popen:
@@ -233,16 +238,18 @@ def kill_and_resume(argv: list[str], run: Path, kill_steps: list[int]) -> dict[s
             "stderr_tail": err[-500:] if process.returncode else ""}
 
 
-def crashes(kills_per_command: int) -> dict[str, Any]:
-    """Kill-and-resume runs of pretrain and finetune against uninterrupted references."""
+def crashes(kills_per_command: int, size: str) -> dict[str, Any]:
+    """Kill-and-resume runs of pretrain and finetune (shorter for --quick and --smoke) against uninterrupted
+    references."""
     started = time.perf_counter()
     rng = random.Random(SEED)
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for command, make in (("pretrain", pretrain_argv), ("finetune", finetune_argv)):
+        for command, make, length in (("pretrain", pretrain_argv, {"smoke": 8, "quick": 16, "full": 40}[size]),
+                                      ("finetune", finetune_argv, {"smoke": 16, "quick": 48, "full": 160}[size])):
             root = Path(tmp) / command
             root.mkdir()
-            argv, steps = make(root)
+            argv, steps = make(root, length)
             reference = subprocess.run([sys.executable, "-m", "encoderlab", *argv, "--out", str(root / "reference")],
                                        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600, check=False)
             if reference.returncode:
@@ -406,15 +413,15 @@ def percentiles_ms(values: list[float]) -> dict[str, float | None]:
     return {"p50": round(cuts[49] * 1e3, 1), "p99": round(cuts[98] * 1e3, 1), "max": round(max(values) * 1e3, 1)}
 
 
-def server(clients: int, seconds: float, abuse_share: float) -> dict[str, Any]:
-    """Start `encoderlab serve --model minilm` and run the load against it."""
+def server(clients: int, seconds: float, abuse_share: float, model: str) -> dict[str, Any]:
+    """Start `encoderlab serve --model MODEL` and run the load against it."""
     from encoderlab.infer.pipelines import pipeline
 
     pool, source = sentences()
     texts = random.Random(SEED).sample(pool, 64)
-    expected = dict(zip(texts, pipeline("embed", "minilm").embed(texts)))  # the reference every answer must equal
+    expected = dict(zip(texts, pipeline("embed", model).embed(texts)))  # the reference every answer must equal
     port = free_port()
-    process = start_server(port, threads=1, max_batch=64)
+    process = start_server(port, threads=1, max_batch=64, model=model)
     try:
         result = asyncio.run(load(f"http://127.0.0.1:{port}", process.pid, texts, expected, clients, seconds,
                                   abuse_share))
@@ -442,28 +449,31 @@ def server(clients: int, seconds: float, abuse_share: float) -> dict[str, Any]:
 
 # ---- the report ------------------------------------------------------------------------------------------------
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="16 clients for 10 s, 2 kills per command")
-    parser.add_argument("--clients", type=int, help="concurrent clients (default: 64, or 16 with --quick)")
-    parser.add_argument("--seconds", type=float, help="how long the clients send (default: 60, or 10 with --quick)")
-    parser.add_argument("--kills", type=int, help="SIGKILLs per command (default: 3, or 2 with --quick)")
+    parser = common.parser(__doc__, quick="16 clients for 5 s, 1 kill of shorter runs, every 4th bad input")
+    parser.add_argument("--clients", type=int, help="concurrent clients (default: 64; --quick 16; --smoke 2)")
+    parser.add_argument("--seconds", type=float, help="how long the clients send (default: 60; --quick 5; --smoke 1)")
+    parser.add_argument("--kills", type=int, help="SIGKILLs per command (default: 3; --quick and --smoke 1)")
     parser.add_argument("--abuse-share", type=float, default=0.1, help="fraction of abusive requests (default: 0.1)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # the other core is the server's (or a background job's)
-    clients, seconds = args.clients or (16 if args.quick else 64), args.seconds or (10 if args.quick else 60)
+    size = common.size(args)
+    clients = args.clients or {"smoke": 2, "quick": 16, "full": 64}[size]
+    seconds = args.seconds or {"smoke": 1, "quick": 5, "full": 60}[size]
     load_before = os.getloadavg()
-    figures = {"bad_inputs": bad_inputs()}
+    figures = {"bad_inputs": bad_inputs({"smoke": 16, "quick": 4, "full": 1}[size])}  # tests run every case
     print("bad inputs:", json.dumps({k: v for k, v in figures["bad_inputs"].items() if k != "unhandled"}))
-    figures["crashes"] = crashes(args.kills or (2 if args.quick else 3))
+    figures["crashes"] = crashes(args.kills or {"smoke": 1, "quick": 1, "full": 3}[size], size)
     print("crashes:", json.dumps(figures["crashes"]))
-    figures["server"] = server(clients, seconds, args.abuse_share)
+    with tempfile.TemporaryDirectory(prefix="encoderlab-reliability-") as work:
+        model = str(tiny_model(Path(work) / "tiny")) if args.smoke else "minilm"
+        figures["server"] = server(clients, seconds, args.abuse_share, model)
     print("server:", json.dumps(figures["server"]))
     figures["load_average_1_5_15_min_before"] = [round(v, 2) for v in load_before]
     figures["load_average_1_5_15_min_after"] = [round(v, 2) for v in os.getloadavg()]
-    report(figures, args.quick, clients, seconds)
+    report(figures, args, clients, seconds)
 
 
-def report(figures: dict[str, Any], quick: bool, clients: int, seconds: float) -> None:
+def report(figures: dict[str, Any], args: Namespace, clients: int, seconds: float) -> None:
     """The goals; write bench/results/reliability.json (reliability_quick.json with --quick)."""
     bad, runs, served = figures["bad_inputs"], [figures["crashes"][c] for c in ("pretrain", "finetune")], figures["server"]
     kills = sum(r["kills"] for r in runs)
@@ -477,7 +487,7 @@ def report(figures: dict[str, Any], quick: bool, clients: int, seconds: float) -
         goal(f"fraction of requests without an error (5xx, timeout, wrong answer or status) under {clients} clients "
              f"for {seconds:g} s", 1 - served["errors"] / max(served["requests"], 1), 1.0),
     ]
-    path = write_results("reliability" + ("_quick" if quick else ""), command_line(), figures, goals)
+    path = write_results(args, "reliability", figures, goals)
     for line in goals:
         print(f"{'met' if line['met'] else 'NOT MET'}: {line['what']}: {line['value']}")
     print(f"wrote {path}")

@@ -10,6 +10,7 @@ turn, one server at a time: by default fp32 eager and int8 compiled, the fastest
 
     python bench/serve_load.py            # 32 clients for 60 s, against fp32 then int8+compile
     python bench/serve_load.py --quick    # 32 clients for 10 s against fp32: under a minute with the start
+    python bench/serve_load.py --smoke    # 2 clients for 1 s against a tiny random model (make test)
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import command_line, goal, write_results
+import common  # noqa: E402
+from common import goal, tiny_model, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SST2_DEV = ROOT / ".." / "shared" / "data" / "sst2" / "dev.tsv"
@@ -46,9 +48,10 @@ def sentences() -> tuple[list[str], str]:
     return [" ".join(rng.choices(words, k=rng.randint(4, 30))) for _ in range(872)], f"SYNTHETIC: {SST2_DEV} absent"
 
 
-def start_server(port: int, threads: int, max_batch: int, options: tuple[str, ...] = ()) -> subprocess.Popen:
-    """`encoderlab serve` (plus `options`) on loopback in its own process; returns once /health answers."""
-    command = [sys.executable, "-m", "encoderlab", "serve", "--model", "minilm", "--port", str(port),
+def start_server(port: int, threads: int, max_batch: int, options: tuple[str, ...] = (),
+                 model: str = "minilm") -> subprocess.Popen:
+    """`encoderlab serve --model MODEL` (plus `options`) on loopback in its own process; returns once /health answers."""
+    command = [sys.executable, "-m", "encoderlab", "serve", "--model", model, "--port", str(port),
                "--threads", str(threads), "--max-batch", str(max_batch), *options]
     # a file, not a pipe: an unread pipe fills up with access-log lines and blocks the server
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 -- it lives as long as the server
@@ -136,7 +139,7 @@ def run_server(spec: str, texts: list[str], args: argparse.Namespace, seconds: f
     """Start one server set-up, load it for `seconds`, stop it; its figures."""
     port = free_port()
     started = time.perf_counter()
-    server = start_server(port, args.threads, args.max_batch, serve_options(spec))
+    server = start_server(port, args.threads, args.max_batch, serve_options(spec), args.model)
     startup_s = time.perf_counter() - started
     try:
         figures = asyncio.run(load(f"http://127.0.0.1:{port}", texts, args.clients, seconds))
@@ -153,29 +156,33 @@ def run_server(spec: str, texts: list[str], args: argparse.Namespace, seconds: f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="10 s of load instead of 60 (under a minute in all)")
-    parser.add_argument("--clients", type=int, default=32, help="concurrent clients (default: 32)")
-    parser.add_argument("--seconds", type=float, help="how long the clients send (default: 60, or 10 with --quick)")
+    parser = common.parser(__doc__, quick="10 s of load instead of 60 (under a minute in all)")
+    parser.add_argument("--clients", type=int, help="concurrent clients (default: 32; 2 with --smoke)")
+    parser.add_argument("--seconds", type=float,
+                        help="how long the clients send (default: 60, or 10 with --quick, 1 with --smoke)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the server (default: 1)")
     parser.add_argument("--max-batch", type=int, default=64, help="the server's --max-batch (default: 64)")
     parser.add_argument("--servers", help="comma-separated server set-ups, each PRECISION or PRECISION+compile "
                         "(default: fp32,int8+compile; with --quick: fp32)")
     args = parser.parse_args()
-    specs = (args.servers or ("fp32" if args.quick else "fp32,int8+compile")).split(",")
+    specs = (args.servers or ("fp32" if args.quick or args.smoke else "fp32,int8+compile")).split(",")
     for spec in specs:
         serve_options(spec)  # a typo fails now, not after the first server's minute of load
     texts, source = sentences()
     load_before = os.getloadavg()
-    seconds = args.seconds or (10 if args.quick else 60)
-    servers = {spec: run_server(spec, texts, args, seconds) for spec in specs}
+    seconds = args.seconds or {"smoke": 1, "quick": 10, "full": 60}[common.size(args)]
+    args.clients = args.clients or (2 if args.smoke else 32)
+    with tempfile.TemporaryDirectory(prefix="encoderlab-serve-load-") as work:
+        args.model = str(tiny_model(Path(work) / "tiny")) if args.smoke else "minilm"
+        servers = {spec: run_server(spec, texts, args, seconds) for spec in specs}
     report(servers, source, args, load_before)
 
 
 def report(servers: dict[str, dict], source: str, args: argparse.Namespace,
            load_before: tuple[float, float, float]) -> None:
     """Print the figures; write bench/results/serve_load.json (serve_load_quick.json with --quick)."""
-    figures = {"clients": args.clients, "data": source, "server_threads": args.threads, "max_batch": args.max_batch,
+    figures = {"clients": args.clients, "data": source, "model": args.model, "server_threads": args.threads,
+               "max_batch": args.max_batch,
                "servers": servers,
                "load_average_1_5_15_min_before": [round(v, 2) for v in load_before],
                "load_average_1_5_15_min_after": [round(v, 2) for v in os.getloadavg()],
@@ -192,8 +199,9 @@ def report(servers: dict[str, dict], source: str, args: argparse.Namespace,
               f"latency p50 {latency['p50']} ms, p99 {latency['p99']} ms; {one['errors']} errors; "
               f"{one['texts_per_forward_batch']} texts a forward batch; started in {one['server_startup_s']} s; "
               f"server peak RSS {one['server_peak_rss_mib']} MiB")
-    path = write_results("serve_load" + ("_quick" if args.quick else ""), command_line(), figures, goals)
+    path = write_results(args, "serve_load", figures, goals)
     print(f"wrote {path}")
+
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,42 @@
+"""Every bench/*.py runs with --smoke (tiny random model, synthetic data, seconds) and writes a well-formed results
+file outside bench/results: a refactor that breaks a benchmark fails here, not months later."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHES = sorted(p.name for p in (ROOT / "bench").glob("*.py") if p.name != "common.py")
+GOAL_KEYS = {"what", "value", "target", "met"}
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under `folder`, by relative path."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("script", BENCHES)
+def test_bench_runs_with_smoke(script: str, tmp_path: Path) -> None:
+    committed = _snapshot(ROOT / "bench" / "results")
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke", "--results-dir", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, f"{script} --smoke exited {done.returncode}:\n{done.stderr[-4000:]}"
+    written = sorted(tmp_path.glob("*.json"))
+    assert [p.name for p in written] == [script.replace(".py", "_smoke.json")], done.stderr[-2000:]
+    payload = json.loads(written[0].read_text(encoding="utf-8"))
+    assert set(payload) == {"machine", "versions", "command", "figures", "goals"}
+    assert "--smoke" in payload["command"] and payload["figures"]
+    assert {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile"} <= set(payload["machine"]["cpu_flags"])
+    assert payload["goals"], f"{script}: no goals"
+    for goal in payload["goals"]:
+        assert set(goal) >= GOAL_KEYS and isinstance(goal["met"], bool), goal
+    assert _snapshot(ROOT / "bench" / "results") == committed, f"{script} --smoke changed bench/results"
