@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: E402
 from common import goal, results_path, smoke_data, tiny_model, training_precision, write_results  # noqa: E402
 
-from encoderlab.tasks.cli import add_commands  # noqa: E402
+from encoderlab.cli.finetune import add_commands  # noqa: E402
 
 DATA = Path(os.environ.get("ENCODERLAB_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 TASKS = ("stsb", "sst2", "bilstm", "conll", "squad")

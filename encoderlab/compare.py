@@ -12,7 +12,6 @@ results where one names the preset.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -402,46 +401,3 @@ def render_json(rows: Sequence[Row], settings: Settings) -> str:
     return json.dumps({"settings": asdict(settings), "torch": torch.__version__, "cpu": cpu_name(), "load": _load(),
                        "reference": rows[0].preset, "rows": [asdict(row) for row in rows],
                        "claims": claim_sentences(rows)}, indent=2)
-
-
-# ---- CLI -------------------------------------------------------------------------------------------
-def cmd_compare(args: argparse.Namespace) -> None:
-    """Measure the family side by side: size, CPU latency and throughput on the same inputs, SST-2 accuracy."""
-    from encoderlab.io import atomic_write_text
-
-    settings = replace(QUICK if args.quick else Settings(), threads=args.threads)
-    if args.repeats is not None:
-        settings = replace(settings, repeats=args.repeats)
-    if args.sequences is not None:
-        settings = replace(settings, sequences=args.sequences,
-                           latency_sequences=min(settings.latency_sequences, args.sequences))
-    rows = compare(args.presets, settings, args.reference, args.sst2_results, progress=not args.no_progress)
-    text = render_json(rows, settings) if args.json else render_markdown(rows, settings)
-    if args.out:
-        atomic_write_text(Path(args.out), text)
-    print(text, end="" if text.endswith("\n") else "\n")
-
-
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register `compare` on the main parser's subparsers."""
-    parser = subparsers.add_parser("compare", help="the family side by side: size, CPU speed, SST-2 accuracy",
-                                   description=cmd_compare.__doc__)
-    parser.add_argument("--presets", nargs="+", metavar="NAME", default=None,
-                        help=f"presets to compare (default: those of {', '.join(FAMILY_PRESETS)} that exist)")
-    parser.add_argument("--reference", default=REFERENCE, metavar="NAME",
-                        help=f"preset the ratios are to; always measured, as the first row (default: {REFERENCE})")
-    parser.add_argument("--threads", type=int, default=Settings.threads, metavar="N",
-                        help=f"torch CPU threads (default: {Settings.threads})")
-    parser.add_argument("--sequences", type=int, default=None, metavar="N",
-                        help=f"token-id sequences timed per pass (default: {Settings.sequences}; "
-                             f"--quick: {QUICK.sequences})")
-    parser.add_argument("--repeats", type=int, default=None, metavar="N",
-                        help=f"timed passes per model, median taken (default: {Settings.repeats}; "
-                             f"--quick: {QUICK.repeats})")
-    parser.add_argument("--quick", action="store_true", help="fewer sequences and repeats: a rough table, fast")
-    parser.add_argument("--sst2-results", nargs="+", metavar="FILE", default=None,
-                        help="bench result JSON files to read SST-2 accuracy from (default: bench/results/*.json)")
-    parser.add_argument("--out", metavar="FILE", default=None, help="also write the output to FILE (atomically)")
-    parser.add_argument("--json", action="store_true", help="machine-readable rows instead of markdown")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    parser.set_defaults(func=cmd_compare)

@@ -29,7 +29,7 @@ from encoderlab.infer.pipelines import entities, pipeline
 from encoderlab.models import FAMILIES
 from encoderlab.nn.model import EncoderModel, MaskedLMModel
 from encoderlab.tasks.classify import ClassifyTask
-from encoderlab.tasks.cli import add_commands
+from encoderlab.cli.finetune import add_commands
 from encoderlab.tasks.objective import TrainOptions, train
 from encoderlab.tasks.models import (SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier,
                                      load_backbone, load_task_model, save_task_model)

@@ -12,7 +12,7 @@ import torch
 
 from encoderlab import EncoderConfig, EncoderModel
 from encoderlab.errors import ConfigError, InputError
-from encoderlab.tasks.cli import add_commands
+from encoderlab.cli.finetune import add_commands
 from encoderlab.tasks.models import SequenceClassifier, load_task_model
 from encoderlab.tokenizer import Tokenizer
 

@@ -7,8 +7,6 @@ eval mode and without autocast, so they are exactly what the model computes; the
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import warnings
 from dataclasses import dataclass
@@ -186,55 +184,3 @@ def _title(maps: AttentionMaps, layer: int, shown: int) -> str:
     if maps.truncated:
         title += " (input truncated to the model's maximum length)"
     return title
-
-
-# ---- command line -------------------------------------------------------------------------------------------
-def cmd_attention(args: argparse.Namespace) -> None:
-    """Draw the attention of one text (or pair) at one layer: one head, or a grid of all heads."""
-    from encoderlab.checkpoint import resolve_model_path
-    from encoderlab.tasks.models import load_backbone
-
-    _require_text(args.text, args.pair)  # before the model is loaded
-    if args.max_tokens < 1:
-        raise InputError(f"--max-tokens {args.max_tokens}: expected at least 1")
-    folder = resolve_model_path(args.model)
-    model = load_backbone(folder).float().eval()  # any checkpoint: bare, MLM or fine-tuned; fp32 probabilities
-    maps = attention_maps(model, Tokenizer.from_pretrained(folder), args.text, args.pair, [args.layer])
-    out = plot_attention(maps, args.out, args.layer, args.head, args.max_tokens)
-    print(json.dumps(_summary(maps, args.layer, args.head, out)) if args.json else _describe(maps, args.head, out))
-
-
-def _summary(maps: AttentionMaps, layer: int, head: int | None, out: Path) -> dict:
-    """The JSON of `attention --json`: tokens, the chosen map(s) and each head's mean row entropy."""
-    selected = maps.select(layer, head)
-    entropy = head_entropy(selected)  # () or (heads,)
-    return {"png": str(out), "tokens": maps.tokens, "layer": maps.layers[maps.layer_index(layer)],
-            "head": None if head is None else head % maps.num_heads, "num_heads": maps.num_heads,
-            "truncated": maps.truncated, "attention": selected.tolist(),  # (T, T) or (heads, T, T), rows = queries
-            "entropy_nats": entropy.tolist(), "max_entropy_nats": math.log(len(maps.tokens))}
-
-
-def _describe(maps: AttentionMaps, head: int | None, out: Path) -> str:
-    """The one line printed without --json."""
-    what = f"head {head % maps.num_heads}" if head is not None else f"all {maps.num_heads} heads"
-    return f"wrote {out}: layer {maps.layers[0]}, {what}, {len(maps.tokens)} tokens"
-
-
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register `attention` on the main parser's subparsers."""
-    parser = subparsers.add_parser("attention", help="heat-map of a layer's attention for one text",
-                                   description=cmd_attention.__doc__)
-    parser.add_argument("--model", required=True, metavar="M",
-                        help="checkpoint folder (bare, MLM or fine-tuned), or the alias 'minilm'")
-    parser.add_argument("text", metavar="TEXT", help="the text to look at")
-    parser.add_argument("--pair", metavar="TEXT", default=None, help="a second text, encoded as [CLS] A [SEP] B [SEP]")
-    parser.add_argument("--layer", type=int, default=-1, metavar="L",
-                        help="layer to draw, from 0; negative counts from the last (default: -1, the last)")
-    parser.add_argument("--head", type=int, default=None, metavar="H",
-                        help="one head to draw, from 0; negative counts from the last (default: a grid of all)")
-    parser.add_argument("--out", required=True, metavar="FILE.png", help="where to write the PNG")
-    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS_SHOWN, metavar="N",
-                        help=f"draw at most the first N tokens (default: {MAX_TOKENS_SHOWN})")
-    parser.add_argument("--json", action="store_true",
-                        help="print tokens, the drawn map(s) and each head's entropy as JSON")
-    parser.set_defaults(func=cmd_attention)

@@ -1,4 +1,4 @@
-"""The pipeline commands: fill-mask, classify, ner and qa (embed and similarity live in encoderlab.cli).
+"""The pipeline commands: fill-mask, classify, ner, qa and attention (embed and similarity: encoderlab.cli.models).
 
 Inputs come as arguments or from a file (--input: one text per line; for qa, JSONL with question and
 context). Output is a short human-readable listing, or one JSON document with --json.
@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from encoderlab.errors import InputError
+from encoderlab.tokenizer import Tokenizer
+from encoderlab.viz.attention import (MAX_TOKENS_SHOWN, AttentionMaps, _require_text, attention_maps, head_entropy,
+                                      plot_attention)
 
 PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic per-token quantization of the "
                   "linear layers), or auto: the fastest of those, timed at load (default: fp32)")
@@ -155,8 +160,39 @@ def read_questions(path: str) -> list[dict[str, str]]:
     return items
 
 
+def cmd_attention(args: argparse.Namespace) -> None:
+    """Draw the attention of one text (or pair) at one layer: one head, or a grid of all heads."""
+    from encoderlab.checkpoint import resolve_model_path
+    from encoderlab.tasks.models import load_backbone
+
+    _require_text(args.text, args.pair)  # before the model is loaded
+    if args.max_tokens < 1:
+        raise InputError(f"--max-tokens {args.max_tokens}: expected at least 1")
+    folder = resolve_model_path(args.model)
+    model = load_backbone(folder).float().eval()  # any checkpoint: bare, MLM or fine-tuned; fp32 probabilities
+    maps = attention_maps(model, Tokenizer.from_pretrained(folder), args.text, args.pair, [args.layer])
+    out = plot_attention(maps, args.out, args.layer, args.head, args.max_tokens)
+    print(json.dumps(_summary(maps, args.layer, args.head, out)) if args.json else _describe(maps, args.head, out))
+
+
+def _summary(maps: AttentionMaps, layer: int, head: int | None, out: Path) -> dict:
+    """The JSON of `attention --json`: tokens, the chosen map(s) and each head's mean row entropy."""
+    selected = maps.select(layer, head)
+    entropy = head_entropy(selected)  # () or (heads,)
+    return {"png": str(out), "tokens": maps.tokens, "layer": maps.layers[maps.layer_index(layer)],
+            "head": None if head is None else head % maps.num_heads, "num_heads": maps.num_heads,
+            "truncated": maps.truncated, "attention": selected.tolist(),  # (T, T) or (heads, T, T), rows = queries
+            "entropy_nats": entropy.tolist(), "max_entropy_nats": math.log(len(maps.tokens))}
+
+
+def _describe(maps: AttentionMaps, head: int | None, out: Path) -> str:
+    """The one line printed without --json."""
+    what = f"head {head % maps.num_heads}" if head is not None else f"all {maps.num_heads} heads"
+    return f"wrote {out}: layer {maps.layers[0]}, {what}, {len(maps.tokens)} tokens"
+
+
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """fill-mask, classify, ner, qa."""
+    """fill-mask, classify, ner, qa, attention."""
     fill = subparsers.add_parser("fill-mask", help="top-k tokens for each [MASK]", description=cmd_fill_mask.__doc__)
     add_pipeline_options(fill)
     fill.add_argument("--top-k", type=int, default=5, metavar="K", help="predictions per mask (default: 5)")
@@ -181,3 +217,20 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     qa.add_argument("--doc-stride", type=int, default=128, metavar="N",
                     help="tokens shared by consecutive windows of a long context (default: 128)")
     qa.set_defaults(func=cmd_qa)
+
+    parser = subparsers.add_parser("attention", help="heat-map of a layer's attention for one text",
+                                   description=cmd_attention.__doc__)
+    parser.add_argument("--model", required=True, metavar="M",
+                        help="checkpoint folder (bare, MLM or fine-tuned), or the alias 'minilm'")
+    parser.add_argument("text", metavar="TEXT", help="the text to look at")
+    parser.add_argument("--pair", metavar="TEXT", default=None, help="a second text, encoded as [CLS] A [SEP] B [SEP]")
+    parser.add_argument("--layer", type=int, default=-1, metavar="L",
+                        help="layer to draw, from 0; negative counts from the last (default: -1, the last)")
+    parser.add_argument("--head", type=int, default=None, metavar="H",
+                        help="one head to draw, from 0; negative counts from the last (default: a grid of all)")
+    parser.add_argument("--out", required=True, metavar="FILE.png", help="where to write the PNG")
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS_SHOWN, metavar="N",
+                        help=f"draw at most the first N tokens (default: {MAX_TOKENS_SHOWN})")
+    parser.add_argument("--json", action="store_true",
+                        help="print tokens, the drawn map(s) and each head's entropy as JSON")
+    parser.set_defaults(func=cmd_attention)

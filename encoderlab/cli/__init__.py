@@ -1,0 +1,66 @@
+"""The `encoderlab` command. Each subcommand is a small function; errors in user input exit 2 with one line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from encoderlab.errors import EncoderlabError, Terminated
+
+# Modules that add their own subcommands (each has add_commands(subparsers)).
+COMMAND_MODULES = (
+    "encoderlab.cli.models",  # info, embed, similarity, compare
+    "encoderlab.cli.train",  # tokenizer train, prepare, pretrain
+    "encoderlab.cli.finetune",  # finetune, evaluate
+    "encoderlab.cli.pipelines",  # fill-mask, classify, ner, qa, attention
+    "encoderlab.cli.export",  # export onnx
+    "encoderlab.cli.serve",  # serve
+)
+EPILOG = "--model takes a checkpoint folder (config.json + model.safetensors) or the alias 'minilm'."
+
+
+# ---- parser ---------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(prog="encoderlab", description="BERT-family encoders: load, inspect, embed.",
+                                     epilog=EPILOG)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more detail")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    import importlib
+
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).add_commands(commands)
+    return parser
+
+
+def _one_line(err: Exception) -> str:
+    """An error's message on one line (a YAML parser's message spans several, with a caret under the column)."""
+    lines = [line.strip() for line in str(err).splitlines()]
+    return " ".join(line for line in lines if line and set(line) != {"^"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; return the exit code (0 ok, 2 bad input, 1 I/O failure)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+    try:
+        args.func(args)
+    except EncoderlabError as err:
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143  # 128 + SIGTERM, as a shell reports it
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""`encoderlab export onnx`: a checkpoint or fine-tuned folder as an ONNX file for onnxruntime."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from encoderlab.infer.onnx import DEFAULT_OPSET, KINDS, MAX_OPSET, MIN_OPSET, export_onnx
+
+
+def cmd_export_onnx(args: argparse.Namespace) -> None:
+    """Export a checkpoint or fine-tuned folder to ONNX, with its tokenizer and a JSON sidecar beside it."""
+    result = export_onnx(args.model, args.out, int8=args.int8, kind=args.kind, opset=args.opset)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    size = f"{result['bytes'] / 1e6:.1f} MB"
+    if args.int8:
+        size += f", int8: {result['bytes'] / result['fp32_bytes']:.0%} of fp32's {result['fp32_bytes'] / 1e6:.1f} MB"
+    check = "" if result["max_abs_diff"] is None else f"; max |torch - onnxruntime| {result['max_abs_diff']:.1e}"
+    print(f"wrote {result['path']} ({size}); {result['task']} outputs {', '.join(result['outputs'])}; "
+          f"opset {result['opset']}{check}")
+    print(f"wrote {result['sidecar']}" + (f" and the tokenizer files in {Path(result['path']).parent}"
+                                          if result["tokenizer"] else " (no tokenizer: the source has none)"))
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register `export onnx` on the main parser's subparsers."""
+    export = subparsers.add_parser("export", help="export a model to another format (ONNX)",
+                                   description="Export a model to another format.")
+    formats = export.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    onnx = formats.add_parser("onnx", help="ONNX for onnxruntime, optionally int8", description=cmd_export_onnx.__doc__)
+    onnx.add_argument("--model", required=True, metavar="M",
+                      help="checkpoint folder, alias ('minilm') or fine-tuned folder (classify, ner, qa, embed)")
+    onnx.add_argument("--out", required=True, metavar="FILE.onnx",
+                      help="the ONNX file; FILE.onnx.json and the tokenizer files go beside it")
+    onnx.add_argument("--int8", action="store_true",
+                      help="dynamic int8 quantization of the linear layers and embeddings (about 1/4 of the size)")
+    onnx.add_argument("--kind", choices=KINDS, default="base",
+                      help="base: hidden states, or a fine-tuned folder's task outputs; mlm: masked-LM logits "
+                           "(default: base)")
+    onnx.add_argument("--opset", type=int, default=DEFAULT_OPSET, metavar="N",
+                      help=f"ONNX opset, {MIN_OPSET} to {MAX_OPSET} (default: {DEFAULT_OPSET})")
+    onnx.add_argument("--json", action="store_true", help="print what was written as JSON")
+    onnx.set_defaults(func=cmd_export_onnx)

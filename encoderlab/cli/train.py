@@ -1,0 +1,81 @@
+"""`encoderlab tokenizer train`, `prepare` and `pretrain`: from raw text to a pretrained encoder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def cmd_tokenizer_train(args: argparse.Namespace) -> None:
+    """Train a tokenizer on raw text (plain, JSONL, WikiExtractor; .gz too) and save it to a folder."""
+    from encoderlab.data.tokenizer_training import train_tokenizer
+
+    tokenizer = train_tokenizer(args.corpus, kind=args.kind, vocab_size=args.vocab_size, out_dir=args.out,
+                                lowercase=args.lowercase, progress=True)
+    print(f"wrote {args.out}: {args.kind} vocabulary of {tokenizer.vocab_size:,} tokens")
+
+
+def cmd_prepare(args: argparse.Namespace) -> None:
+    """Tokenize a raw-text corpus into memory-mapped token shards with sentence and document boundaries."""
+    from encoderlab.data.prepare import prepare
+
+    stats = prepare(args.corpus, args.tokenizer, args.out, holdout=args.holdout, workers=args.workers)
+    print(json.dumps(stats, indent=2) if args.json else
+          f"wrote {args.out}: {stats['documents']:,} documents, {stats['sentences']:,} sentences, "
+          f"{stats['tokens']:,} tokens from {stats['bytes'] / 1e6:,.1f} MB in {stats['seconds']:.1f} s "
+          f"({stats['mb_per_s']:.2f} MB/s)")
+
+
+def cmd_pretrain(args: argparse.Namespace) -> None:
+    """Pretrain an encoder from prepared shards (MLM, or MLM+NSP); resumable; DDP under torchrun."""
+    from encoderlab.train.config import load_recipe
+    from encoderlab.train.pretrain import pretrain
+
+    cfg = load_recipe(args.config, args.set or [])
+    result = pretrain(cfg, args.out, resume=args.resume)
+    if result:
+        print(json.dumps(result, indent=2))
+
+
+# ---- parser ---------------------------------------------------------------------------------------
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Register `tokenizer train`, `prepare` and `pretrain` on the main parser's subparsers."""
+    from encoderlab.tokenizer import KINDS as TOKENIZER_KINDS
+
+    tok = commands.add_parser("tokenizer", help="tokenizer tools", description="Tokenizer tools.")
+    tok_commands = tok.add_subparsers(dest="tokenizer_command", required=True, metavar="ACTION")
+    train = tok_commands.add_parser("train", help="train a vocabulary on raw text", description=cmd_tokenizer_train.__doc__)
+    train.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files or folders (.gz too)")
+    train.add_argument("--kind", choices=TOKENIZER_KINDS, default="wordpiece",
+                       help="wordpiece (BERT), bpe (RoBERTa's byte-level BPE) or unigram (ALBERT/DeBERTa "
+                            "SentencePiece-style) (default: wordpiece)")
+    train.add_argument("--vocab-size", type=int, default=30522, metavar="N", help="vocabulary size (default: 30522)")
+    case = train.add_mutually_exclusive_group()
+    case.add_argument("--cased", dest="lowercase", action="store_false", default=None,
+                      help="keep case (default for bpe)")
+    case.add_argument("--lowercase", dest="lowercase", action="store_true", default=None,
+                      help="lowercase and strip accents (default for wordpiece and unigram)")
+    train.add_argument("--out", required=True, metavar="DIR", help="folder for tokenizer.json and the config "
+                                                                   "files transformers reads")
+    train.set_defaults(func=cmd_tokenizer_train)
+
+    prep = commands.add_parser("prepare", help="raw text -> memory-mapped token shards", description=cmd_prepare.__doc__)
+    prep.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
+                      help="files or folders: plain text (blank line between documents), JSONL with 'text', "
+                           "WikiExtractor output; .gz allowed")
+    prep.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer folder (or a model folder)")
+    prep.add_argument("--out", required=True, metavar="DIR", help="output folder for shards and meta.json")
+    prep.add_argument("--holdout", type=float, default=0.005, metavar="F",
+                      help="fraction (<1) or number (>=1) of whole documents held out for evaluation (default: 0.005)")
+    prep.add_argument("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
+    prep.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    prep.set_defaults(func=cmd_prepare)
+
+    pre = commands.add_parser("pretrain", help="pretrain an encoder (MLM / MLM+NSP)", description=cmd_pretrain.__doc__,
+                              epilog="Multi-process: torchrun --nproc_per_node=N -m encoderlab pretrain ...")
+    pre.add_argument("--config", metavar="RECIPE.yaml", help="YAML recipe (see configs/)")
+    pre.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="override a recipe key, e.g. --set max_steps=100 --set model.hidden_dropout=0 (repeatable)")
+    pre.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder: checkpoints, metrics.csv, curves.png")
+    pre.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
+    pre.set_defaults(func=cmd_pretrain)
