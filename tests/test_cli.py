@@ -108,6 +108,23 @@ def test_similarity_needs_two_texts(capsys):
     _run_error(["similarity", "--model", "minilm", "alone"], capsys)
 
 
+@pytest.mark.parametrize("command", [
+    ["similarity", "--model", "minilm", "a", "b"], ["fill-mask", "--model", "minilm", "a [MASK]"],
+    ["serve", "--model", "minilm"], ["evaluate", "classify", "--model", "minilm", "--data", "x.tsv"],
+    ["finetune", "classify", "--model", "minilm", "--train", "x.tsv", "--out", "run"],
+])
+def test_threads_below_one_is_refused_the_same_way_everywhere(command, capsys):
+    err = _run_error(command + ["--threads", "0"], capsys)
+    assert err == "error: --threads 0: expected a positive number\n"
+
+
+def test_argparse_lives_only_in_the_cli_package():
+    """Library functions take typed arguments; only encoderlab/cli/ turns a command line into them."""
+    pattern = re.compile(r"^\s*(import argparse|from argparse import)", re.M)
+    library = [p for p in (ROOT / "encoderlab").rglob("*.py") if p.relative_to(ROOT / "encoderlab").parts[0] != "cli"]
+    assert [str(p) for p in library if pattern.search(p.read_text(encoding="utf-8"))] == []
+
+
 def test_runtime_never_imports_the_oracles():
     """transformers and sentence-transformers are test oracles: no encoderlab module may import them."""
     pattern = re.compile(r"^\s*(import|from)\s+(transformers|sentence_transformers)\b", re.M)

@@ -6,17 +6,11 @@ import argparse
 import logging
 import sys
 
+from encoderlab.cli import export, finetune, models, pipelines, serve, train
 from encoderlab.errors import EncoderlabError, Terminated
 
-# Modules that add their own subcommands (each has add_commands(subparsers)).
-COMMAND_MODULES = (
-    "encoderlab.cli.models",  # info, embed, similarity, compare
-    "encoderlab.cli.train",  # tokenizer train, prepare, pretrain
-    "encoderlab.cli.finetune",  # finetune, evaluate
-    "encoderlab.cli.pipelines",  # fill-mask, classify, ner, qa, attention
-    "encoderlab.cli.export",  # export onnx
-    "encoderlab.cli.serve",  # serve
-)
+# Each command group's module adds its subcommands with add_commands(subparsers), in this order.
+COMMAND_MODULES = (models, train, finetune, pipelines, export, serve)
 EPILOG = "--model takes a checkpoint folder (config.json + model.safetensors) or the alias 'minilm'."
 
 
@@ -27,11 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="store_true", help="log more detail")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    import importlib
-
     for module in COMMAND_MODULES:
-        importlib.import_module(module).add_commands(commands)
+        module.add_commands(commands)
     return parser
 
 

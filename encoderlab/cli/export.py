@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from encoderlab.cli.options import add_json, add_model
 from encoderlab.infer.onnx import DEFAULT_OPSET, KINDS, MAX_OPSET, MIN_OPSET, export_onnx
 
 
@@ -31,8 +32,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                                    description="Export a model to another format.")
     formats = export.add_subparsers(dest="format", required=True, metavar="FORMAT")
     onnx = formats.add_parser("onnx", help="ONNX for onnxruntime, optionally int8", description=cmd_export_onnx.__doc__)
-    onnx.add_argument("--model", required=True, metavar="M",
-                      help="checkpoint folder, alias ('minilm') or fine-tuned folder (classify, ner, qa, embed)")
+    add_model(onnx, "checkpoint folder, alias ('minilm') or fine-tuned folder (classify, ner, qa, embed)")
     onnx.add_argument("--out", required=True, metavar="FILE.onnx",
                       help="the ONNX file; FILE.onnx.json and the tokenizer files go beside it")
     onnx.add_argument("--int8", action="store_true",
@@ -42,5 +42,5 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                            "(default: base)")
     onnx.add_argument("--opset", type=int, default=DEFAULT_OPSET, metavar="N",
                       help=f"ONNX opset, {MIN_OPSET} to {MAX_OPSET} (default: {DEFAULT_OPSET})")
-    onnx.add_argument("--json", action="store_true", help="print what was written as JSON")
+    add_json(onnx, "print what was written as JSON")
     onnx.set_defaults(func=cmd_export_onnx)

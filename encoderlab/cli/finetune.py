@@ -1,4 +1,4 @@
-"""`encoderlab finetune TASK` and `encoderlab evaluate TASK`: registered on the main parser by add_commands.
+"""`encoderlab finetune TASK` and `encoderlab evaluate TASK`: the options, turned into encoderlab.tasks.finetune's jobs.
 
 Handlers raise encoderlab.errors exceptions for bad input; the main CLI prints them as one line, exit 2.
 """
@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
-import statistics
-from pathlib import Path
 from typing import Any
 
-from encoderlab.errors import ConfigError, InputError
+from encoderlab.cli.options import MODEL_HELP, add_json, add_model, add_precision, add_threads, apply_threads
+from encoderlab.tasks.finetune import (BATCH_SIZE, BILSTM, MAX_LENGTH, TASKS, Evaluation, Finetuning, Head, Reading,
+                                       evaluate, finetune)
+from encoderlab.tasks.objective import TrainOptions
+from encoderlab.train import distributed
 
-TASKS = ("classify", "ner", "qa", "embed")
-MAX_LENGTH = {"classify": 128, "ner": 256, "qa": 384, "embed": 128}
-BATCH_SIZE = {"classify": 32, "ner": 32, "qa": 16, "embed": 32}
-BILSTM = "bilstm"
 DATA_HELP = {
     "classify": "GLUE-style TSV/CSV with a header row (or --no-header), or JSONL",
     "ner": "CoNLL column file (blank line between sentences; IOB1/IOB2/BIOES tags), or JSONL with tokens/tags",
@@ -26,223 +23,44 @@ DATA_HELP = {
 }
 
 
-# ---- reading data ---------------------------------------------------------------------------------------------
-def _split(value: str | None) -> list[str] | None:
-    return [part.strip() for part in value.split(",")] if value else None
+# ---- options -> jobs ------------------------------------------------------------------------------------------
+def reading(args: argparse.Namespace) -> Reading:
+    """The reader options of a finetune or evaluate command line (a task's parser has only its own)."""
+    return Reading(getattr(args, "text_cols", None), getattr(args, "label_col", None), getattr(args, "tag_col", None),
+                   getattr(args, "token_col", None), header=not getattr(args, "no_header", False))
 
 
-def read_examples(task: str, path: str, args: argparse.Namespace, info: dict | None = None,
-                  regression: bool = False) -> list:
-    """The examples of a data file for a task; reader options from args, else from the model's task.json."""
-    from encoderlab.tasks import readers
-
-    info = info or {}
-
-    def option(name: str, default: Any = None) -> Any:
-        value = getattr(args, name, None)
-        return value if value is not None else info.get(name, default)
-
-    if task == "ner":
-        return readers.read_conll(path, tag_col=option("tag_col", -1), token_col=option("token_col", 0))
-    if task == "qa":
-        return readers.read_squad(path)
-    header = not getattr(args, "no_header", False) and info.get("header", True)
-    text_cols, label_col = _split(option("text_cols")), option("label_col")
-    if task == "embed":
-        return readers.read_texts(path, text_cols, label_col, regression=True, header=header, need_label=False)
-    return readers.read_texts(path, text_cols, label_col, regression=regression, header=header)
+def head(args: argparse.Namespace) -> Head:
+    """The head options of a finetune command line (defaults for those the task's parser lacks)."""
+    names = ("doc_stride", "max_query_length", "max_answer_length", "n_best", "pooling", "loss", "scale", "embed_dim",
+             "lstm_hidden")
+    given = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    labels = [part.strip() for part in args.labels.split(",")] if getattr(args, "labels", None) else None
+    return Head(labels=labels, regression=getattr(args, "task_type", None) == "regression", **given)
 
 
-def subsample(examples: list, limit: int | None) -> list:
-    """At most `limit` examples, drawn with a fixed seed (independent of --seed) and kept in file order."""
-    if not limit or limit >= len(examples):
-        return examples
-    keep = sorted(random.Random(0).sample(range(len(examples)), limit))
-    return [examples[i] for i in keep]
-
-
-def reader_info(args: argparse.Namespace) -> dict[str, Any]:
-    """The reader options to record in task.json."""
-    names = ("text_cols", "label_col", "tag_col", "token_col")
-    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None} | {
-        "header": not getattr(args, "no_header", False)}
-
-
-# ---- building tasks and models ------------------------------------------------------------------------------
-def build_task(name: str, args: argparse.Namespace, tokenizer, train: list, max_length: int, batch_size: int):
-    """The Task for `name`, its label set learned from the training examples."""
-    from encoderlab.tasks.classify import ClassifyTask, label_set
-    from encoderlab.tasks.embedding import EmbedTask
-    from encoderlab.tasks.qa import QATask
-    from encoderlab.tasks.tagging import TagTask, tag_set
-
-    common = {"batch_size": batch_size, "precision": args.precision}
-    if name == "classify":
-        regression = args.task_type == "regression"
-        labels = None if regression else (_split(args.labels) or label_set(train))
-        return ClassifyTask(tokenizer, max_length, labels, regression, **common)
-    if name == "ner":
-        return TagTask(tokenizer, max_length, tag_set(train), **common)
-    if name == "qa":
-        return QATask(tokenizer, max_length, args.doc_stride, args.max_query_length, args.max_answer_length,
-                      args.n_best, allow_null=any(e.is_impossible for e in train), **common)
-    loss = args.loss or ("cosent" if all(isinstance(e.label, float) for e in train) else "mnrl")
-    return EmbedTask(tokenizer, max_length, loss, args.scale, **common)
-
-
-def build_model(name: str, args: argparse.Namespace, task, tokenizer):
-    """A fresh task model: the backbone from --model (or a BiLSTM), a newly initialised head."""
-    from encoderlab.tasks import models
-
-    if args.model == BILSTM:
-        if name != "classify":
-            raise ConfigError(f"--model {BILSTM} is a text-classification baseline; it cannot do {name}")
-        return models.BiLSTMClassifier(tokenizer.vocab_size, task.num_outputs, tokenizer.pad_id,
-                                       args.embed_dim, args.lstm_hidden, labels=task.labels, regression=task.regression)
-    backbone = models.load_backbone(args.model)
-    if backbone.config.vocab_size < tokenizer.vocab_size:
-        raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only "
-                          f"{backbone.config.vocab_size}")
-    if name == "classify":
-        backbone.config.labels = task.labels
-        return models.SequenceClassifier(backbone, task.num_outputs, regression=task.regression)
-    if name == "ner":
-        backbone.config.labels = task.labels
-        return models.TokenClassifier(backbone, len(task.labels))
-    backbone.config.labels = None
-    if name == "qa":
-        return models.SpanExtractor(backbone)
-    return models.SentenceEmbedder(backbone, args.pooling)
-
-
-# ---- finetune ------------------------------------------------------------------------------------------------
-def cmd_finetune(args: argparse.Namespace) -> dict[str, Any]:
-    """Fine-tune a model on a task; keep the best checkpoint by the eval metric; print the results."""
-    from encoderlab.tasks.objective import TrainOptions
-    from encoderlab.tokenizer import Tokenizer
-    from encoderlab.train import distributed
-
-    name, out = args.task, Path(args.out)
-    _set_threads(args.threads)
-    if args.model == BILSTM and args.tokenizer is None:
-        args.tokenizer = "minilm"
-    batch_size = args.batch_size or BATCH_SIZE[name]
+def finetuning(args: argparse.Namespace) -> Finetuning:
+    """The Finetuning job a `finetune TASK` command line asks for."""
     options = TrainOptions(lr=args.lr or (1e-3 if args.model == BILSTM else 2e-5), weight_decay=args.weight_decay,
-                           warmup_ratio=args.warmup_ratio, epochs=args.epochs, batch_size=batch_size,
-                           grad_accum=args.grad_accum, seed=args.seed,
+                           warmup_ratio=args.warmup_ratio, epochs=args.epochs,
+                           batch_size=args.batch_size or BATCH_SIZE[args.task], grad_accum=args.grad_accum,
+                           seed=args.seed,
                            precision=args.precision, eval_every=args.eval_every, save_every=args.save_every,
                            progress=not args.no_progress)
-    options.validate()
-    if args.seeds < 1:
-        raise ConfigError(f"--seeds {args.seeds}: expected a positive number")
-    tokenizer = Tokenizer.from_pretrained(args.tokenizer or args.model)
-    regression = getattr(args, "task_type", None) == "regression"
-    train = subsample(read_examples(name, args.train, args, regression=regression), args.max_train)
-    evaluation = None
-    if args.eval:
-        evaluation = subsample(read_examples(name, args.eval, args, regression=regression), args.max_eval)
-    task = build_task(name, args, tokenizer, train, args.max_length or MAX_LENGTH[name], batch_size)
-    _check_metric(args.metric, task, evaluation)
-    features = task.features(train)
-    if evaluation is not None:
-        task.validate(evaluation)  # an unknown label in the eval file fails now, not after the first epoch
-    seeds = [args.seed + k for k in range(args.seeds)]
-    runs = [_one_run(name, args, task, tokenizer, features, evaluation, options, seed,
-                     out if len(seeds) == 1 else out / f"seed-{seed}", len(train)) for seed in seeds]
-    summary = runs[0] if len(runs) == 1 else _summarize(runs, out)
+    return Finetuning(args.task, args.model, args.train, args.out, options, eval=args.eval, tokenizer=args.tokenizer,
+                      reading=reading(args), head=head(args), max_length=args.max_length, seeds=args.seeds,
+                      metric=args.metric, device=args.device, resume=args.resume, max_train=args.max_train,
+                      max_eval=args.max_eval)
+
+
+# ---- the commands ---------------------------------------------------------------------------------------------
+def cmd_finetune(args: argparse.Namespace) -> dict[str, Any]:
+    """Fine-tune a model on a task; keep the best checkpoint by the eval metric; print the results."""
+    apply_threads(args.threads)
+    summary = finetune(finetuning(args))
     if distributed.is_main_process():
         _print_summary(summary, args.json)
     distributed.teardown()
-    return summary
-
-
-def _device(name: str | None):
-    """--device, or CUDA when there is one, else the CPU; under torchrun, this rank's device."""
-    import torch
-
-    from encoderlab.train import distributed
-
-    if distributed.world_size() > 1:
-        return distributed.setup(name or "auto").device
-
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise ConfigError(f"--device {name!r}: {err}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {name}: CUDA is not available on this machine")
-    return device
-
-
-def _set_threads(threads: int | None) -> None:
-    if threads is not None:
-        if threads < 1:
-            raise ConfigError(f"--threads {threads}: expected a positive number")
-        import torch
-
-        torch.set_num_threads(threads)
-
-
-def _check_metric(metric: str | None, task, evaluation: list | None) -> None:
-    """--metric must be one the task reports (and needs an eval set)."""
-    if metric is None:
-        return
-    if evaluation is None:
-        raise ConfigError("--metric needs --eval: the best checkpoint is chosen on the eval set")
-    allowed = task.metrics + (("recall_at_1", "mrr") if task.name == "embed" else ())
-    if metric not in allowed:
-        raise ConfigError(f"--metric {metric!r}: {task.name} reports {', '.join(allowed)}")
-
-
-def _one_run(name: str, args: argparse.Namespace, task, tokenizer, features: list, evaluation: list | None,
-             options, seed: int, out: Path, num_train: int) -> dict[str, Any]:
-    """Train one seed into `out`; returns what training.json records."""
-    from dataclasses import asdict, replace
-
-    from encoderlab.io import atomic_write_text
-    from encoderlab.tasks.models import save_task_model
-    from encoderlab.tasks.objective import train
-    from encoderlab.train import distributed
-    from encoderlab.train.state import seed_everything
-
-    seed_everything(seed)
-    model = build_model(name, args, task, tokenizer).to(_device(args.device))
-    options = replace(options, seed=seed)
-    info = task.info() | reader_info(args) | ({"pooling": args.pooling} if name == "embed" else {})
-    record: dict[str, Any] = {"task": name, "model": args.model, "train": args.train, "eval": args.eval,
-                              "train_examples": num_train, "train_features": len(features),
-                              "eval_examples": len(evaluation) if evaluation else 0,
-                              "options": asdict(options), "info": info}
-
-    def write_log(result) -> None:
-        atomic_write_text(out / "training.json", json.dumps(record | result.as_dict(), indent=2) + "\n")
-
-    result = train(model, task, features, options,
-                   evaluate=(lambda m: task.evaluate(m, evaluation)) if evaluation else None, metric=args.metric,
-                   save=lambda m: save_task_model(m, out, tokenizer, info), on_eval=write_log,
-                   run_dir=out, resume=args.resume)
-    if distributed.is_main_process():
-        write_log(result)
-    return record | result.as_dict() | {"out": str(out)}
-
-
-def _summarize(runs: list[dict[str, Any]], out: Path) -> dict[str, Any]:
-    """Median, min, max and standard deviation of each best eval metric over the seeds; written to seeds.json."""
-    from encoderlab.io import atomic_write_text
-    from encoderlab.train.distributed import is_main_process
-
-    keys = [k for k in (runs[0].get("best") or {}) if k.startswith("eval_")]
-    spread = {}
-    for key in keys:
-        values = [run["best"][key] for run in runs]
-        spread[key] = {"median": statistics.median(values), "min": min(values), "max": max(values),
-                       "std": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
-    summary = {"task": runs[0]["task"], "seeds": [run["options"]["seed"] for run in runs], "metrics": spread,
-               "runs": [{"seed": run["options"]["seed"], "out": run["out"], "best": run["best"]} for run in runs]}
-    if is_main_process():
-        atomic_write_text(out / "seeds.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
 
@@ -263,87 +81,24 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         print(f"best at epoch {best['epoch']:g} (by {summary['metric']}): {shown}")
 
 
-# ---- evaluate ------------------------------------------------------------------------------------------------
-def task_for_model(name: str, model, info: dict, tokenizer, args: argparse.Namespace):
-    """The Task that scores a loaded model, refusing a model without the head the task needs."""
-    from encoderlab.tasks import models
-    from encoderlab.tasks.classify import ClassifyTask
-    from encoderlab.tasks.embedding import EmbedTask
-    from encoderlab.tasks.qa import QATask
-    from encoderlab.tasks.tagging import TagTask
-
-    needs = {"classify": (models.SequenceClassifier, models.BiLSTMClassifier), "ner": (models.TokenClassifier,),
-             "qa": (models.SpanExtractor,), "embed": (models.TaskModel,)}[name]
-    if not isinstance(model, needs):
-        raise InputError(f"{args.model}: a {type(model).__name__} cannot be evaluated on {name} "
-                         f"(expected {' or '.join(c.__name__ for c in needs)})")
-    max_length = args.max_length or info.get("max_length") or MAX_LENGTH[name]
-    common = {"batch_size": args.batch_size or BATCH_SIZE[name], "precision": args.precision}
-    if name == "classify":
-        labels = None if model.regression else model.labels or _numbered(model)
-        return ClassifyTask(tokenizer, max_length, labels, model.regression, **common)
-    if name == "ner":
-        return TagTask(tokenizer, max_length, model.labels or _numbered(model), **common)
-    if name == "qa":
-        keys = ("doc_stride", "max_query_length", "max_answer_length", "n_best", "allow_null")
-        defaults = {"doc_stride": 128, "max_query_length": 64, "max_answer_length": 30, "n_best": 20,
-                    "allow_null": False}
-        return QATask(tokenizer, max_length, **{k: info.get(k, defaults[k]) for k in keys}, **common)
-    return EmbedTask(tokenizer, max_length, info.get("loss") or "cosent", **common)
-
-
-def _numbered(model) -> list[str]:
-    """Class names "0", "1", ... for a head saved without id2label."""
-    count = model.num_outputs if hasattr(model, "num_outputs") else model.classifier.out_features
-    return [str(i) for i in range(count)]
-
-
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled data file; print the metrics."""
-    from encoderlab.tasks import models
-    from encoderlab.tokenizer import Tokenizer
-
-    _set_threads(args.threads)
-    model = models.load_task_model(args.model)
-    if args.task == "embed" and not isinstance(model, models.SentenceEmbedder) and isinstance(model, models.TaskModel):
-        model = models.SentenceEmbedder(model.backbone, args.pooling or "mean")  # the encoder under any head
-    elif isinstance(model, models.SentenceEmbedder) and args.pooling:
-        model.pooling = args.pooling
-    model = model.to(_device(args.device))
-    info = models.read_task_info(args.model)
-    tokenizer = Tokenizer.from_pretrained(args.model)
-    task = task_for_model(args.task, model, info, tokenizer, args)
-    regression = args.task == "classify" and model.regression
-    examples = subsample(read_examples(args.task, args.data, args, info, regression), args.max_eval)
-    task.validate(examples)  # a label or tag the model does not know is an error, not a silent miss
-    if args.task == "embed" and not all(isinstance(e.label, float) for e in examples):
-        predictions, metrics = None, task.retrieval(model, examples)  # unscored pairs: retrieval
-    else:
-        predictions = task.predict(model, examples)
-        metrics = task.score(examples, predictions)
-    if args.predictions and predictions is not None:
-        _write_predictions(Path(args.predictions), args.task, examples, predictions)
-    result = {"task": args.task, "model": args.model, "data": args.data, "examples": len(examples), "metrics": metrics}
+    apply_threads(args.threads)
+    result = evaluate(Evaluation(args.task, args.model, args.data, reading(args), args.pooling, args.batch_size,
+                                 args.max_length, args.precision, args.max_eval, args.predictions, args.device))
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{args.task} on {args.data} ({len(examples)} examples): "
-              + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        print(f"{args.task} on {args.data} ({result['examples']} examples): "
+              + ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()))
     return result
 
 
-def _write_predictions(path: Path, task: str, examples: list, predictions: list) -> None:
-    """SQuAD's {id: answer} for qa; one JSON value per line (label, score or tag list) otherwise."""
-    from encoderlab.io import atomic_write_text
-
-    if task == "qa":
-        text = json.dumps({e.id: p for e, p in zip(examples, predictions)}, indent=2) + "\n"
-    else:
-        text = "".join(json.dumps(p) + "\n" for p in predictions)
-    atomic_write_text(path, text)
-
-
 # ---- parser --------------------------------------------------------------------------------------------------
+def _add_device(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default=None, metavar="D", help="cpu, cuda or cuda:N (default: cuda if present)")
+
+
 def _reader_options(parser: argparse.ArgumentParser, task: str | None) -> None:
     """Options that say how to read a data file (task None: all of them, for evaluate)."""
     if task in (None, "classify", "embed"):
@@ -382,8 +137,7 @@ def _training_options(parser: argparse.ArgumentParser, task: str) -> None:
     parser.add_argument("--grad-accum", type=int, default=1, metavar="K",
                         help="split each step's batch into K micro-batches (per rank): the same step in less "
                              "memory (default: 1)")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                        help="fp32, or bf16 autocast for the forward pass (default: fp32)")
+    add_precision(parser, training=True)
     parser.add_argument("--metric", default=None, metavar="NAME",
                         help="eval metric that selects the best checkpoint (default: accuracy for classes, "
                              "spearman for scores, f1 for ner and qa)")
@@ -398,11 +152,10 @@ def _training_options(parser: argparse.ArgumentParser, task: str) -> None:
                         help="train on a fixed random subset of N examples (default: all)")
     parser.add_argument("--max-eval", type=int, default=None, metavar="N",
                         help="evaluate on a fixed random subset of N examples (default: all)")
-    parser.add_argument("--device", default=None, metavar="D", help="cpu, cuda or cuda:N (default: cuda if present)")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="CPU threads for torch (default: torch's choice; 1 is fastest on a busy machine)")
+    _add_device(parser)
+    add_threads(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_json(parser, "print the results as JSON")
 
 
 def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
@@ -447,9 +200,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     for task in TASKS:
         sub = tasks.add_parser(task, help=DATA_HELP[task],
                                description=f"{cmd_finetune.__doc__} Data: {DATA_HELP[task]}.")
-        sub.add_argument("--model", required=True, metavar="M",
-                         help="checkpoint folder or alias ('minilm')" + (", or 'bilstm' for the baseline trained "
-                                                                          "from scratch" if task == "classify" else ""))
+        bilstm = ", or 'bilstm' for the baseline trained from scratch" if task == "classify" else ""
+        add_model(sub, MODEL_HELP + bilstm)
         sub.add_argument("--train", required=True, metavar="FILE", help=f"training data: {DATA_HELP[task]}")
         sub.add_argument("--eval", metavar="FILE", help="eval data in the same format: scored after each epoch")
         sub.add_argument("--out", required=True, metavar="DIR",
@@ -463,8 +215,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     evaluate = subparsers.add_parser("evaluate", help="score a fine-tuned model on labelled data",
                                      description=cmd_evaluate.__doc__)
     evaluate.add_argument("task", choices=TASKS, help="the task the data is for")
-    evaluate.add_argument("--model", required=True, metavar="DIR",
-                          help="fine-tuned folder (for embed: any checkpoint or alias)")
+    add_model(evaluate, "fine-tuned folder (for embed: any checkpoint or alias)", metavar="DIR")
     evaluate.add_argument("--data", required=True, metavar="FILE", help="labelled data in the task's format")
     _reader_options(evaluate, None)
     evaluate.add_argument("--pooling", choices=("mean", "cls"), default=None,
@@ -472,12 +223,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--batch-size", type=int, default=None, metavar="N", help="inputs per forward pass")
     evaluate.add_argument("--max-length", type=int, default=None, metavar="T",
                           help="tokens per input (default: what the model was trained with)")
-    evaluate.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="fp32 or bf16 autocast")
+    add_precision(evaluate, training=True)
     evaluate.add_argument("--max-eval", type=int, default=None, metavar="N",
                           help="score a fixed random subset of N examples (default: all)")
     evaluate.add_argument("--predictions", metavar="FILE",
                           help="also write the predictions (qa: SQuAD's {id: answer} JSON; else one JSON value a line)")
-    evaluate.add_argument("--device", default=None, metavar="D", help="cpu, cuda or cuda:N (default: cuda if present)")
-    evaluate.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads for torch")
-    evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    _add_device(evaluate)
+    add_threads(evaluate)
+    add_json(evaluate, "print the metrics as JSON")
     evaluate.set_defaults(func=cmd_evaluate)

