@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import fields
 from typing import Any
 
 from encoderlab.cli.options import MODEL_HELP, add_json, add_model, add_precision, add_threads, apply_threads
@@ -24,33 +25,27 @@ DATA_HELP = {
 
 
 # ---- options -> jobs ------------------------------------------------------------------------------------------
+def _given(args: argparse.Namespace, job: type) -> dict[str, Any]:
+    """The fields of a job dataclass that this command line has options for (a task's parser has only its own)."""
+    return {f.name: getattr(args, f.name) for f in fields(job) if hasattr(args, f.name)}
+
+
 def reading(args: argparse.Namespace) -> Reading:
-    """The reader options of a finetune or evaluate command line (a task's parser has only its own)."""
-    return Reading(getattr(args, "text_cols", None), getattr(args, "label_col", None), getattr(args, "tag_col", None),
-                   getattr(args, "token_col", None), header=not getattr(args, "no_header", False))
+    """The reader options of a finetune or evaluate command line."""
+    return Reading(**_given(args, Reading), header=not getattr(args, "no_header", False))
 
 
 def head(args: argparse.Namespace) -> Head:
-    """The head options of a finetune command line (defaults for those the task's parser lacks)."""
-    names = ("doc_stride", "max_query_length", "max_answer_length", "n_best", "pooling", "loss", "scale", "embed_dim",
-             "lstm_hidden")
-    given = {name: getattr(args, name) for name in names if hasattr(args, name)}
-    labels = [part.strip() for part in args.labels.split(",")] if getattr(args, "labels", None) else None
-    return Head(labels=labels, regression=getattr(args, "task_type", None) == "regression", **given)
+    """The head options of a finetune command line (defaults for those its task has no options for)."""
+    return Head(**_given(args, Head), regression=getattr(args, "task_type", None) == "regression")
 
 
 def finetuning(args: argparse.Namespace) -> Finetuning:
     """The Finetuning job a `finetune TASK` command line asks for."""
-    options = TrainOptions(lr=args.lr or (1e-3 if args.model == BILSTM else 2e-5), weight_decay=args.weight_decay,
-                           warmup_ratio=args.warmup_ratio, epochs=args.epochs,
-                           batch_size=args.batch_size or BATCH_SIZE[args.task], grad_accum=args.grad_accum,
-                           seed=args.seed,
-                           precision=args.precision, eval_every=args.eval_every, save_every=args.save_every,
-                           progress=not args.no_progress)
-    return Finetuning(args.task, args.model, args.train, args.out, options, eval=args.eval, tokenizer=args.tokenizer,
-                      reading=reading(args), head=head(args), max_length=args.max_length, seeds=args.seeds,
-                      metric=args.metric, device=args.device, resume=args.resume, max_train=args.max_train,
-                      max_eval=args.max_eval)
+    defaults = {"lr": args.lr or (1e-3 if args.model == BILSTM else 2e-5),
+                "batch_size": args.batch_size or BATCH_SIZE[args.task], "progress": not args.no_progress}
+    options = TrainOptions(**_given(args, TrainOptions) | defaults)
+    return Finetuning(**_given(args, Finetuning), options=options, reading=reading(args), head=head(args))
 
 
 # ---- the commands ---------------------------------------------------------------------------------------------
@@ -84,8 +79,7 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled data file; print the metrics."""
     apply_threads(args.threads)
-    result = evaluate(Evaluation(args.task, args.model, args.data, reading(args), args.pooling, args.batch_size,
-                                 args.max_length, args.precision, args.max_eval, args.predictions, args.device))
+    result = evaluate(Evaluation(**_given(args, Evaluation), reading=reading(args)))
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -95,6 +89,10 @@ def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---- parser --------------------------------------------------------------------------------------------------
+def _names(value: str) -> list[str] | None:
+    return [part.strip() for part in value.split(",")] if value else None
+
+
 def _add_device(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, metavar="D", help="cpu, cuda or cuda:N (default: cuda if present)")
 
@@ -163,7 +161,7 @@ def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
     if task == "classify":
         parser.add_argument("--task-type", choices=("classification", "regression"), default="classification",
                             help="classes (cross-entropy) or a score (MSE, e.g. STS-B) (default: classification)")
-        parser.add_argument("--labels", metavar="A,B,...",
+        parser.add_argument("--labels", type=_names, metavar="A,B,...",
                             help="class names in id order (default: those of the training file, numeric or sorted)")
         parser.add_argument("--tokenizer", metavar="T",
                             help="tokenizer folder or alias (default: the model's; minilm for --model bilstm)")

@@ -89,7 +89,7 @@ class Finetuning:
     task: str
     model: str
     train: str
-    out: Path
+    out: str | Path
     options: TrainOptions = field(default_factory=TrainOptions)
     eval: str | None = None
     tokenizer: str | None = None
