@@ -24,12 +24,12 @@ from hf_oracle import TOL, randomize
 from test_family import HF_CONFIGS, family_batch, tiny_config
 
 from encoderlab import EncoderConfig, load_model
+from encoderlab.cli.finetune import add_commands
 from encoderlab.infer.embed import embed
 from encoderlab.infer.pipelines import entities, pipeline
 from encoderlab.models import FAMILIES
 from encoderlab.nn.model import EncoderModel, MaskedLMModel
 from encoderlab.tasks.classify import ClassifyTask
-from encoderlab.cli.finetune import add_commands
 from encoderlab.tasks.objective import TrainOptions, train
 from encoderlab.tasks.models import (SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier,
                                      load_backbone, load_task_model, save_task_model)

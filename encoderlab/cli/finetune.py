@@ -11,8 +11,8 @@ from dataclasses import fields
 from typing import Any
 
 from encoderlab.cli.options import MODEL_HELP, add_json, add_model, add_precision, add_threads, apply_threads
-from encoderlab.tasks.finetune import (BATCH_SIZE, BILSTM, MAX_LENGTH, TASKS, Evaluation, Finetuning, Head, Reading,
-                                       evaluate, finetune)
+from encoderlab.tasks.finetune import (BATCH_SIZE, BILSTM, MAX_LENGTH, TASKS, EvaluateJob, FinetuneJob, Head,
+                                       Reading, evaluate, finetune)
 from encoderlab.tasks.objective import TrainOptions
 from encoderlab.train import distributed
 
@@ -40,12 +40,12 @@ def head(args: argparse.Namespace) -> Head:
     return Head(**_given(args, Head), regression=getattr(args, "task_type", None) == "regression")
 
 
-def finetuning(args: argparse.Namespace) -> Finetuning:
-    """The Finetuning job a `finetune TASK` command line asks for."""
+def finetuning(args: argparse.Namespace) -> FinetuneJob:
+    """The FinetuneJob a `finetune TASK` command line asks for."""
     defaults = {"lr": args.lr or (1e-3 if args.model == BILSTM else 2e-5),
                 "batch_size": args.batch_size or BATCH_SIZE[args.task], "progress": not args.no_progress}
     options = TrainOptions(**_given(args, TrainOptions) | defaults)
-    return Finetuning(**_given(args, Finetuning), options=options, reading=reading(args), head=head(args))
+    return FinetuneJob(**_given(args, FinetuneJob), options=options, reading=reading(args), head=head(args))
 
 
 # ---- the commands ---------------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled data file; print the metrics."""
     apply_threads(args.threads)
-    result = evaluate(Evaluation(**_given(args, Evaluation), reading=reading(args)))
+    result = evaluate(EvaluateJob(**_given(args, EvaluateJob), reading=reading(args)))
     if args.json:
         print(json.dumps(result, indent=2))
     else:

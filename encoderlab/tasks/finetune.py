@@ -83,7 +83,7 @@ class Head:
 
 
 @dataclass
-class Finetuning:
+class FinetuneJob:
     """One `finetune` job: the data, the model, the head and the recipe."""
 
     task: str
@@ -105,7 +105,7 @@ class Finetuning:
 
 
 @dataclass
-class Evaluation:
+class EvaluateJob:
     """One `evaluate` job: a fine-tuned model scored on a labelled file."""
 
     task: str
@@ -209,7 +209,7 @@ def resolve_device(name: str | None) -> torch.device:
 
 
 # ---- finetune ------------------------------------------------------------------------------------------------
-def finetune(job: Finetuning) -> dict[str, Any]:
+def finetune(job: FinetuneJob) -> dict[str, Any]:
     """Fine-tune one run per seed, keeping each run's best checkpoint by the eval metric; the result (or spread)."""
     name, out = job.task, Path(job.out)
     job.options.validate()
@@ -244,7 +244,7 @@ def _check_metric(metric: str | None, task: Task, evaluation: list | None) -> No
         raise ConfigError(f"--metric {metric!r}: {task.name} reports {', '.join(allowed)}")
 
 
-def _one_run(job: Finetuning, task: Task, tokenizer: Tokenizer, features: list, evaluation: list | None,
+def _one_run(job: FinetuneJob, task: Task, tokenizer: Tokenizer, features: list, evaluation: list | None,
              seed: int, out: Path, num_train: int) -> dict[str, Any]:
     """Train one seed into `out`; returns what training.json records."""
     name = job.task
@@ -285,7 +285,7 @@ def _summarize(runs: list[dict[str, Any]], out: Path) -> dict[str, Any]:
 
 
 # ---- evaluate ------------------------------------------------------------------------------------------------
-def task_for_model(job: Evaluation, model: torch.nn.Module, info: dict, tokenizer: Tokenizer) -> Task:
+def task_for_model(job: EvaluateJob, model: torch.nn.Module, info: dict, tokenizer: Tokenizer) -> Task:
     """The Task that scores a loaded model, refusing a model without the head the task needs."""
     name = job.task
     needs = {"classify": (models.SequenceClassifier, models.BiLSTMClassifier), "ner": (models.TokenClassifier,),
@@ -311,7 +311,7 @@ def _numbered(model: torch.nn.Module) -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def _load_for_evaluation(job: Evaluation) -> torch.nn.Module:
+def _load_for_evaluation(job: EvaluateJob) -> torch.nn.Module:
     """The fine-tuned model (for embed: the encoder under any head, pooled as asked) on its device."""
     model = models.load_task_model(job.model)
     if job.task == "embed" and not isinstance(model, models.SentenceEmbedder) and isinstance(model, models.TaskModel):
@@ -321,7 +321,7 @@ def _load_for_evaluation(job: Evaluation) -> torch.nn.Module:
     return model.to(resolve_device(job.device))
 
 
-def evaluate(job: Evaluation) -> dict[str, Any]:
+def evaluate(job: EvaluateJob) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled data file: task, model, data, examples and metrics."""
     model = _load_for_evaluation(job)
     info = models.read_task_info(job.model)
