@@ -91,28 +91,23 @@ def build_task(name: str, args: argparse.Namespace, tokenizer, train: list, max_
 
 
 def build_model(name: str, args: argparse.Namespace, task, tokenizer):
-    """A fresh task model: the backbone from --model (or a BiLSTM), a newly initialised head."""
-    from encoderlab.tasks import models
+    """A task model: the encoder of --model (or a BiLSTM) with the task's head, new unless --model holds it."""
+    from encoderlab.checkpoint import load_model
+    from encoderlab.nn.bilstm import BiLSTMClassifier
 
     if args.model == BILSTM:
         if name != "classify":
             raise ConfigError(f"--model {BILSTM} is a text-classification baseline; it cannot do {name}")
-        return models.BiLSTMClassifier(tokenizer.vocab_size, task.num_outputs, tokenizer.pad_id,
-                                       args.embed_dim, args.lstm_hidden, labels=task.labels, regression=task.regression)
-    backbone = models.load_backbone(args.model)
-    if backbone.config.vocab_size < tokenizer.vocab_size:
+        return BiLSTMClassifier(tokenizer.vocab_size, task.num_outputs, tokenizer.pad_id,
+                                args.embed_dim, args.lstm_hidden, labels=task.labels, regression=task.regression)
+    head = ({"num_labels": task.num_outputs, "regression": task.regression} if name == "classify" else
+            {"num_labels": len(task.labels)} if name == "ner" else {"pooling": args.pooling} if name == "embed" else {})
+    model = load_model(args.model, kind=name, **head).train()
+    if model.config.vocab_size < tokenizer.vocab_size:
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only "
-                          f"{backbone.config.vocab_size}")
-    if name == "classify":
-        backbone.config.labels = task.labels
-        return models.SequenceClassifier(backbone, task.num_outputs, regression=task.regression)
-    if name == "ner":
-        backbone.config.labels = task.labels
-        return models.TokenClassifier(backbone, len(task.labels))
-    backbone.config.labels = None
-    if name == "qa":
-        return models.SpanExtractor(backbone)
-    return models.SentenceEmbedder(backbone, args.pooling)
+                          f"{model.config.vocab_size}")
+    model.config.labels = task.labels if name in ("classify", "ner") else None
+    return model
 
 
 # ---- finetune ------------------------------------------------------------------------------------------------
@@ -202,7 +197,7 @@ def _one_run(name: str, args: argparse.Namespace, task, tokenizer, features: lis
     from dataclasses import asdict, replace
 
     from encoderlab.io import atomic_write_text
-    from encoderlab.tasks.models import save_task_model
+    from encoderlab.checkpoint import save_pretrained
     from encoderlab.tasks.objective import train
     from encoderlab.train import distributed
     from encoderlab.train.state import seed_everything
@@ -221,7 +216,7 @@ def _one_run(name: str, args: argparse.Namespace, task, tokenizer, features: lis
 
     result = train(model, task, features, options,
                    evaluate=(lambda m: task.evaluate(m, evaluation)) if evaluation else None, metric=args.metric,
-                   save=lambda m: save_task_model(m, out, tokenizer, info), on_eval=write_log,
+                   save=lambda m: save_pretrained(m, out, tokenizer, info), on_eval=write_log,
                    run_dir=out, resume=args.resume)
     if distributed.is_main_process():
         write_log(result)
@@ -266,14 +261,15 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
 # ---- evaluate ------------------------------------------------------------------------------------------------
 def task_for_model(name: str, model, info: dict, tokenizer, args: argparse.Namespace):
     """The Task that scores a loaded model, refusing a model without the head the task needs."""
-    from encoderlab.tasks import models
+    from encoderlab.nn import model as models
+    from encoderlab.nn.bilstm import BiLSTMClassifier
     from encoderlab.tasks.classify import ClassifyTask
     from encoderlab.tasks.embedding import EmbedTask
     from encoderlab.tasks.qa import QATask
     from encoderlab.tasks.tagging import TagTask
 
-    needs = {"classify": (models.SequenceClassifier, models.BiLSTMClassifier), "ner": (models.TokenClassifier,),
-             "qa": (models.SpanExtractor,), "embed": (models.TaskModel,)}[name]
+    needs = {"classify": (models.SequenceClassifier, BiLSTMClassifier), "ner": (models.TokenClassifier,),
+             "qa": (models.SpanExtractor,), "embed": (models.SentenceEmbedder,)}[name]
     if not isinstance(model, needs):
         raise InputError(f"{args.model}: a {type(model).__name__} cannot be evaluated on {name} "
                          f"(expected {' or '.join(c.__name__ for c in needs)})")
@@ -300,17 +296,14 @@ def _numbered(model) -> list[str]:
 
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled data file; print the metrics."""
-    from encoderlab.tasks import models
+    from encoderlab.checkpoint import load_model, read_task_info
     from encoderlab.tokenizer import Tokenizer
 
     _set_threads(args.threads)
-    model = models.load_task_model(args.model)
-    if args.task == "embed" and not isinstance(model, models.SentenceEmbedder) and isinstance(model, models.TaskModel):
-        model = models.SentenceEmbedder(model.backbone, args.pooling or "mean")  # the encoder under any head
-    elif isinstance(model, models.SentenceEmbedder) and args.pooling:
-        model.pooling = args.pooling
+    # embed: the encoder under any head, pooled as --pooling says (default: the folder's, else mean)
+    model = load_model(args.model, **({"kind": "embed", "pooling": args.pooling} if args.task == "embed" else {}))
     model = model.to(_device(args.device))
-    info = models.read_task_info(args.model)
+    info = read_task_info(args.model)
     tokenizer = Tokenizer.from_pretrained(args.model)
     task = task_for_model(args.task, model, info, tokenizer, args)
     regression = args.task == "classify" and model.regression

@@ -68,12 +68,11 @@ def _check_index(index: int, size: int, what: str) -> int:
 
 
 def find_encoder(model: nn.Module) -> Encoder:
-    """The Encoder inside an EncoderModel, MaskedLMModel, PreTrainingModel or task model (via .backbone)."""
-    for candidate in (model, getattr(model, "backbone", None)):
-        if isinstance(candidate, Encoder):
-            return candidate
-        if isinstance(getattr(candidate, "encoder", None), Encoder):
-            return candidate.encoder
+    """The Encoder itself, or the one inside any of our models (encoderlab.nn.model)."""
+    if isinstance(model, Encoder):
+        return model
+    if isinstance(getattr(model, "encoder", None), Encoder):
+        return model.encoder
     raise InputError(f"{type(model).__name__} holds no encoderlab Encoder, so it has no attention maps")
 
 
@@ -191,14 +190,13 @@ def _title(maps: AttentionMaps, layer: int, shown: int) -> str:
 # ---- command line -------------------------------------------------------------------------------------------
 def cmd_attention(args: argparse.Namespace) -> None:
     """Draw the attention of one text (or pair) at one layer: one head, or a grid of all heads."""
-    from encoderlab.checkpoint import resolve_model_path
-    from encoderlab.tasks.models import load_backbone
+    from encoderlab.checkpoint import load_model, resolve_model_path
 
     _require_text(args.text, args.pair)  # before the model is loaded
     if args.max_tokens < 1:
         raise InputError(f"--max-tokens {args.max_tokens}: expected at least 1")
     folder = resolve_model_path(args.model)
-    model = load_backbone(folder).float().eval()  # any checkpoint: bare, MLM or fine-tuned; fp32 probabilities
+    model = load_model(folder, kind="base")  # any checkpoint: bare, MLM or fine-tuned; fp32 probabilities
     maps = attention_maps(model, Tokenizer.from_pretrained(folder), args.text, args.pair, [args.layer])
     out = plot_attention(maps, args.out, args.layer, args.head, args.max_tokens)
     print(json.dumps(_summary(maps, args.layer, args.head, out)) if args.json else _describe(maps, args.head, out))
