@@ -57,13 +57,8 @@ def bad_input_folders(root: Path) -> Any:
     """The checkpoint folders the bad-input table runs against, written by encoderlab (the test has HF write them)."""
     from test_bad_input import TAGS, WORDS, Folders
 
-    from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel
-    from encoderlab.tasks.models import (
-        SequenceClassifier,
-        SpanExtractor,
-        TokenClassifier,
-        save_task_model,
-    )
+    from encoderlab import (EncoderConfig, EncoderModel, MaskedLMModel, SequenceClassifier, SpanExtractor,
+                            TokenClassifier)
     from encoderlab.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.train_wordpiece_from_iterator([" ".join(WORDS)] * 3, vocab_size=80, min_frequency=1)
@@ -71,15 +66,11 @@ def bad_input_folders(root: Path) -> Any:
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     torch.manual_seed(0)
     models = {"base": EncoderModel(config), "mlm": MaskedLMModel(config),
-              "classify": SequenceClassifier(EncoderModel(config.replace(labels=["neg", "pos"])), num_labels=2),
-              "ner": TokenClassifier(EncoderModel(config.replace(labels=TAGS)), num_labels=len(TAGS)),
-              "qa": SpanExtractor(EncoderModel(config))}
+              "classify": SequenceClassifier(config.replace(labels=["neg", "pos"]), num_labels=2),
+              "ner": TokenClassifier(config.replace(labels=TAGS), num_labels=len(TAGS)),
+              "qa": SpanExtractor(config)}
     for name, model in models.items():
-        if name in ("base", "mlm"):
-            model.save_pretrained(root / name)
-            tokenizer.save(root / name)
-        else:
-            save_task_model(model.eval(), root / name, tokenizer)
+        model.eval().save_pretrained(root / name, tokenizer)
     return Folders(**{name: root / name for name in models})
 
 

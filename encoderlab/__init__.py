@@ -4,11 +4,14 @@ from encoderlab import models  # noqa: F401  (registers every family's presets a
 from encoderlab.checkpoint import load_model, resolve_model_path, save_pretrained
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, EncoderlabError, InputError
-from encoderlab.nn.model import EncoderModel, MaskedLMModel, PreTrainingModel
+from encoderlab.nn.bilstm import BiLSTMClassifier
+from encoderlab.nn.model import (EncoderModel, MaskedLMModel, ModelOutput, PreTrainingModel, ReplacedTokenDetector,
+                                 SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CheckpointError", "ConfigError", "EncoderConfig", "EncoderModel", "EncoderlabError", "InputError",
-    "MaskedLMModel", "PreTrainingModel", "load_model", "resolve_model_path", "save_pretrained",
+    "BiLSTMClassifier", "CheckpointError", "ConfigError", "EncoderConfig", "EncoderModel", "EncoderlabError",
+    "InputError", "MaskedLMModel", "ModelOutput", "PreTrainingModel", "ReplacedTokenDetector", "SentenceEmbedder",
+    "SequenceClassifier", "SpanExtractor", "TokenClassifier", "load_model", "resolve_model_path", "save_pretrained",
 ]

@@ -1,8 +1,10 @@
 """Hugging Face checkpoint folders in both directions: config.json + model.safetensors (or a
 pytorch_model.bin read with weights_only=True), converted through each family's declarative weight map.
 
-Every mismatch is reported by tensor name: missing, unexpected, or of the wrong shape. This module sits below
-nn/: the model kinds it builds register themselves in MODEL_CLASSES (nn/model.py), so a model can save itself.
+One loader for every model: config.json's `architectures` picks the class (`architectures()`); encoderlab's own
+extras (task.json: task, columns, max_length, pooling, labels) are read beside it. Every mismatch is reported by
+tensor name: missing, unexpected, or of the wrong shape. This module sits below nn/: the model classes register
+themselves in MODEL_CLASSES (nn/model.py, nn/bilstm.py), so a model can save itself.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -19,12 +22,14 @@ from torch import nn
 
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError
-from encoderlab.io import atomic_write
-from encoderlab.models import FAMILIES, FamilySpec
+from encoderlab.io import atomic_write, atomic_write_text
+from encoderlab.models import FAMILIES, ClassifierHead, FamilySpec
 from encoderlab.paths import resolve_model_path
 
 MODEL_CLASSES: dict[str, type[nn.Module]] = {}
-"""Model kind ("base", "mlm", "pretraining", "rtd") -> class, filled by nn/model.py; each has `kind` and `config`."""
+"""Model kind (encoderlab.nn.model's table, and "bilstm") -> class, filled by nn/; each has `kind` and `hf_suffix`."""
+TASK_FILE = "task.json"  # what encoderlab needs beyond config.json: task, columns, max_length, pooling
+BILSTM = "BiLSTMClassifier"  # the architecture name of our own baseline (encoderlab.nn.bilstm)
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -75,19 +80,35 @@ def _read_torch_bin(path: Path) -> dict[str, torch.Tensor]:
 
 
 # ---- name conversion ------------------------------------------------------------------------------
+Rules = tuple[tuple[str, tuple[str, ...]], ...]
+
+
 def _rule_regex(prefix: str) -> re.Pattern:
     return re.compile(re.escape(prefix).replace(r"\{i\}", r"(\d+)"))
 
 
-def _sources(spec: FamilySpec, our_key: str) -> tuple[str, ...]:
+def head_rules(spec: FamilySpec, kind: str) -> Rules:
+    """Weight-map rules of a task head, beyond the family's map (transformers' names are not prefixed)."""
+    layout = spec.classifier_head
+    classify = (("head.out.", (layout.out,)),) + ((("head.dense.", (layout.dense,)),) if layout.dense else ())
+    return {"classify": classify, "ner": (("classifier.", ("classifier.",)),),
+            "qa": (("qa_outputs.", ("qa_outputs.",)),)}.get(kind, ())
+
+
+def _rules(spec: FamilySpec, model: nn.Module) -> Rules:
+    """The family's weight map, then the rules of the model's task head."""
+    return spec.weight_map + head_rules(spec, model.kind)
+
+
+def _sources(rules: Rules, our_key: str) -> tuple[str, ...]:
     """The Hugging Face names (unprefixed) that make up one of our tensors."""
-    for ours, theirs in spec.weight_map:
+    for ours, theirs in rules:
         match = _rule_regex(ours).match(our_key)
         if match:
             rest = our_key[match.end():]
             layer = match.groups()[0] if match.groups() else None
             return tuple(t.replace("{i}", layer or "") + rest for t in theirs)
-    raise KeyError(f"no weight-map rule for {our_key!r} in family {spec.model_type!r}")
+    raise KeyError(f"no weight-map rule for {our_key!r}")
 
 
 def _head_hf_name(spec: FamilySpec, hf_key: str) -> bool:
@@ -116,13 +137,20 @@ def normalize_hf_state(spec: FamilySpec, state: dict[str, torch.Tensor]) -> dict
     return out
 
 
-def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: nn.Module, source: str) -> dict[str, torch.Tensor]:
-    """Convert normalized HF tensors into `model`'s state dict; raise CheckpointError naming every problem."""
-    expected = model.state_dict()
+def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: nn.Module, source: str,
+               fresh: bool = False) -> dict[str, torch.Tensor]:
+    """Convert normalized HF tensors into `model`'s state dict; raise CheckpointError naming every problem.
+
+    fresh: the checkpoint holds no weights for this model's head (a new task head): its tensors are drawn anew.
+    """
+    rules, expected = _rules(spec, model), model.state_dict()
     converted, missing, mismatched = {}, [], []
     for key, target in expected.items():
-        names = _sources(spec, key)
+        names = _sources(rules, key)
         absent = [n for n in names if n not in hf_state]
+        if absent and fresh and not key.startswith("encoder."):
+            converted[key] = _fresh_tensor(key, target, model.config.initializer_range)
+            continue
         if absent:
             missing.extend(absent)
             continue
@@ -133,86 +161,214 @@ def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: nn.Mo
             continue
         converted[key] = tensor
     # Every backbone tensor must be used: a layer the config does not have is an error, not silently dropped.
-    used = {name for key in expected for name in _sources(spec, key)}
+    used = {name for key in expected for name in _sources(rules, key)}
     unexpected = [k for k in hf_state if k not in used and not _head_hf_name(spec, k)]
-    problems = []
-    if missing:
-        problems.append(f"missing tensors: {', '.join(missing)}")
-    if unexpected:
-        problems.append(f"unexpected tensors: {', '.join(unexpected)}")
-    if mismatched:
-        problems.append(f"shape mismatch: {'; '.join(mismatched)}")
+    problems = [f"{what}: {sep.join(names)}" for what, sep, names in (
+        ("missing tensors", ", ", missing), ("unexpected tensors", ", ", unexpected),
+        ("shape mismatch", "; ", mismatched)) if names]
     if problems:
-        raise CheckpointError(f"{source}: does not fit {type(model).__name__} "
-                              f"({spec.architectures[model.kind]}): " + " | ".join(problems))
+        raise CheckpointError(f"{source}: does not fit {type(model).__name__} ({architecture(model)}): "
+                              + " | ".join(problems))
     return converted
+
+
+def _fresh_tensor(key: str, target: torch.Tensor, std: float) -> torch.Tensor:
+    """A new head tensor as BERT initialises one (N(0, std) weights, zero biases); a module given to the
+    model already built (not on the meta device) keeps its own."""
+    if target.device.type != "meta":
+        return target
+    tensor = torch.empty(target.shape, dtype=torch.float32)
+    return nn.init.normal_(tensor, std=std) if key.endswith("weight") else nn.init.zeros_(tensor)
 
 
 def has_pooler(spec: FamilySpec, hf_state: dict[str, torch.Tensor]) -> bool:
     """Whether a checkpoint holds the family's pooler (an MLM-only BERT checkpoint has none)."""
-    return spec.pooler and all(name in hf_state for name in _sources(spec, "pooler.dense.weight"))
+    return spec.pooler and all(name in hf_state for name in _sources(spec.weight_map, "pooler.dense.weight"))
 
 
 def ours_to_hf(spec: FamilySpec, model: nn.Module) -> dict[str, torch.Tensor]:
     """`model`'s tensors under Hugging Face names, split where we fused several into one."""
-    prefix = "" if model.kind == "base" else spec.base_prefix
-    out = {}
+    prefix = "" if model.kind in ("base", "embed") else spec.base_prefix
+    rules, out = _rules(spec, model), {}
     for key, tensor in model.state_dict().items():
-        names = _sources(spec, key)
+        names = _sources(rules, key)
         backbone = key.startswith(("encoder.", "pooler."))
         for name, part in zip(names, tensor.chunk(len(names))):
-            out[(prefix if backbone else "") + name] = part.detach().clone().contiguous()
+            out[(prefix if backbone else "") + name] = part.detach().cpu().clone().contiguous()
     return out
 
 
-# ---- public API --------------------------------------------------------------------------------------
-def load_config(folder: str | os.PathLike) -> tuple[EncoderConfig, str | None]:
-    """The EncoderConfig of a checkpoint folder and the first architecture it names (if any)."""
-    path = resolve_model_path(folder) / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{path.parent}: no config.json (not a checkpoint folder?)")
-    config = EncoderConfig.from_json(path)
+# ---- architectures ---------------------------------------------------------------------------------
+def architecture_name(spec: FamilySpec, cls: type[nn.Module]) -> str:
+    """transformers' class name for one of our classes in a family: "RobertaForTokenClassification"."""
+    base = spec.architectures["base"]
+    if cls.hf_suffix is not None:
+        return base.removesuffix("Model") + cls.hf_suffix
+    if cls.kind != "embed" and cls.kind not in spec.architectures:
+        raise ConfigError(f"{spec.model_type} has no {cls.kind} model in transformers "
+                          f"(it has {', '.join(spec.architectures.values())} and the task heads)")
+    return base if cls.kind == "embed" else spec.architectures[cls.kind]
+
+
+def architecture(model: nn.Module) -> str:
+    """transformers' class name of one of our models, in its family."""
+    return architecture_name(FAMILIES[model.config.model_type], type(model))
+
+
+def architectures() -> dict[str, type[nn.Module]]:
+    """Every transformers class we mirror, of every family -> our class (an XModel loads as EncoderModel)."""
+    return {architecture_name(spec, cls): cls for spec in FAMILIES.values() for cls in MODEL_CLASSES.values()
+            if cls.kind not in ("embed", "bilstm") and (cls.hf_suffix is not None or cls.kind in spec.architectures)}
+
+
+def classifier_head(model_type: str) -> ClassifierHead:
+    """The layout of a family's sequence-classification head (FamilySpec.classifier_head)."""
+    return FAMILIES[model_type].classifier_head
+
+
+# ---- folder files -------------------------------------------------------------------------------------
+def read_json_file(path: Path, kind: type = dict) -> Any:
+    """A checkpoint folder's JSON file whose top level is a `kind` (dict or list); CheckpointError naming it."""
     try:
-        architectures = json.loads(path.read_text(encoding="utf-8")).get("architectures") or [None]
-    except ValueError:
-        architectures = [None]
-    return config, architectures[0]
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise CheckpointError(f"{path}: not valid UTF-8 JSON ({err})") from None
+    if not isinstance(data, kind):
+        raise CheckpointError(f"{path}: expected a JSON {'object' if kind is dict else 'array'}, "
+                              f"got {type(data).__name__}")
+    return data
 
 
+def read_config(folder: Path) -> dict:
+    """config.json of a checkpoint folder, as a dict (the one place that reads it)."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{folder}: no config.json (not a checkpoint folder?)")
+    return read_json_file(path)
+
+
+def read_task_info(name: str | os.PathLike) -> dict:
+    """task.json of a fine-tuned folder, or {} for a plain checkpoint."""
+    path = resolve_model_path(name) / TASK_FILE
+    return read_json_file(path) if path.is_file() else {}
+
+
+def stored_kind(folder: Path, raw: dict) -> str | None:
+    """Our kind for the class config.json's `architectures` names (None: one we do not mirror); without one,
+    "base", or "embed" for a sentence-embedding folder."""
+    architecture, known = (raw.get("architectures") or [None])[0], architectures()
+    if architecture is not None and architecture not in known:
+        return None
+    kind = "base" if architecture is None else known[architecture].kind
+    embedder = (folder / "modules.json").is_file() or read_task_info(folder).get("task") == "embed"
+    return "embed" if kind == "base" and embedder else kind
+
+
+def _unknown_architecture(folder: Path, raw: dict) -> CheckpointError:
+    """The error for a config.json naming a class we do not mirror, listing those of its family we do."""
+    spec = FAMILIES.get(raw.get("model_type"))
+    stem = spec.architectures["base"].removesuffix("Model") if spec else ""
+    known = [name for name in architectures() if name.startswith(stem) and not name[len(stem)].islower()]
+    return CheckpointError(f"{folder / 'config.json'}: architecture {raw['architectures'][0]!r} is not one encoderlab "
+                           f"mirrors (known: {', '.join(known)}); pass kind= to load its encoder")
+
+
+def _sentence_transformers_pooling(folder: Path) -> str:
+    """The pooling a sentence-transformers folder declares in 1_Pooling/config.json; mean when there is none."""
+    path = folder / "1_Pooling" / "config.json"
+    settings = read_json_file(path) if path.is_file() else {}
+    return "cls" if settings.get("pooling_mode_cls_token") else "mean"
+
+
+# ---- public API --------------------------------------------------------------------------------------
 def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dtype | None = None,
-               **config_overrides) -> nn.Module:
-    """Load a checkpoint folder or alias as `kind` ("base", "mlm", "pretraining", "rtd"; default: what it holds), in fp32
-    unless `dtype` is given."""
+               **options: Any) -> nn.Module:
+    """Load a checkpoint folder or alias, in eval mode and fp32 unless `dtype` is given.
+
+    The class is the one config.json's `architectures` names, or `kind` (see encoderlab.nn.model): another kind's
+    head is left out, and a task head the checkpoint lacks starts fresh (fine-tuning from a pretrained encoder).
+    options go to the class: num_labels, regression, head (a SequenceClassifier's own output module), pooling.
+    """
     folder = resolve_model_path(name)
-    config, architecture = load_config(folder)
-    if config_overrides:
-        config = config.replace(**config_overrides)
-    spec = FAMILIES[config.model_type]
-    if kind is None:
-        kind = {v: k for k, v in spec.architectures.items()}.get(architecture, "base")
+    raw = read_config(folder)
+    if (raw.get("architectures") or [None])[0] == BILSTM:
+        return MODEL_CLASSES["bilstm"].from_hf(raw, read_weights(folder), folder).eval()
+    stored = stored_kind(folder, raw)
+    if stored is None and kind is None:
+        raise _unknown_architecture(folder, raw)
+    stored, kind = stored or kind, kind or stored
     if kind not in MODEL_CLASSES:
         raise ConfigError(f"unknown model kind {kind!r}; expected one of {sorted(MODEL_CLASSES)}")
+    config = EncoderConfig.from_hf_dict(raw, str(folder / "config.json"))
+    spec, cls = FAMILIES[config.model_type], MODEL_CLASSES[kind]
     hf_state = normalize_hf_state(spec, read_weights(folder))
+    new_head = head_rules(spec, cls.kind) != head_rules(spec, stored)
+    if new_head:  # the stored task head (classifier.*, qa_outputs.*) is no part of this model
+        theirs = tuple(t for _, names in head_rules(spec, stored) for t in names)
+        hf_state = {k: v for k, v in hf_state.items() if not (theirs and k.startswith(theirs))}
     with torch.device("meta"):  # no time spent on a random init that is overwritten at once
-        if kind == "base":
-            model = MODEL_CLASSES[kind](config, pooler=config.pooler and has_pooler(spec, hf_state))
-        else:
-            model = MODEL_CLASSES[kind](config)
-    state = hf_to_ours(spec, hf_state, model, str(folder))
-    model.load_state_dict(state, assign=True)
-    model.eval()
+        model = cls(config, **_class_options(cls, spec, hf_state, raw, folder, new_head, options))
+    fresh = new_head and bool(head_rules(spec, cls.kind))  # a new task head; an MLM, NSP or RTD head must be there
+    model.load_state_dict(hf_to_ours(spec, hf_state, model, str(folder), fresh), assign=True)
     # Weights stored in bf16 or fp16 (models/encoderlab-mini) compute in fp32 unless `dtype` asks otherwise:
     # precision is the pipelines' choice, not the file's.
-    return model.to(dtype if dtype is not None else torch.float32)
+    return model.eval().to(dtype if dtype is not None else torch.float32)
 
 
-def save_pretrained(model: nn.Module, folder: str | os.PathLike) -> None:
-    """Write config.json and model.safetensors that transformers loads as the matching class."""
+def _class_options(cls: type[nn.Module], spec: FamilySpec, hf_state: dict[str, torch.Tensor], raw: dict,
+                   folder: Path, new_head: bool, options: dict[str, Any]) -> dict[str, Any]:
+    """The constructor arguments: what the checkpoint fixes (a pooler, its head's size, its pooling), then
+    `options` (those that are not None)."""
+    given = {k: v for k, v in options.items() if v is not None}
+    if cls.kind in ("base", "embed"):
+        pooling = {"pooling": read_task_info(folder).get("pooling") or _sentence_transformers_pooling(folder)}
+        return {"pooler": has_pooler(spec, hf_state)} | (pooling if cls.kind == "embed" else {}) | given
+    if new_head or cls.kind not in ("classify", "ner"):
+        return given
+    out = f"{spec.classifier_head.out if cls.kind == 'classify' else 'classifier.'}weight"
+    if cls.kind == "classify" and out not in hf_state and "head" not in given:
+        raise CheckpointError(f"{folder}: head does not fit a linear classifier (expected {out}; tensors "
+                              f"{', '.join(sorted(k for k in hf_state if k.startswith(out[:-6]))) or 'none'}): "
+                              f"pass head= the module it was saved with")
+    stored = {"num_labels": hf_state[out].shape[0] if out in hf_state else None}
+    if cls.kind == "classify":
+        info = read_task_info(folder)
+        stored["regression"] = raw.get("problem_type") == "regression" or info.get("task_type") == "regression"
+    return stored | given
+
+
+def save_pretrained(model: nn.Module, folder: str | os.PathLike, tokenizer=None, info: dict | None = None) -> None:
+    """Write config.json and model.safetensors that transformers loads as the matching class, and beside them
+    the tokenizer and task.json when given; each file atomically.
+
+    Only model.safetensors changes between the epochs of a run, so a crash leaves the previous best whole.
+    """
     folder = Path(folder)
-    spec = FAMILIES[model.config.model_type]
-    tensors = ours_to_hf(spec, model)
+    if model.kind == "bilstm":
+        tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    else:
+        tensors = ours_to_hf(FAMILIES[model.config.model_type], model)
     atomic_write(folder / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
-    model.config.save_json(folder / "config.json", spec.architectures[model.kind])
+    atomic_write_text(folder / "config.json", json.dumps(model.hf_config(), indent=2) + "\n")
+    if tokenizer is not None:
+        tokenizer.save(folder)
+    if info is not None:
+        atomic_write_text(folder / TASK_FILE, json.dumps(info, indent=2) + "\n")
+    if model.kind == "embed":
+        _write_sentence_transformers_files(folder, model, (info or {}).get("max_length", 256))
+
+
+def _write_sentence_transformers_files(folder: Path, model: nn.Module, max_length: int) -> None:
+    """modules.json, sentence_bert_config.json and 1_Pooling/config.json: sentence-transformers loads the folder."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    pooling = {"word_embedding_dimension": model.config.hidden_size,
+               "pooling_mode_cls_token": model.pooling == "cls", "pooling_mode_mean_tokens": model.pooling == "mean",
+               "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}
+    atomic_write_text(folder / "modules.json", json.dumps(modules, indent=2) + "\n")
+    atomic_write_text(folder / "sentence_bert_config.json",
+                      json.dumps({"max_seq_length": max_length, "do_lower_case": False}, indent=2) + "\n")
+    atomic_write_text(folder / "1_Pooling" / "config.json", json.dumps(pooling, indent=2) + "\n")
 
 
 def load_weights(model: nn.Module, name: str | os.PathLike) -> None:

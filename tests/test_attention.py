@@ -20,7 +20,7 @@ from hf_oracle import TOL, VOCAB, randomize, tiny_hf_config
 
 from encoderlab import EncoderModel, InputError, MaskedLMModel, load_model
 from encoderlab.cli import main
-from encoderlab.tasks.models import SequenceClassifier, load_task_model
+from encoderlab.nn.model import SequenceClassifier
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.viz.attention import attention_maps, attention_probs, find_encoder, head_entropy, plot_attention
 
@@ -50,7 +50,7 @@ def padded_batch() -> dict[str, torch.Tensor]:
 def tiny_pair(kind: str, folder: Path) -> tuple[nn.Module, nn.Module]:
     """(our model, transformers' eager model) of the same random tiny weights, one of our three wrappers."""
     hf_cls, load = {"base": (BertModel, load_model), "mlm": (BertForMaskedLM, load_model),
-                    "task": (BertForSequenceClassification, load_task_model)}[kind]
+                    "task": (BertForSequenceClassification, load_model)}[kind]
     torch.manual_seed(0)
     hf = hf_cls(tiny_hf_config(num_labels=3))
     randomize(hf)

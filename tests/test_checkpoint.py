@@ -79,7 +79,7 @@ def our_outputs(model: nn.Module, batch: dict) -> dict[str, torch.Tensor]:
         return {"last_hidden_state": out.last_hidden_state, "pooled": out.pooled}
     if isinstance(model, MaskedLMModel):
         return {"mlm_logits": out.logits}
-    return {"mlm_logits": out.mlm_logits, "nsp_logits": out.nsp_logits}
+    return {"mlm_logits": out.logits, "nsp_logits": out.nsp_logits}
 
 
 def assert_same_outputs(ours: dict, theirs: dict) -> None:

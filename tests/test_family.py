@@ -120,7 +120,7 @@ def test_loaded_model_matches_transformers(tmp_path: Path, family: str, kind: st
         assert_close(out.logits, ref.logits, **TOL)
         assert_close(out.hidden.last_hidden_state, ref.hidden_states[-1], **TOL)
     elif kind == "pretraining":
-        assert_close(out.mlm_logits, ref.prediction_logits, **TOL)
+        assert_close(out.logits, ref.prediction_logits, **TOL)
         assert_close(out.nsp_logits, getattr(ref, "sop_logits", getattr(ref, "seq_relationship_logits", None)), **TOL)
     else:  # rtd
         assert_close(out.logits, ref.logits, **TOL)
@@ -226,7 +226,7 @@ def test_export_is_loaded_by_transformers_with_the_same_outputs(tmp_path: Path, 
         out = ours(**batch)
     ref = hf_forward(hf.eval(), batch)
     mine, theirs = {"base": ("last_hidden_state", "last_hidden_state"), "mlm": ("logits", "logits"),
-                    "pretraining": ("mlm_logits", "prediction_logits"), "rtd": ("logits", "logits")}[kind]
+                    "pretraining": ("logits", "prediction_logits"), "rtd": ("logits", "logits")}[kind]
     assert_close(getattr(out, mine), getattr(ref, theirs), **TOL)
     again = load_model(tmp_path)  # and back: the round trip is exact
     for (name, a), (_, b) in zip(ours.state_dict().items(), again.state_dict().items()):

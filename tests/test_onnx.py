@@ -17,8 +17,8 @@ from encoderlab.checkpoint import load_model
 from encoderlab.cli import main
 from encoderlab.infer.embed import embed
 from encoderlab.infer.onnx import OnnxRunner, export_onnx, sidecar_path
-from encoderlab.tasks.models import (SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier,
-                                     save_task_model)
+from encoderlab.checkpoint import save_pretrained
+from encoderlab.nn.model import SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier
 from encoderlab.tokenizer import Tokenizer
 
 FP32 = {"atol": 1e-4, "rtol": 1e-4}
@@ -112,9 +112,9 @@ def test_masked_lm_logits_and_a_checkpoint_without_the_head(tmp_path, tokenizer)
 
 # ---- fine-tuned task folders ------------------------------------------------------------------------------------
 TASKS = {
-    "classify": (lambda c: SequenceClassifier(EncoderModel(c), 3), ["logits"], ["neg", "neu", "pos"]),
-    "ner": (lambda c: TokenClassifier(EncoderModel(c), 5), ["logits"], ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]),
-    "qa": (lambda c: SpanExtractor(EncoderModel(c)), ["start_logits", "end_logits"], None),
+    "classify": (lambda c: SequenceClassifier(c, 3), ["logits"], ["neg", "neu", "pos"]),
+    "ner": (lambda c: TokenClassifier(c, 5), ["logits"], ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]),
+    "qa": (lambda c: SpanExtractor(c), ["start_logits", "end_logits"], None),
 }
 
 
@@ -123,7 +123,7 @@ def test_task_folder_exports_its_logits(tmp_path, tokenizer, task):
     build, outputs, labels = TASKS[task]
     model = build(tiny_config(tokenizer, labels=labels)).eval()
     randomize(model, seed=3)
-    save_task_model(model, tmp_path / "model", tokenizer, {"task": task, "max_length": 48, "labels": labels})
+    save_pretrained(model, tmp_path / "model", tokenizer, {"task": task, "max_length": 48, "labels": labels})
     result = export_onnx(tmp_path / "model", tmp_path / f"{task}.onnx")
     sidecar = json.loads(sidecar_path(tmp_path / f"{task}.onnx").read_text())
     assert (sidecar["task"], sidecar["outputs"], sidecar["max_length"]) == (task, outputs, 48)
@@ -131,8 +131,8 @@ def test_task_folder_exports_its_logits(tmp_path, tokenizer, task):
     inputs = padded_batch(tokenizer.vocab_size, 4, 11, seed=4)
     got = onnx_outputs(OnnxRunner(tmp_path / f"{task}.onnx", threads=1), inputs)
     with torch.no_grad():
-        expected = model(**inputs)
-    expected = expected if isinstance(expected, tuple) else (expected,)
+        out = model(**inputs)
+    expected = (out.start_logits, out.end_logits) if task == "qa" else (out.logits,)
     for name, tensor in zip(outputs, expected):
         assert_close(got[name], tensor, **FP32)
     with pytest.raises(ConfigError, match="no MLM head"):
@@ -140,15 +140,15 @@ def test_task_folder_exports_its_logits(tmp_path, tokenizer, task):
 
 
 def test_embed_folder_keeps_its_pooling(tmp_path, tokenizer):
-    model = SentenceEmbedder(EncoderModel(tiny_config(tokenizer)), pooling="cls")
+    model = SentenceEmbedder(tiny_config(tokenizer), pooling="cls")
     randomize(model, seed=5)
-    save_task_model(model, tmp_path / "model", tokenizer, {"task": "embed", "max_length": 32, "pooling": "cls"})
+    save_pretrained(model, tmp_path / "model", tokenizer, {"task": "embed", "max_length": 32, "pooling": "cls"})
     export_onnx(tmp_path / "model", tmp_path / "embed.onnx")
     runner = OnnxRunner(tmp_path / "embed.onnx", threads=1)
     assert runner.info["pooling"] == "cls" and runner.max_length == 32
     with torch.no_grad():
         batch = tokenizer.encode_batch(SENTENCES)
-        expected = model.eval()(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        expected = model.eval()(batch.input_ids, batch.attention_mask, batch.token_type_ids).embedding
     assert_close(torch.from_numpy(runner.embed(SENTENCES)), expected, **FP32)
 
 

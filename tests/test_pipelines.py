@@ -183,7 +183,8 @@ def test_qa_long_context_is_windowed_not_truncated(qa_folder, caplog):
     with torch.inference_mode():
         for window in windows:
             ids = torch.tensor([window.input_ids])
-            start, end = qa.model(ids, torch.ones_like(ids), torch.tensor([window.token_type_ids]))
+            out = qa.model(ids, torch.ones_like(ids), torch.tensor([window.token_type_ids]))
+            start, end = out.start_logits, out.end_logits
             found = task.best_span(start[0], end[0], window.spans)
             if found and found[0] > best:
                 best, span = found[0], found[1:]

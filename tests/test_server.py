@@ -27,12 +27,8 @@ from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel
 from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.infer.server import Limits, create_app, load_pipelines
-from encoderlab.tasks.models import (
-    SequenceClassifier,
-    SpanExtractor,
-    TokenClassifier,
-    save_task_model,
-)
+from encoderlab.checkpoint import save_pretrained
+from encoderlab.nn.model import SequenceClassifier, SpanExtractor, TokenClassifier
 from encoderlab.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -314,9 +310,9 @@ def task_folders(tmp_path_factory) -> dict[str, Path]:
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     torch.manual_seed(0)
     models = {"mlm": MaskedLMModel(config),
-              "classify": SequenceClassifier(EncoderModel(config.replace(labels=["neg", "pos"])), num_labels=2),
-              "ner": TokenClassifier(EncoderModel(config.replace(labels=TAGS)), num_labels=len(TAGS)),
-              "qa": SpanExtractor(EncoderModel(config))}
+              "classify": SequenceClassifier(config.replace(labels=["neg", "pos"]), num_labels=2),
+              "ner": TokenClassifier(config.replace(labels=TAGS), num_labels=len(TAGS)),
+              "qa": SpanExtractor(config)}
     folders = {}
     for name, model in models.items():
         folders[name] = tmp_path_factory.mktemp(name)
@@ -324,7 +320,7 @@ def task_folders(tmp_path_factory) -> dict[str, Path]:
             model.save_pretrained(folders[name])
             tokenizer.save(folders[name])
         else:
-            save_task_model(model.eval(), folders[name], tokenizer)
+            save_pretrained(model.eval(), folders[name], tokenizer)
     return folders
 
 

@@ -28,11 +28,11 @@ from encoderlab.cli.finetune import add_commands
 from encoderlab.infer.embed import embed
 from encoderlab.infer.pipelines import entities, pipeline
 from encoderlab.models import FAMILIES
-from encoderlab.nn.model import EncoderModel, MaskedLMModel
+from encoderlab.checkpoint import save_pretrained
+from encoderlab.nn.model import (MaskedLMModel, ModelOutput, SentenceEmbedder, SequenceClassifier, SpanExtractor,
+                                 TokenClassifier)
 from encoderlab.tasks.classify import ClassifyTask
 from encoderlab.tasks.objective import TrainOptions, train
-from encoderlab.tasks.models import (SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier,
-                                     load_backbone, load_task_model, save_task_model)
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train.state import seed_everything
@@ -66,24 +66,19 @@ def hf_task_class(family: str, kind: str) -> type:
 
 def our_task_model(config: EncoderConfig, kind: str) -> torch.nn.Module:
     """A fresh task model of one of KINDS on a random backbone."""
-    backbone = EncoderModel(config)
     if kind in ("classify", "regression"):
-        return SequenceClassifier(backbone, KINDS[kind][1], regression=kind == "regression")
+        return SequenceClassifier(config, KINDS[kind][1], regression=kind == "regression")
     if kind == "ner":
-        return TokenClassifier(backbone, KINDS[kind][1])
-    return SpanExtractor(backbone) if kind == "qa" else SentenceEmbedder(backbone)
+        return TokenClassifier(config, KINDS[kind][1])
+    return SpanExtractor(config) if kind == "qa" else SentenceEmbedder(config)
 
 
 def outputs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Logits (start and end stacked for QA; the last hidden state of a bare model) of ours or transformers'."""
     with torch.no_grad():
-        if isinstance(model, SentenceEmbedder):
-            return model.backbone(**batch).last_hidden_state
         out = model(**batch)
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, tuple):
-        return torch.stack(out, -1)
+    if isinstance(out, ModelOutput):  # ours: QA logits are (B, T, 2), start and end
+        return out.last_hidden_state if out.logits is None else out.logits
     if hasattr(out, "start_logits"):
         return torch.stack([out.start_logits, out.end_logits], -1)
     return out.logits if hasattr(out, "logits") else out.last_hidden_state
@@ -103,7 +98,7 @@ def test_transformers_loads_our_task_model_with_the_same_outputs(tmp_path: Path,
     torch.manual_seed(0)
     ours = our_task_model(tiny_config(family), kind).eval()
     randomize(ours, seed=5)
-    save_task_model(ours, tmp_path)
+    save_pretrained(ours, tmp_path)
     hf_class = hf_task_class(family, kind)
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [hf_class.__name__]
     hf, info = hf_class.from_pretrained(tmp_path, output_loading_info=True)
@@ -125,7 +120,7 @@ def test_transformers_task_checkpoint_loads_into_ours(tmp_path: Path, family: st
     hf = hf_task_class(family, kind)(config).eval()
     randomize(hf, seed=6)
     hf.save_pretrained(tmp_path)
-    ours = load_task_model(tmp_path)
+    ours = load_model(tmp_path, kind="embed" if kind == "embed" else None)  # a bare XModel loads as EncoderModel
     expected = {"classify": SequenceClassifier, "regression": SequenceClassifier, "ner": TokenClassifier,
                 "qa": SpanExtractor, "embed": SentenceEmbedder}[kind]
     assert type(ours) is expected and ours.config.model_type == family
@@ -204,13 +199,12 @@ def test_classifier_learns_and_the_reloaded_pipeline_gives_the_same_probabilitie
     examples = [TextExample([polar_sentence(rng, i % 2)], ["neg", "pos"][i % 2], f"x:{i}") for i in range(288)]
     task = ClassifyTask(tokenizer, 32, ["neg", "pos"], batch_size=16)
     seed_everything(0)
-    backbone = load_backbone(folder)
-    backbone.config.labels = task.labels
-    model = SequenceClassifier(backbone, 2)
+    model = load_model(folder, kind="classify", num_labels=2).train()
+    model.config.labels = task.labels
     train(model, task, task.features(examples[:256]), TrainOptions(lr=5e-3, epochs=6, batch_size=16, progress=False))
     assert task.evaluate(model, examples[256:])["accuracy"] >= 0.8  # chance is 0.5
     logits = task.logits(model.eval(), examples[256:])
-    save_task_model(model, tmp_path, tokenizer, task.info())
+    save_pretrained(model, tmp_path, tokenizer, task.info())
     results = pipeline("classify", tmp_path)([e.texts[0] for e in examples[256:]])
     probs = torch.tensor([[r["scores"]["neg"], r["scores"]["pos"]] for r in results])
     assert_close(probs, logits.softmax(-1), atol=2e-6, rtol=0)  # the pipeline rounds to 6 decimals
@@ -363,7 +357,7 @@ def test_embed_fine_tunes_with_cls_pooling_and_reloads_as_the_bare_model(tmp_pat
     summary = run("finetune", "embed", "--model", folder, "--train", tmp_path / "sts.tsv", "--eval",
                   tmp_path / "sts.tsv", "--out", tmp_path / "embed", "--pooling", "cls", "--epochs", "1", *FAST)
     assert summary["info"]["pooling"] == "cls"
-    reloaded = load_task_model(tmp_path / "embed")
+    reloaded = load_model(tmp_path / "embed")
     assert isinstance(reloaded, SentenceEmbedder) and reloaded.pooling == "cls"
     config = json.loads((tmp_path / "embed" / "config.json").read_text())
     assert config["architectures"] == [FAMILIES[family].architectures["base"]]

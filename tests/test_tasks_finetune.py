@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from encoderlab import EncoderConfig, EncoderModel
+from encoderlab import EncoderConfig, EncoderModel, load_model
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.cli.finetune import add_commands
-from encoderlab.tasks.models import SequenceClassifier, load_task_model
+from encoderlab.nn.model import SequenceClassifier
 from encoderlab.tokenizer import Tokenizer
 
 POSITIVE = ["good", "great", "fine", "nice", "superb"]
@@ -81,7 +81,7 @@ def test_classifier_learns_saves_and_evaluates(tmp_path, tiny_model, sentiment, 
     assert len(history) == 4 and history[-1]["train_loss"] < history[0]["train_loss"]
     assert summary["best"]["eval_accuracy"] >= 0.85  # chance is 0.5
     assert (out / "model.safetensors").is_file() and (out / "training.json").is_file()
-    model = load_task_model(out)
+    model = load_model(out)
     assert isinstance(model, SequenceClassifier) and model.labels == ["neg", "pos"]
     capsys.readouterr()
     result = run("evaluate", "classify", "--model", out, "--data", dev, "--json", "--predictions", tmp_path / "p.jsonl")
@@ -138,7 +138,7 @@ def test_ner_learns_entities(tmp_path, tiny_model):
                   "--eval", tmp_path / "valid.txt", "--out", tmp_path / "ner", "--lr", "3e-3", "--epochs", "3",
                   "--batch-size", "16", "--no-progress")
     assert summary["best"]["eval_f1"] >= 0.7
-    assert load_task_model(tmp_path / "ner").labels == ["O", "B-LOC", "B-PER"]
+    assert load_model(tmp_path / "ner").labels == ["O", "B-LOC", "B-PER"]
     result = run("evaluate", "ner", "--model", tmp_path / "ner", "--data", tmp_path / "valid.txt")
     assert result["metrics"]["f1"] == pytest.approx(summary["best"]["eval_f1"])
 

@@ -13,11 +13,10 @@ from transformers import BertForQuestionAnswering, BertForSequenceClassification
 
 from hf_oracle import TOL, VOCAB, randomize, tiny_hf_config
 
-from encoderlab import CheckpointError, EncoderConfig, EncoderModel
-from encoderlab.nn.model import IGNORE_INDEX
+from encoderlab import (BiLSTMClassifier, CheckpointError, EncoderConfig, SequenceClassifier, SpanExtractor,
+                        TokenClassifier, load_model, save_pretrained)
+from encoderlab.nn.model import IGNORE_INDEX, ModelOutput
 from encoderlab.tasks.embedding import cosent_loss, mnrl_loss
-from encoderlab.tasks.models import (BiLSTMClassifier, SequenceClassifier, SpanExtractor, TokenClassifier,
-                                     load_task_model, save_task_model)
 from encoderlab.tasks.qa import QATask, answer_tokens
 from encoderlab.tasks.readers import Answer, QAExample, TaggedSentence
 from encoderlab.tasks.tagging import TagTask, first_token_of_words
@@ -74,7 +73,7 @@ class Constant(nn.Module):
         self.label = label
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        return F.one_hot(torch.full_like(input_ids, self.label), len(self.weight)).float()
+        return ModelOutput(F.one_hot(torch.full_like(input_ids, self.label), len(self.weight)).float())
 
 
 def test_predictions_map_back_to_words_and_truncated_words_are_o(tokenizer):
@@ -165,15 +164,14 @@ def hf_logits(model: nn.Module, inputs: dict) -> torch.Tensor:
 
 def our_logits(model: nn.Module, inputs: dict) -> torch.Tensor:
     with torch.no_grad():
-        out = model(**inputs)
-    return torch.stack(out, -1) if isinstance(out, tuple) else out
+        return model(**inputs).logits  # QA: (B, T, 2), start and end
 
 
 HEADS = {
-    "classify": (lambda c: SequenceClassifier(EncoderModel(c), 3), BertForSequenceClassification),
-    "regression": (lambda c: SequenceClassifier(EncoderModel(c), 1, regression=True), BertForSequenceClassification),
-    "ner": (lambda c: TokenClassifier(EncoderModel(c), 5), BertForTokenClassification),
-    "qa": (lambda c: SpanExtractor(EncoderModel(c)), BertForQuestionAnswering),
+    "classify": (lambda c: SequenceClassifier(c, 3), BertForSequenceClassification),
+    "regression": (lambda c: SequenceClassifier(c, 1, regression=True), BertForSequenceClassification),
+    "ner": (lambda c: TokenClassifier(c, 5), BertForTokenClassification),
+    "qa": (lambda c: SpanExtractor(c), BertForQuestionAnswering),
 }
 
 
@@ -183,7 +181,7 @@ def test_transformers_loads_what_we_save(tmp_path, kind):
     labels = {"classify": ["neg", "neu", "pos"], "ner": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]}.get(kind)
     ours = build(tiny_config(**({"id2label": dict(enumerate(labels))} if labels else {}))).eval()
     randomize(ours, seed=1)
-    save_task_model(ours, tmp_path)
+    save_pretrained(ours, tmp_path)
     hf, info = hf_class.from_pretrained(tmp_path, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     assert_close(hf_logits(hf.eval(), batch()), our_logits(ours, batch()), **TOL)
@@ -200,7 +198,7 @@ def test_we_load_what_transformers_saves(tmp_path, kind):
     hf = hf_class(tiny_hf_config(num_labels={"regression": 1, "qa": 2}.get(kind, 3))).eval()
     randomize(hf, seed=2)
     hf.save_pretrained(tmp_path)
-    ours = load_task_model(tmp_path)
+    ours = load_model(tmp_path)
     assert type(ours).__name__ == type(HEADS[kind][0](tiny_config())).__name__
     assert_close(our_logits(ours, batch(3)), hf_logits(hf, batch(3)), **TOL)
 
@@ -209,38 +207,37 @@ def test_round_trip_with_a_custom_head(tmp_path):
     def head() -> nn.Module:
         return nn.Sequential(nn.Linear(32, 16), nn.Tanh(), nn.Linear(16, 4))
 
-    ours = SequenceClassifier(EncoderModel(tiny_config()), head=head()).eval()
+    ours = SequenceClassifier(tiny_config(), head=head()).eval()
     randomize(ours, seed=4)
-    save_task_model(ours, tmp_path)
-    assert_close(our_logits(load_task_model(tmp_path, head=head()), batch()), our_logits(ours, batch()))
+    save_pretrained(ours, tmp_path)
+    assert_close(our_logits(load_model(tmp_path, head=head()), batch()), our_logits(ours, batch()))
     with pytest.raises(CheckpointError, match="head does not fit"):
-        load_task_model(tmp_path)  # the saved head is not a single linear layer
+        load_model(tmp_path)  # the saved head is not a single linear layer
 
 
 def test_bilstm_round_trip(tmp_path):
     model = BiLSTMClassifier(VOCAB, 2, embed_dim=12, hidden_size=8, labels=["neg", "pos"]).eval()
-    save_task_model(model, tmp_path)
-    loaded = load_task_model(tmp_path)
+    save_pretrained(model, tmp_path)
+    loaded = load_model(tmp_path)
     assert isinstance(loaded, BiLSTMClassifier) and loaded.labels == ["neg", "pos"]
     inputs = batch()
-    assert_close(loaded(**inputs), model(**inputs))
+    assert_close(loaded(**inputs).logits, model(**inputs).logits)
     # Padding does not change a row's output: the max runs over real tokens only.
     short = {k: v[2:3, :3] for k, v in inputs.items()}
-    assert_close(model(**short), model(**inputs)[2:3], **TOL)
+    assert_close(model(**short).logits, model(**inputs).logits[2:3], **TOL)
 
 
 
 def test_backbone_from_mlm_checkpoint_and_from_a_finetuned_folder(tmp_path):
     from encoderlab import MaskedLMModel
-    from encoderlab.tasks.models import load_backbone
 
     mlm = MaskedLMModel(tiny_config())
     mlm.save_pretrained(tmp_path / "mlm")
-    backbone = load_backbone(tmp_path / "mlm")
+    backbone = load_model(tmp_path / "mlm", kind="base")
     assert backbone.pooler is None  # an MLM checkpoint has none ...
-    classifier = SequenceClassifier(backbone, 2)
-    assert classifier.backbone.pooler is not None  # ... so the classifier gets a fresh one
-    assert classifier(**batch()).shape == (3, 2)
-    save_task_model(classifier, tmp_path / "cls")
-    again = load_backbone(tmp_path / "cls")  # the classifier head is left behind
+    classifier = load_model(tmp_path / "mlm", kind="classify", num_labels=2)
+    assert classifier.pooler is not None  # ... so the classifier gets a fresh one
+    assert classifier(**batch()).logits.shape == (3, 2)
+    save_pretrained(classifier, tmp_path / "cls")
+    again = load_model(tmp_path / "cls", kind="base")  # the classifier head is left behind
     assert_close(again.encoder.embeddings.word.weight, mlm.encoder.embeddings.word.weight)

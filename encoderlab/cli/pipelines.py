@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from encoderlab.checkpoint import resolve_model_path
+from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.cli.options import add_inference_options, add_json, add_model, load_pipeline
 from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import qa_inputs
 from encoderlab.io import read_lines, read_text
-from encoderlab.tasks.models import load_backbone
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.viz.attention import (MAX_TOKENS_SHOWN, AttentionMaps, attention_maps, head_entropy, plot_attention,
                                       require_text)
@@ -139,7 +138,7 @@ def cmd_attention(args: argparse.Namespace) -> None:
     if args.max_tokens < 1:
         raise InputError(f"--max-tokens {args.max_tokens}: expected at least 1")
     folder = resolve_model_path(args.model)
-    model = load_backbone(folder).float().eval()  # any checkpoint: bare, MLM or fine-tuned; fp32 probabilities
+    model = load_model(folder, kind="base")  # any checkpoint: bare, MLM or fine-tuned; fp32 probabilities
     maps = attention_maps(model, Tokenizer.from_pretrained(folder), args.text, args.pair, [args.layer])
     out = plot_attention(maps, args.out, args.layer, args.head, args.max_tokens)
     print(json.dumps(_summary(maps, args.layer, args.head, out)) if args.json else _describe(maps, args.head, out))

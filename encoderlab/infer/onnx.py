@@ -64,8 +64,7 @@ def _graph_module(model: nn.Module) -> nn.Module:
     """Wrap a model so it takes three tensors and returns a tuple of tensors (ONNX has no dataclasses)."""
     from torch import nn
 
-    from encoderlab.nn.encoder import EncoderOutput
-    from encoderlab.nn.model import MLMOutput
+    from encoderlab.nn.model import SpanExtractor
 
     class Exported(nn.Module):
         def __init__(self) -> None:
@@ -75,11 +74,9 @@ def _graph_module(model: nn.Module) -> nn.Module:
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     token_type_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
             out = self.model(input_ids, attention_mask, token_type_ids)
-            if isinstance(out, EncoderOutput):
+            if out.logits is None:  # the bare encoder or a sentence embedder: token vectors, pooling is the runner's
                 return (out.last_hidden_state,) + ((out.pooled,) if out.pooled is not None else ())
-            if isinstance(out, MLMOutput):
-                return (out.logits,)
-            return out if isinstance(out, tuple) else (out,)
+            return (out.start_logits, out.end_logits) if isinstance(self.model, SpanExtractor) else (out.logits,)
 
     # Eval mode on the wrapper itself: after tracing, the exporter sets the whole tree back to the wrapper's mode,
     # and a fresh module is in train mode: dropout would be on in the torch model the export is checked against.
@@ -88,14 +85,15 @@ def _graph_module(model: nn.Module) -> nn.Module:
 
 def _load_for_export(name: str | os.PathLike, kind: str) -> tuple[Path, nn.Module, dict]:
     """The checkpoint folder, the model to export (eval mode) and its sidecar fields (task, outputs, max_length...)."""
-    from encoderlab.checkpoint import load_model, resolve_model_path
+    from encoderlab.checkpoint import load_model, read_task_info, resolve_model_path
     from encoderlab.infer.embed import default_max_length
-    from encoderlab.tasks import models as tm
+    from encoderlab.nn.bilstm import BiLSTMClassifier
+    from encoderlab.nn.model import MaskedLMModel, ReplacedTokenDetector
 
     if kind not in KINDS:
         raise ConfigError(f"unknown export kind {kind!r}; expected one of {', '.join(KINDS)}")
     folder = resolve_model_path(name)
-    task_info = tm.read_task_info(folder)
+    task_info = read_task_info(folder)
     if kind == "mlm":
         if task_info:
             raise ConfigError(f"{folder}: a fine-tuned {task_info.get('task', '')} folder has no MLM head; "
@@ -103,11 +101,12 @@ def _load_for_export(name: str | os.PathLike, kind: str) -> tuple[Path, nn.Modul
         model = load_model(folder, kind="mlm")
         fields = {"task": "fill-mask", "outputs": ["logits"]}
     else:
-        model = tm.load_task_model(folder)
-        if isinstance(model, tm.BiLSTMClassifier):
+        model = load_model(folder)
+        if isinstance(model, BiLSTMClassifier):
             raise ConfigError(f"{folder}: the BiLSTM baseline is not exported to ONNX (encoders only)")
+        if isinstance(model, (MaskedLMModel, ReplacedTokenDetector)):
+            model = load_model(folder, kind="embed")  # the encoder under a pretraining head
         fields = _task_fields(model)
-        model = model.backbone if isinstance(model, tm.SentenceEmbedder) else model
     limit = task_info.get("max_length") or default_max_length(folder, model)
     fields |= {"max_length": min(int(limit), model.config.max_position_embeddings), "task_info": task_info}
     return folder, model.eval(), fields
@@ -115,16 +114,17 @@ def _load_for_export(name: str | os.PathLike, kind: str) -> tuple[Path, nn.Modul
 
 def _task_fields(model: nn.Module) -> dict:
     """Sidecar fields that depend on the kind of task model."""
-    from encoderlab.tasks import models as tm
+    from encoderlab.nn import model as kinds
 
-    if isinstance(model, tm.SequenceClassifier):
-        return {"task": "classify", "outputs": ["logits"], "labels": model.labels, "regression": model.regression}
-    if isinstance(model, tm.TokenClassifier):
-        return {"task": "ner", "outputs": ["logits"], "labels": model.labels}
-    if isinstance(model, tm.SpanExtractor):
+    if isinstance(model, kinds.SequenceClassifier):
+        return {"task": "classify", "outputs": ["logits"], "labels": model.config.labels,
+                "regression": model.regression}
+    if isinstance(model, kinds.TokenClassifier):
+        return {"task": "ner", "outputs": ["logits"], "labels": model.config.labels}
+    if isinstance(model, kinds.SpanExtractor):
         return {"task": "qa", "outputs": ["start_logits", "end_logits"]}
-    outputs = ["last_hidden_state"] + (["pooled"] if model.backbone.pooler is not None else [])
-    return {"task": "embed", "outputs": outputs, "pooling": model.pooling}
+    outputs = ["last_hidden_state"] + (["pooled"] if model.pooler is not None else [])
+    return {"task": "embed", "outputs": outputs, "pooling": getattr(model, "pooling", "mean")}
 
 
 def _example_inputs(vocab_size: int, batch: int, length: int, seed: int = 0) -> tuple[torch.Tensor, ...]:

@@ -28,6 +28,7 @@ from torch import nn
 
 from encoderlab.errors import InputError
 from encoderlab.infer import precision as precisions
+from encoderlab.nn.model import IGNORE_INDEX
 from encoderlab.tokenizer import Batch, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class Pipeline:
     """A model, its tokenizer and the batching engine; subclasses turn inputs into results."""
 
     task: ClassVar[str]
-    model_kind: ClassVar[str] = "task"  # "mlm" (MaskedLMModel) or "task" (encoderlab.tasks.models loader)
+    model_kind: ClassVar[str | None] = None  # the kind load_model is asked for; None: what the folder holds
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", batch_size: int = 32,
                  max_length: int | None = None, device: str | torch.device = "cpu", compile: bool = False) -> None:
@@ -111,17 +112,23 @@ class Pipeline:
     @classmethod
     def from_pretrained(cls, name: str | Path, precision: str = "fp32", **options: Any) -> Pipeline:
         """Load the model and tokenizer of a checkpoint folder or alias for this task."""
-        from encoderlab.checkpoint import load_model, resolve_model_path
-        from encoderlab.tasks.models import load_task_model
+        from encoderlab.checkpoint import resolve_model_path
 
         folder = resolve_model_path(name)
-        model = load_model(folder, kind="mlm") if cls.model_kind == "mlm" else load_task_model(folder)
+        model = cls.load(folder)
         return cls(model, Tokenizer.from_pretrained(folder), precision, **cls.folder_options(folder) | options)
+
+    @classmethod
+    def load(cls, folder: Path) -> nn.Module:
+        """The model of a checkpoint folder, as the kind this pipeline runs."""
+        from encoderlab.checkpoint import load_model
+
+        return load_model(folder, kind=cls.model_kind)
 
     @classmethod
     def folder_options(cls, folder: Path) -> dict[str, Any]:
         """Options a checkpoint folder sets (task.json's max_length, sentence-transformers settings)."""
-        from encoderlab.tasks.models import read_task_info
+        from encoderlab.checkpoint import read_task_info
 
         info = read_task_info(folder)
         return {"max_length": info["max_length"]} if info.get("max_length") else {}
@@ -157,8 +164,8 @@ class Pipeline:
                                               "token_type_ids": torch.zeros_like(ids)})
 
     def forward_model(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> Any:
-        """The model's raw outputs on a padded batch."""
-        return model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        """The model's logits on a padded batch."""
+        return model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
 
     def __call__(self, inputs: Sequence[Any], **options: Any) -> list[dict[str, Any]]:
         raise NotImplementedError
@@ -212,15 +219,18 @@ class FillMask(Pipeline):
 
     def _masked_probs(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Softmax over the vocabulary at the mask positions only: (N, V), and their (row, position)."""
-        where = (batch["input_ids"] == self.tokenizer.mask_id).nonzero()  # (N, 2)
-        hidden = self.model.encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        selected = hidden.last_hidden_state[where[:, 0], where[:, 1]]  # (N, H)
-        logits = self.model.mlm(selected, self.model.encoder.embeddings.word.weight)  # (N, V)
-        return logits.float().softmax(-1), where
+        ids = batch["input_ids"]
+        masks = ids == self.tokenizer.mask_id  # (B, T)
+        # Labels on the masks: the decoder runs on those positions only, in row-major order as nonzero() lists them.
+        logits = self.forward_model(self.model, batch, ids.masked_fill(~masks, IGNORE_INDEX))  # (N, V)
+        return logits.float().softmax(-1), masks.nonzero()
 
-    def forward_model(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> Any:
-        hidden = model.encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        return model.mlm(hidden.last_hidden_state[:, :2], model.encoder.embeddings.word.weight)
+    def forward_model(self, model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor | None = None) -> Any:
+        """MLM logits at the labelled positions (by default the first two of each row, for timing)."""
+        if labels is None:
+            labels = batch["input_ids"].clone()
+            labels[:, 2:] = IGNORE_INDEX
+        return model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=labels).logits
 
     def _fill(self, item: Encoded, masks: list[dict[str, Any]]) -> str:
         """The text with each mask replaced by its top token."""
@@ -238,19 +248,32 @@ class Embed(Pipeline):
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", pooling: str | None = None,
                  normalize: bool = False, **options: Any) -> None:
-        from encoderlab.tasks.models import SentenceEmbedder
+        from encoderlab.nn.model import SentenceEmbedder
 
         if not isinstance(model, SentenceEmbedder):
-            raise InputError(f"embed needs a sentence-embedding or plain encoder checkpoint, "
+            raise InputError(f"embed needs a sentence embedder (load_model(folder, kind='embed')), "
                              f"not a {type(model).__name__}")
+        model.pooling = pooling or model.pooling
         super().__init__(model, tokenizer, precision, **options)
-        self.pooling = pooling or model.pooling
+        self.pooling = model.pooling
         self.normalize = normalize
+
+    @classmethod
+    def load(cls, folder: Path) -> nn.Module:
+        """The encoder of a bare, sentence-embedding or pretraining checkpoint (its MLM/NSP heads left out)."""
+        from encoderlab.checkpoint import load_model, read_config, stored_kind
+        from encoderlab.nn.model import MODEL_CLASSES
+
+        stored = stored_kind(folder, read_config(folder))
+        if stored in ("classify", "ner", "qa"):
+            raise InputError(f"embed needs a sentence-embedding or plain encoder checkpoint, "
+                             f"not a {MODEL_CLASSES[stored].__name__}")
+        return load_model(folder, kind="embed")
 
     @classmethod
     def folder_options(cls, folder: Path) -> dict[str, Any]:
         """sentence-transformers settings: max_seq_length, and normalization when the folder has a Normalize module."""
-        from encoderlab.tasks.models import read_json_file
+        from encoderlab.checkpoint import read_json_file
 
         options = super().folder_options(folder)
         settings = folder / "sentence_bert_config.json"
@@ -264,16 +287,12 @@ class Embed(Pipeline):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """(N, H) float32 vectors in input order."""
-        from encoderlab.infer.embed import pool
-
         texts = check_texts(texts)
         items = self.encode(texts)
         out = np.empty((len(texts), self.model.config.hidden_size), dtype=np.float32)
 
         def forward(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-            hidden = self.model.backbone(batch["input_ids"], batch["attention_mask"],
-                                         batch["token_type_ids"]).last_hidden_state
-            vectors = pool(hidden.float(), batch["attention_mask"], self.pooling)  # (B, H)
+            vectors = self.forward_model(self.model, batch)  # (B, H)
             return F.normalize(vectors, dim=-1) if self.normalize else vectors
 
         def collect(indices: list[int], vectors: torch.Tensor) -> None:
@@ -283,7 +302,7 @@ class Embed(Pipeline):
         return out
 
     def forward_model(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> Any:
-        return model.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        return model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).embedding
 
     def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         return [{"embedding": vector.tolist()} for vector in self.embed(texts)]
@@ -299,7 +318,7 @@ class Classify(Pipeline):
     task = "classify"
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", **options: Any) -> None:
-        from encoderlab.tasks.models import SequenceClassifier
+        from encoderlab.nn.model import SequenceClassifier
 
         if not isinstance(model, SequenceClassifier):
             raise InputError(f"classify needs a sequence-classification checkpoint "
@@ -359,7 +378,7 @@ class NER(Pipeline):
     task = "ner"
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", **options: Any) -> None:
-        from encoderlab.tasks.models import TokenClassifier
+        from encoderlab.nn.model import TokenClassifier
 
         if not isinstance(model, TokenClassifier):
             raise InputError(f"ner needs a token-classification checkpoint (encoderlab finetune ner), "
@@ -466,7 +485,7 @@ class QA(Pipeline):
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", doc_stride: int = 128,
                  max_answer_length: int = 30, **options: Any) -> None:
-        from encoderlab.tasks.models import SpanExtractor
+        from encoderlab.nn.model import SpanExtractor
 
         if not isinstance(model, SpanExtractor):
             raise InputError(f"qa needs a question-answering checkpoint (encoderlab finetune qa), "
@@ -478,7 +497,7 @@ class QA(Pipeline):
     @classmethod
     def folder_options(cls, folder: Path) -> dict[str, Any]:
         """task.json's max_length, doc_stride and max_answer_length."""
-        from encoderlab.tasks.models import read_task_info
+        from encoderlab.checkpoint import read_task_info
 
         info = read_task_info(folder)
         return {k: info[k] for k in ("max_length", "doc_stride", "max_answer_length") if info.get(k)}
@@ -496,8 +515,8 @@ class QA(Pipeline):
         best: list[tuple[float, int, int] | None] = [None] * len(examples)
         norm = [-math.inf] * len(examples)  # log of the sum of exp(start + end) over windows, for a probability
 
-        def collect(indices: list[int], out: tuple[torch.Tensor, torch.Tensor]) -> None:
-            start, end = (t.float().cpu() for t in out)
+        def collect(indices: list[int], logits: torch.Tensor) -> None:
+            start, end = logits.float().cpu().unbind(-1)  # (B, T) each
             for row, i in enumerate(indices):
                 window = windows[i]
                 n = len(window.input_ids)

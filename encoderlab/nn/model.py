@@ -1,13 +1,26 @@
-"""Whole models, one per Hugging Face architecture kind: the bare encoder, masked LM, MLM+NSP (or SOP)
-pretraining, and replaced-token detection (ELECTRA's discriminator).
+"""Whole models, one class per Hugging Face architecture: the same Encoder plus one head, one output type.
 
-They are shared by every family: a family changes the config and the weight-name map, not these classes.
+| class                 | kind        | head                                  | transformers class (X: family stem) | loss given labels      |
+|-----------------------|-------------|---------------------------------------|-------------------------------------|------------------------|
+| EncoderModel          | base        | the [CLS] pooler, when there is one   | XModel                              | none                   |
+| SentenceEmbedder      | embed       | mean or [CLS] pooling, no parameters  | XModel (+ sentence-transformers)    | none                   |
+| MaskedLMModel         | mlm         | MLM head tied to the word embeddings  | XForMaskedLM                        | CE, labelled positions |
+| PreTrainingModel      | pretraining | pooler + MLM head + NSP (SOP) head    | XForPreTraining                     | MLM + NSP              |
+| ReplacedTokenDetector | rtd         | ELECTRA's discriminator               | ElectraForPreTraining               | BCE over real tokens   |
+| SequenceClassifier    | classify    | the family's head (nn.heads)          | XForSequenceClassification          | CE; MSE for regression |
+| TokenClassifier       | ner         | each token -> dropout -> linear       | XForTokenClassification             | CE, labelled tokens    |
+| SpanExtractor         | qa          | each token -> linear -> start, end    | XForQuestionAnswering               | mean CE of start, end  |
+
+Every model returns a ModelOutput. A family changes the config and the weight-name map, not these classes;
+`ARCHITECTURES` names every class of every family, and encoderlab.checkpoint loads and saves them all (the head
+tensors' transformers names are there too, in checkpoint.head_rules).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar
 
@@ -17,20 +30,90 @@ from torch import nn
 
 from encoderlab import checkpoint
 from encoderlab.config import EncoderConfig
+from encoderlab.nn.dropout import Dropout
 from encoderlab.nn.encoder import Encoder, EncoderOutput, init_weights
-from encoderlab.nn.heads import MLMHead, NSPHead, Pooler, RTDHead
+from encoderlab.nn.heads import MLMHead, NSPHead, Pooler, RTDHead, SequenceHead, init_linear
+from encoderlab.nn.pooling import pool
 
 IGNORE_INDEX = -100  # label value of positions that carry no loss (as in torch's cross_entropy)
 
 
+@dataclass(eq=False)
+class ModelOutput:
+    """What every model returns: the head's logits, the encoder's output, and the loss when labels were given.
+
+    Each loss term is computed when `loss` (or `losses`) is first read: a training loop that takes its own loss
+    from the logits (a sum normalised over the whole step) does not pay for a second cross-entropy.
+    """
+
+    logits: torch.Tensor | None = None
+    """The head's output: (B, T, V) MLM, or (N, V) over the N labelled positions given labels; (B, L) classes;
+    (B, T, L) tags; (B, T, 2) start and end; (B, T) replaced-token; None for the bare encoder and the embedder."""
+    hidden: EncoderOutput | None = None
+    loss_terms: dict[str, Callable[[], torch.Tensor]] = field(default_factory=dict, repr=False)
+    nsp_logits: torch.Tensor | None = None  # (B, 2), PreTrainingModel's next-sentence (sentence-order) head
+    embedding: torch.Tensor | None = None  # (B, H) float32, SentenceEmbedder
+
+    @cached_property
+    def losses(self) -> dict[str, torch.Tensor]:
+        """Each loss term by name ("mlm", "nsp", ...); empty without labels."""
+        return {name: term() for name, term in self.loss_terms.items()}
+
+    @cached_property
+    def loss(self) -> torch.Tensor | None:
+        """The sum of the loss terms, or None when no labels were given."""
+        return sum(self.losses.values()) if self.losses else None
+
+    @property
+    def start_logits(self) -> torch.Tensor:
+        """(B, T) answer-start logits of a SpanExtractor."""
+        return self.logits[..., 0]
+
+    @property
+    def end_logits(self) -> torch.Tensor:
+        """(B, T) answer-end logits of a SpanExtractor."""
+        return self.logits[..., 1]
+
+    # The encoder's fields, as transformers' bare model returns them.
+    last_hidden_state = property(lambda self: self.hidden.last_hidden_state, doc="(B, T, H)")
+    pooled = property(lambda self: self.hidden.pooled, doc="(B, H) from the pooler, or None")
+    hidden_states = property(lambda self: self.hidden.hidden_states, doc="num_layers + 1 of (B, T, H), if asked")
+    attentions = property(lambda self: self.hidden.attentions, doc="num_layers of (B, heads, T, T), if asked")
+
+
 class Model(nn.Module):
-    """Base of all models: holds the config, counts parameters, loads and saves Hugging Face folders."""
+    """Base of all models: the Encoder (and a [CLS] pooler) under a head; counts, loads and saves itself."""
 
-    kind: ClassVar[str]  # "base" | "mlm" | "pretraining" | "rtd": which Hugging Face class this mirrors
+    kind: ClassVar[str]  # our name for the architecture (see the table above)
+    hf_suffix: ClassVar[str | None] = None  # transformers' class is the family stem + this; None: FamilySpec names it
 
-    def __init__(self, config: EncoderConfig) -> None:
+    def __init__(self, config: EncoderConfig, pooler: bool = False) -> None:
         super().__init__()
         self.config = config
+        self.encoder = Encoder(config)
+        self.pooler = Pooler(config.hidden_size) if pooler else None
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               token_type_ids: torch.Tensor | None = None, **flags: bool) -> EncoderOutput:
+        """Token ids (B, T) -> the encoder's output, with the pooled [CLS] (B, H) when the model has a pooler."""
+        out = self.encoder(input_ids, attention_mask, token_type_ids, **flags)
+        if self.pooler is not None:
+            out.pooled = self.pooler(out.last_hidden_state)
+        return out
+
+    @property
+    def architecture(self) -> str:
+        """transformers' class name of this model in its family ("RobertaForTokenClassification")."""
+        return checkpoint.architecture(self)
+
+    @property
+    def labels(self) -> list[str] | None:
+        """Class or tag names (config.json id2label)."""
+        return self.config.labels
+
+    def hf_config(self) -> dict:
+        """config.json of this model's transformers class."""
+        return self.config.to_hf_dict(self.architecture)
 
     def init_weights(self) -> None:
         """Fresh random weights, as for pretraining from scratch."""
@@ -40,14 +123,14 @@ class Model(nn.Module):
         """Number of distinct parameters (tied weights counted once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def save_pretrained(self, folder: str | os.PathLike) -> None:
-        """Write config.json + model.safetensors in Hugging Face's layout (atomically)."""
-        checkpoint.save_pretrained(self, folder)
+    def save_pretrained(self, folder: str | os.PathLike, tokenizer=None, info: dict | None = None) -> None:
+        """Write the Hugging Face folder transformers loads as this class (see encoderlab.checkpoint)."""
+        checkpoint.save_pretrained(self, folder, tokenizer, info)
 
     @classmethod
-    def from_pretrained(cls, folder: str | os.PathLike, **config_overrides) -> "Model":
-        """Load a Hugging Face checkpoint folder (or an alias such as `minilm`) into this class."""
-        return checkpoint.load_model(folder, kind=cls.kind, **config_overrides)
+    def from_pretrained(cls, folder: str | os.PathLike, **options) -> Model:
+        """Load a checkpoint folder (or an alias such as `minilm`) as this class."""
+        return checkpoint.load_model(folder, kind=cls.kind, **options)
 
 
 class EncoderModel(Model):
@@ -57,84 +140,62 @@ class EncoderModel(Model):
 
     def __init__(self, config: EncoderConfig, pooler: bool | None = None) -> None:
         """pooler: whether to build the [CLS] pooler (a checkpoint may lack it); by default, config.pooler."""
-        super().__init__(config)
-        self.encoder = Encoder(config)
-        self.pooler = Pooler(config.hidden_size) if (config.pooler if pooler is None else pooler) else None
+        super().__init__(config, config.pooler if pooler is None else pooler)
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False) -> EncoderOutput:
-        out = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
-        if self.pooler is not None:
-            out.pooled = self.pooler(out.last_hidden_state)
-        return out
+                output_attentions: bool = False) -> ModelOutput:
+        return ModelOutput(hidden=self.encode(input_ids, attention_mask, token_type_ids,
+                                              output_hidden_states=output_hidden_states,
+                                              output_attentions=output_attentions))
 
 
-@dataclass
-class MLMOutput:
-    """logits: (B, T, V) without labels; (N, V) over the N labelled positions with labels.
+class SentenceEmbedder(EncoderModel):
+    """The bare encoder whose token vectors are pooled into one (B, H) vector per text: mean or [CLS]."""
 
-    The loss is computed when first read: a training loop that takes its own loss from the logits
-    (a sum normalised over the whole step) does not pay for a second cross-entropy over (N, V).
-    """
+    kind = "embed"
 
-    logits: torch.Tensor
-    hidden: EncoderOutput | None = None
-    targets: torch.Tensor | None = None  # (N,) labels of the labelled positions, when labels were given
+    def __init__(self, config: EncoderConfig, pooling: str = "mean", pooler: bool | None = None) -> None:
+        """pooler: kept as the checkpoint has it, so the folder stays a complete XModel."""
+        super().__init__(config, pooler)
+        self.pooling = pooling
 
-    @cached_property
-    def loss(self) -> torch.Tensor | None:
-        """Mean cross-entropy over the labelled positions, or None without labels."""
-        return None if self.targets is None else F.cross_entropy(self.logits.float(), self.targets)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, **flags: bool) -> ModelOutput:
+        hidden = self.encode(input_ids, attention_mask, token_type_ids, **flags)
+        return ModelOutput(hidden=hidden, embedding=pool(hidden.last_hidden_state.float(), attention_mask,
+                                                         self.pooling))
 
 
 class MaskedLMModel(Model):
     """Encoder + MLM head (HF `BertForMaskedLM`).
 
     Given labels, the vocabulary decoder runs only on the labelled (masked) positions: with 15% masking
-    that skips 85% of the largest matmul in the model.
+    that skips 85% of the largest matmul in the model. Fill-mask uses the same path: labels on the masks.
     """
 
     kind = "mlm"
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__(config)
-        self.encoder = Encoder(config)
         self.mlm = MLMHead(config)
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> MLMOutput:
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids)
-        logits, targets = _mlm_logits(self.mlm, self.encoder, hidden.last_hidden_state, labels)
-        return MLMOutput(logits, hidden, targets)
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
+        return _mlm_output(self, self.encode(input_ids, attention_mask, token_type_ids), labels)
 
 
-@dataclass
-class PreTrainingOutput:
-    """MLM logits as in MLMOutput, NSP logits (B, 2), and the losses (computed when first read) of the labels given."""
-
-    mlm_logits: torch.Tensor
-    nsp_logits: torch.Tensor
-    mlm_targets: torch.Tensor | None = None  # (N,) as MLMOutput.targets
-    nsp_labels: torch.Tensor | None = None  # (B,)
-
-    @cached_property
-    def mlm_loss(self) -> torch.Tensor | None:
-        """Mean cross-entropy over the masked positions, or None without MLM labels."""
-        return None if self.mlm_targets is None else F.cross_entropy(self.mlm_logits.float(), self.mlm_targets)
-
-    @cached_property
-    def nsp_loss(self) -> torch.Tensor | None:
-        """Mean cross-entropy of next-sentence prediction, or None without its labels."""
-        return None if self.nsp_labels is None else F.cross_entropy(self.nsp_logits, self.nsp_labels)
-
-    @property
-    def loss(self) -> torch.Tensor | None:
-        """MLM + NSP loss over the labels given, or None without any."""
-        losses = [loss for loss in (self.mlm_loss, self.nsp_loss) if loss is not None]
-        return sum(losses) if losses else None
+def _mlm_output(model: MaskedLMModel | PreTrainingModel, hidden: EncoderOutput,
+                labels: torch.Tensor | None) -> ModelOutput:
+    """Full logits (B, T, V) without labels; with labels, logits (N, V) of the labelled positions and their loss."""
+    word_embeddings = model.encoder.embeddings.word.weight
+    if labels is None:
+        return ModelOutput(model.mlm(hidden.last_hidden_state, word_embeddings), hidden)
+    selected = labels != IGNORE_INDEX  # (B, T)
+    logits, targets = model.mlm(hidden.last_hidden_state[selected], word_embeddings), labels[selected]
+    return ModelOutput(logits, hidden, {"mlm": lambda: F.cross_entropy(logits.float(), targets)})
 
 
 class PreTrainingModel(Model):
@@ -143,37 +204,20 @@ class PreTrainingModel(Model):
     kind = "pretraining"
 
     def __init__(self, config: EncoderConfig) -> None:
-        super().__init__(config)
-        self.encoder = Encoder(config)
-        self.pooler = Pooler(config.hidden_size)
+        super().__init__(config, pooler=True)
         self.mlm = MLMHead(config)
         self.nsp = NSPHead(config.hidden_size)
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                next_sentence_label: torch.Tensor | None = None) -> PreTrainingOutput:
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
-        mlm_logits, mlm_targets = _mlm_logits(self.mlm, self.encoder, hidden, labels)
-        nsp_logits = self.nsp(self.pooler(hidden))
-        return PreTrainingOutput(mlm_logits, nsp_logits, mlm_targets, next_sentence_label)
-
-
-@dataclass
-class RTDOutput:
-    """Replaced-token logits (B, T) and, with labels, the mean binary cross-entropy over the real tokens."""
-
-    logits: torch.Tensor
-    labels: torch.Tensor | None = None  # (B, T): 1 replaced, 0 original, IGNORE_INDEX on padding
-    hidden: EncoderOutput | None = None
-
-    @cached_property
-    def loss(self) -> torch.Tensor | None:
-        """Mean binary cross-entropy over the labelled tokens, or None without labels."""
-        if self.labels is None:
-            return None
-        real = self.labels != IGNORE_INDEX
-        return F.binary_cross_entropy_with_logits(self.logits[real].float(), self.labels[real].float())
+                next_sentence_label: torch.Tensor | None = None) -> ModelOutput:
+        hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        out = _mlm_output(self, hidden, labels)
+        out.nsp_logits = nsp_logits = self.nsp(hidden.pooled)  # (B, 2)
+        if next_sentence_label is not None:
+            out.loss_terms["nsp"] = lambda: F.cross_entropy(nsp_logits, next_sentence_label)
+        return out
 
 
 class ReplacedTokenDetector(Model):
@@ -183,26 +227,138 @@ class ReplacedTokenDetector(Model):
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__(config)
-        self.encoder = Encoder(config)
         self.rtd = RTDHead(config)
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> RTDOutput:
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids)
-        return RTDOutput(self.rtd(hidden.last_hidden_state), labels, hidden)
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
+        """labels (B, T): 1 replaced, 0 original, IGNORE_INDEX on padding."""
+        hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        logits = self.rtd(hidden.last_hidden_state)  # (B, T)
+        if labels is None:
+            return ModelOutput(logits, hidden)
+        real = labels != IGNORE_INDEX
+        return ModelOutput(logits, hidden, {"rtd": lambda: F.binary_cross_entropy_with_logits(
+            logits[real].float(), labels[real].float())})
 
 
-def _mlm_logits(head: MLMHead, encoder: Encoder, hidden: torch.Tensor,
-                labels: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Full logits (B, T, V) without labels; with labels, logits (N, V) and targets (N,) of the labelled positions."""
-    word_embeddings = encoder.embeddings.word.weight
-    if labels is None:
-        return head(hidden, word_embeddings), None
-    selected = labels != IGNORE_INDEX  # (B, T)
-    return head(hidden[selected], word_embeddings), labels[selected]
+def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> torch.Tensor:
+    """Mean squared error of one output per row (regression), else cross-entropy over the classes."""
+    if regression:
+        return F.mse_loss(logits.float().squeeze(-1), labels.float())
+    return F.cross_entropy(logits.float(), labels)
+
+
+class SequenceClassifier(Model):
+    """The family's classification head on the encoder -> logits (B, L); one output for regression.
+
+    A head the user supplies (any module, (B, H) -> (B, L)) takes the place of the output layer of the family's
+    head; only an nn.Linear gives a folder transformers can load.
+    """
+
+    kind, hf_suffix = "classify", "ForSequenceClassification"
+
+    def __init__(self, config: EncoderConfig, num_labels: int | None = None, head: nn.Module | None = None,
+                 regression: bool = False) -> None:
+        """num_labels: by default 1 for regression, else one per config.labels."""
+        layout = checkpoint.classifier_head(config.model_type)
+        super().__init__(config, pooler=layout.dense is None)  # BERT and ALBERT classify the pooled [CLS]
+        if num_labels is None and head is None:
+            if not regression and not config.labels:
+                raise ValueError("SequenceClassifier needs num_labels, config.labels or a head module")
+            num_labels = 1 if regression else len(config.labels)
+        self.regression = regression
+        self.head = SequenceHead(config, layout.dense is not None, layout.activation, layout.dropout_first,
+                                 num_labels, head)
+        # Not self.init_weights(): a head module the user supplies keeps its own initialisation.
+        init_weights(self.encoder, config.initializer_range)
+        if self.pooler is not None:
+            init_linear(self.pooler.dense, config.initializer_range)
+
+    @property
+    def num_outputs(self) -> int:
+        """Logits per input: classes, or 1 for regression."""
+        out = self.head.out
+        if isinstance(out, nn.Linear):
+            return out.out_features
+        return 1 if self.regression else len(self.config.labels or [])
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
+        """labels (B,): class ids, or target values for regression."""
+        hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        logits = self.head(hidden.last_hidden_state, hidden.pooled)  # (B, L)
+        terms = {} if labels is None else {"classify": lambda: sequence_loss(logits, labels, self.regression)}
+        return ModelOutput(logits, hidden, terms)
+
+    def hf_config(self) -> dict:
+        config = super().hf_config()
+        if self.regression:
+            config.update(num_labels=1, problem_type="regression")
+        else:
+            config["problem_type"] = "single_label_classification"
+            config.setdefault("id2label", {str(i): f"LABEL_{i}" for i in range(self.num_outputs)})
+        return config
+
+
+class TokenClassifier(Model):
+    """Token vectors (B, T, H) -> dropout -> linear -> logits (B, T, L)."""
+
+    kind, hf_suffix = "ner", "ForTokenClassification"
+
+    def __init__(self, config: EncoderConfig, num_labels: int | None = None) -> None:
+        """num_labels: by default one per config.labels."""
+        super().__init__(config)
+        if not (num_labels or config.labels):
+            raise ValueError("TokenClassifier needs num_labels or config.labels")
+        self.dropout = Dropout(config.hidden_dropout)
+        self.classifier = nn.Linear(config.hidden_size, num_labels or len(config.labels))
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
+        """labels (B, T): tag ids, IGNORE_INDEX where a token carries none."""
+        hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        logits = self.classifier(self.dropout(hidden.last_hidden_state))  # (B, T, L)
+        terms = {} if labels is None else {"ner": lambda: F.cross_entropy(logits.flatten(0, 1).float(),
+                                                                          labels.flatten())}
+        return ModelOutput(logits, hidden, terms)
+
+    def hf_config(self) -> dict:
+        config = super().hf_config()
+        config.setdefault("id2label", {str(i): f"LABEL_{i}" for i in range(self.classifier.out_features)})
+        return config
+
+
+class SpanExtractor(Model):
+    """Token vectors (B, T, H) -> linear -> start and end logits, (B, T, 2) (BERT paper, section 4.2)."""
+
+    kind, hf_suffix = "qa", "ForQuestionAnswering"
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
+        """labels (B, 2): the answer's start and end token; one outside the window carries no loss."""
+        hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        logits = self.qa_outputs(hidden.last_hidden_state)  # (B, T, 2)
+        return ModelOutput(logits, hidden, {} if labels is None else {"qa": lambda: _span_loss(logits, labels)})
+
+
+def _span_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean of the start and end cross-entropies; positions past the window are ignored, as in transformers."""
+    T = logits.shape[1]
+    positions = labels.clamp(0, T)  # (B, 2)
+    return sum(F.cross_entropy(logits[..., i].float(), positions[:, i], ignore_index=T) for i in (0, 1)) / 2
 
 
 # checkpoint.load_model builds these kinds by name; they are registered there (checkpoint sits below nn).
 MODEL_CLASSES = checkpoint.MODEL_CLASSES
-MODEL_CLASSES.update({cls.kind: cls for cls in (EncoderModel, MaskedLMModel, PreTrainingModel, ReplacedTokenDetector)})
+MODEL_CLASSES.update({cls.kind: cls for cls in (
+    EncoderModel, SentenceEmbedder, MaskedLMModel, PreTrainingModel, ReplacedTokenDetector, SequenceClassifier,
+    TokenClassifier, SpanExtractor)})
+ARCHITECTURES: dict[str, type[Model]] = checkpoint.architectures()
+"""Every transformers class we mirror, of every family -> our class (an XModel loads as EncoderModel)."""

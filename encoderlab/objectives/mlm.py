@@ -52,7 +52,7 @@ class MaskedLanguageModeling(Objective):
         labels, pair_labels = batch["labels"], batch.get("next_sentence_label")
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels,
                          **({} if pair_labels is None else {"next_sentence_label": pair_labels}))
-        logits = out.logits if hasattr(out, "logits") else out.mlm_logits  # (N, V) at masked positions
+        logits = out.logits  # (N, V) at masked positions
         mlm_sum, correct = mlm_sums(logits, labels[labels != IGNORE_INDEX])
         loss = mlm_sum / counts["masked"]
         sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": correct}

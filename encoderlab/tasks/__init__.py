@@ -1,8 +1,9 @@
 """Fine-tuning and evaluation: text classification and regression, NER, extractive QA, sentence embeddings.
 
+The models themselves (an encoder plus a task head) are encoderlab.nn.model's, loaded and saved by
+encoderlab.checkpoint; this package holds what is particular to each task.
+
 - readers.py     GLUE TSV/CSV, JSONL, CoNLL, SQuAD v1.1/v2.0, each error naming its file and line
-- models.py      heads on the encoder, saved as the family's transformers XFor* folders; the BiLSTM baseline
-- heads.py       each family's sequence-classification head (pooled [CLS], or a dense layer on the first token)
 - base.py        what a task gives the loop (features, collate, loss, predict, score) and shared helpers
 - objective.py   each task as an objective of the one training loop (train/loop.py): recipe, data, best model
 - classify.py, tagging.py, qa.py, embedding.py   the four tasks
@@ -10,9 +11,6 @@
 - cli.py         `encoderlab finetune TASK` and `encoderlab evaluate TASK` (add_commands)
 """
 
-from encoderlab.tasks.models import (BiLSTMClassifier, SentenceEmbedder, SequenceClassifier, SpanExtractor,
-                                     TokenClassifier, load_backbone, load_task_model, save_task_model)
 from encoderlab.tasks.objective import TrainOptions, train
 
-__all__ = ["BiLSTMClassifier", "SentenceEmbedder", "SequenceClassifier", "SpanExtractor", "TokenClassifier",
-           "TrainOptions", "load_backbone", "load_task_model", "save_task_model", "train"]
+__all__ = ["TrainOptions", "train"]

@@ -96,7 +96,7 @@ class ClassifyTask(Task):
         return batch
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])  # (B, L)
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, L)
         return classification_loss(logits, batch["labels"], self.regression)
 
     @torch.inference_mode()
@@ -108,7 +108,8 @@ class ClassifyTask(Task):
         for indices in sorted_batches([len(f["input_ids"]) for f in features], self.batch_size):
             batch = {k: v.to(device) for k, v in self.collate([features[i] for i in indices]).items()}
             with autocast(self.precision, device):
-                out[indices] = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float().cpu()
+                logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
+                out[indices] = logits.float().cpu()
         return out
 
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[str | float]:

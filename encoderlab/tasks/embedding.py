@@ -112,7 +112,7 @@ class EmbedTask(Task):
         return batch
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        vectors = [model(b["input_ids"], b["attention_mask"], b["token_type_ids"])
+        vectors = [model(b["input_ids"], b["attention_mask"], b["token_type_ids"]).embedding
                    for key, b in sorted(batch.items()) if key != "labels"]  # (B, H) per text column
         return embedding_loss(self.loss_name, vectors, batch["labels"], self.scale, self.score_max)
 
@@ -126,7 +126,8 @@ class EmbedTask(Task):
             batch = pad_inputs([{"input_ids": encoded[i].input_ids, "token_type_ids": encoded[i].token_type_ids}
                                 for i in indices], self.tokenizer.pad_id)
             with autocast(self.precision, device):
-                out[indices] = F.normalize(model(**{k: v.to(device) for k, v in batch.items()}).float(), dim=-1).cpu()
+                vectors = model(**{k: v.to(device) for k, v in batch.items()}).embedding  # (B, H) float32
+                out[indices] = F.normalize(vectors, dim=-1).cpu()
         return out
 
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[float]:

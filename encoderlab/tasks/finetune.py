@@ -16,7 +16,10 @@ import torch
 
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import atomic_write_text
-from encoderlab.tasks import models, readers
+from encoderlab.checkpoint import load_model, read_task_info, save_pretrained
+from encoderlab.nn import model as models
+from encoderlab.nn.bilstm import BiLSTMClassifier
+from encoderlab.tasks import readers
 from encoderlab.tasks.base import Task
 from encoderlab.tasks.classify import ClassifyTask, label_set
 from encoderlab.tasks.embedding import EmbedTask
@@ -171,26 +174,21 @@ def build_task(name: str, head: Head, tokenizer: Tokenizer, train: list, max_len
 
 
 def build_model(name: str, model: str, head: Head, task: Task, tokenizer: Tokenizer) -> torch.nn.Module:
-    """A fresh task model: the backbone from `model` (or a BiLSTM), a newly initialised head."""
+    """A task model: the encoder of `model` (or a BiLSTM) with the task's head, new unless `model` holds it."""
     if model == BILSTM:
         if name != "classify":
             raise ConfigError(f"--model {BILSTM} is a text-classification baseline; it cannot do {name}")
-        return models.BiLSTMClassifier(tokenizer.vocab_size, task.num_outputs, tokenizer.pad_id,
-                                       head.embed_dim, head.lstm_hidden, labels=task.labels, regression=task.regression)
-    backbone = models.load_backbone(model)
-    if backbone.config.vocab_size < tokenizer.vocab_size:
+        return BiLSTMClassifier(tokenizer.vocab_size, task.num_outputs, tokenizer.pad_id,
+                                head.embed_dim, head.lstm_hidden, labels=task.labels, regression=task.regression)
+    options = ({"num_labels": task.num_outputs, "regression": task.regression} if name == "classify" else
+               {"num_labels": len(task.labels)} if name == "ner" else {"pooling": head.pooling} if name == "embed"
+               else {})
+    built = load_model(model, kind=name, **options).train()
+    if built.config.vocab_size < tokenizer.vocab_size:
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only "
-                          f"{backbone.config.vocab_size}")
-    if name == "classify":
-        backbone.config.labels = task.labels
-        return models.SequenceClassifier(backbone, task.num_outputs, regression=task.regression)
-    if name == "ner":
-        backbone.config.labels = task.labels
-        return models.TokenClassifier(backbone, len(task.labels))
-    backbone.config.labels = None
-    if name == "qa":
-        return models.SpanExtractor(backbone)
-    return models.SentenceEmbedder(backbone, head.pooling)
+                          f"{built.config.vocab_size}")
+    built.config.labels = task.labels if name in ("classify", "ner") else None
+    return built
 
 
 def resolve_device(name: str | None) -> torch.device:
@@ -262,7 +260,7 @@ def _one_run(job: FinetuneJob, task: Task, tokenizer: Tokenizer, features: list,
 
     result = train(model, task, features, options,
                    evaluate=(lambda m: task.evaluate(m, evaluation)) if evaluation else None, metric=job.metric,
-                   save=lambda m: models.save_task_model(m, out, tokenizer, info), on_eval=write_log,
+                   save=lambda m: save_pretrained(m, out, tokenizer, info), on_eval=write_log,
                    run_dir=out, resume=job.resume)
     if distributed.is_main_process():
         write_log(result)
@@ -288,8 +286,8 @@ def _summarize(runs: list[dict[str, Any]], out: Path) -> dict[str, Any]:
 def task_for_model(job: EvaluateJob, model: torch.nn.Module, info: dict, tokenizer: Tokenizer) -> Task:
     """The Task that scores a loaded model, refusing a model without the head the task needs."""
     name = job.task
-    needs = {"classify": (models.SequenceClassifier, models.BiLSTMClassifier), "ner": (models.TokenClassifier,),
-             "qa": (models.SpanExtractor,), "embed": (models.TaskModel,)}[name]
+    needs = {"classify": (models.SequenceClassifier, BiLSTMClassifier), "ner": (models.TokenClassifier,),
+             "qa": (models.SpanExtractor,), "embed": (models.SentenceEmbedder,)}[name]
     if not isinstance(model, needs):
         raise InputError(f"{job.model}: a {type(model).__name__} cannot be evaluated on {name} "
                          f"(expected {' or '.join(c.__name__ for c in needs)})")
@@ -313,18 +311,15 @@ def _numbered(model: torch.nn.Module) -> list[str]:
 
 def _load_for_evaluation(job: EvaluateJob) -> torch.nn.Module:
     """The fine-tuned model (for embed: the encoder under any head, pooled as asked) on its device."""
-    model = models.load_task_model(job.model)
-    if job.task == "embed" and not isinstance(model, models.SentenceEmbedder) and isinstance(model, models.TaskModel):
-        model = models.SentenceEmbedder(model.backbone, job.pooling or "mean")
-    elif isinstance(model, models.SentenceEmbedder) and job.pooling:
-        model.pooling = job.pooling
+    # embed: the encoder under any head, pooled as job.pooling says (default: the folder's, else mean)
+    model = load_model(job.model, **({"kind": "embed", "pooling": job.pooling} if job.task == "embed" else {}))
     return model.to(resolve_device(job.device))
 
 
 def evaluate(job: EvaluateJob) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled data file: task, model, data, examples and metrics."""
     model = _load_for_evaluation(job)
-    info = models.read_task_info(job.model)
+    info = read_task_info(job.model)
     task = task_for_model(job, model, info, Tokenizer.from_pretrained(job.model))
     regression = job.task == "classify" and model.regression
     examples = subsample(read_examples(job.task, job.data, job.reading, info, regression), job.max_eval)

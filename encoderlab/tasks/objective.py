@@ -24,10 +24,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from encoderlab.checkpoint import load_model, save_pretrained
 from encoderlab.errors import ConfigError
+from encoderlab.nn.model import SentenceEmbedder
 from encoderlab.objectives import Counts, Objective
 from encoderlab.tasks.base import Task, length_grouped_batches, model_device
-from encoderlab.tasks.models import SentenceEmbedder, load_task_model, save_task_model
 from encoderlab.train import distributed
 from encoderlab.train.config import PRECISIONS
 from encoderlab.train.loop import DUMMY, Evaluation, LoopOptions, run_loop
@@ -112,10 +113,10 @@ class TaskObjective(Objective):
         return {"loss": sums["loss"] / counts[self.task.loss_per]}
 
     def save(self, folder: Path) -> None:
-        save_task_model(self.model, folder)
+        save_pretrained(self.model, folder)
 
     def load(self, folder: Path) -> None:
-        self.model.load_state_dict(load_task_model(folder).state_dict())
+        self.model.load_state_dict(load_model(folder).state_dict())
 
 
 class FeatureBatches:

@@ -127,8 +127,8 @@ class QATask(Task):
         return batch
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        start, end = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])  # (B, T) each
-        return span_loss(start, end, batch["start"], batch["end"])
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        return span_loss(out.start_logits, out.end_logits, batch["start"], batch["end"])  # (B, T) each
 
     @torch.inference_mode()
     def predict(self, model: nn.Module, examples: list[QAExample]) -> list[str]:
@@ -142,7 +142,8 @@ class QATask(Task):
             batch = {k: v.to(device) for k, v in self.collate(
                 [{"input_ids": w.input_ids, "token_type_ids": w.token_type_ids} for w in group]).items()}
             with autocast(self.precision, device):
-                start, end = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+                out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+                start, end = out.start_logits, out.end_logits  # (B, T) each
             for row, window in enumerate(group):
                 e = window.example
                 null[e] = min(null[e], float(start[row, 0] + end[row, 0]))

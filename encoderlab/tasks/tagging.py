@@ -108,7 +108,7 @@ class TagTask(Task):
         return super().counts(batch) | {"targets": (batch["labels"] != IGNORE_INDEX).sum()}
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])  # (B, T, L)
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, T, L)
         return tagging_loss(logits, batch["labels"])
 
     @torch.inference_mode()
@@ -120,7 +120,8 @@ class TagTask(Task):
         for indices in sorted_batches([len(f["input_ids"]) for f in features], self.batch_size):
             batch = {k: v.to(device) for k, v in self.collate([features[i] for i in indices]).items()}
             with autocast(self.precision, device):
-                best = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).argmax(-1).cpu()
+                logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
+                best = logits.argmax(-1).cpu()
             for row, i in enumerate(indices):
                 first = features[i]["first"]
                 untagged += sum(token is None for token in first)

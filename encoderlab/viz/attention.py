@@ -66,12 +66,11 @@ def _check_index(index: int, size: int, what: str) -> int:
 
 
 def find_encoder(model: nn.Module) -> Encoder:
-    """The Encoder inside an EncoderModel, MaskedLMModel, PreTrainingModel or task model (via .backbone)."""
-    for candidate in (model, getattr(model, "backbone", None)):
-        if isinstance(candidate, Encoder):
-            return candidate
-        if isinstance(getattr(candidate, "encoder", None), Encoder):
-            return candidate.encoder
+    """The Encoder itself, or the one inside any of our models (encoderlab.nn.model)."""
+    if isinstance(model, Encoder):
+        return model
+    if isinstance(getattr(model, "encoder", None), Encoder):
+        return model.encoder
     raise InputError(f"{type(model).__name__} holds no encoderlab Encoder, so it has no attention maps")
 
 
