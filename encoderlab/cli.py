@@ -32,6 +32,9 @@ def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--pooling", choices=("mean", "cls"), default=None,
                         help="how token vectors become one vector (default: what the folder declares, else mean)")
+    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                        help="L2-normalize each vector, or not (default: as the folder says: a sentence-transformers "
+                             "folder whose modules.json ends in Normalize, such as minilm, gives unit vectors)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="texts per forward pass (default: 32)")
     parser.add_argument("--max-length", type=int, default=None, metavar="T",
                         help="truncate texts to T tokens (default: the model's limit)")
@@ -73,7 +76,7 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 
 # ---- embed ----------------------------------------------------------------------------------------
-def _embedder(args: argparse.Namespace, normalize: bool):
+def _embedder(args: argparse.Namespace):
     """The embed pipeline the options ask for (pooling and max length default to what the folder declares)."""
     import torch
 
@@ -81,7 +84,7 @@ def _embedder(args: argparse.Namespace, normalize: bool):
 
     if args.threads is not None:
         torch.set_num_threads(max(1, args.threads))
-    options = {"normalize": normalize, "batch_size": args.batch_size, "compile": args.compile}
+    options = {"normalize": args.normalize, "batch_size": args.batch_size, "compile": args.compile}
     if args.pooling:
         options["pooling"] = args.pooling
     if args.max_length:
@@ -96,7 +99,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     from encoderlab.io import atomic_write, read_lines
 
     texts = read_lines(args.input)
-    embedder = _embedder(args, args.normalize)
+    embedder = _embedder(args)
     vectors = embedder.embed(texts)
     out = Path(args.out)
 
@@ -106,7 +109,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
     atomic_write(out, write)
     print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} float32 "
-          f"({embedder.pooling} pooling{', normalized' if args.normalize else ''}, {embedder.precision})")
+          f"({embedder.pooling} pooling{', normalized' if embedder.normalize else ''}, {embedder.precision})")
 
 
 # ---- similarity -----------------------------------------------------------------------------------
@@ -117,7 +120,7 @@ def cmd_similarity(args: argparse.Namespace) -> None:
 
     if len(args.texts) < 2:
         raise InputError("similarity needs at least two texts: a query and one or more candidates")
-    vectors = _embedder(args, True).embed(args.texts)
+    vectors = _embedder(args).embed(args.texts)
     scores = cosine_similarity(vectors[:1], vectors[1:])[0]
     ranked = sorted(zip(args.texts[1:], scores.tolist()), key=lambda pair: -pair[1])
     if args.json:
@@ -182,7 +185,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model(emb)
     emb.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text file, one text per line")
     emb.add_argument("--out", required=True, metavar="OUT.npy", help="where to write the (N, H) float32 array")
-    emb.add_argument("--normalize", action="store_true", help="L2-normalize each vector")
     _add_embedding_options(emb)
     emb.set_defaults(func=cmd_embed)
 

@@ -8,7 +8,8 @@ import torch
 
 from encoderlab import load_model
 from encoderlab.errors import InputError
-from encoderlab.infer.embed import cosine_similarity, default_max_length, embed, pool
+from encoderlab.engine import pool
+from encoderlab.infer.embed import cosine_similarity, default_max_length, embed
 from encoderlab.tokenizer import Tokenizer
 
 

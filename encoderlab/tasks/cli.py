@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from encoderlab.engine import settings
 from encoderlab.errors import ConfigError, InputError
 
 TASKS = ("classify", "ner", "qa", "embed")
@@ -277,7 +278,8 @@ def task_for_model(name: str, model, info: dict, tokenizer, args: argparse.Names
     if not isinstance(model, needs):
         raise InputError(f"{args.model}: a {type(model).__name__} cannot be evaluated on {name} "
                          f"(expected {' or '.join(c.__name__ for c in needs)})")
-    max_length = args.max_length or info.get("max_length") or MAX_LENGTH[name]
+    given = settings(args.model)  # the folder's window and QA decoding, as every pipeline reads them
+    max_length = args.max_length or given.max_length or MAX_LENGTH[name]
     common = {"batch_size": args.batch_size or BATCH_SIZE[name], "precision": args.precision}
     if name == "classify":
         labels = None if model.regression else model.labels or _numbered(model)
@@ -285,10 +287,8 @@ def task_for_model(name: str, model, info: dict, tokenizer, args: argparse.Names
     if name == "ner":
         return TagTask(tokenizer, max_length, model.labels or _numbered(model), **common)
     if name == "qa":
-        keys = ("doc_stride", "max_query_length", "max_answer_length", "n_best", "allow_null")
-        defaults = {"doc_stride": 128, "max_query_length": 64, "max_answer_length": 30, "n_best": 20,
-                    "allow_null": False}
-        return QATask(tokenizer, max_length, **{k: info.get(k, defaults[k]) for k in keys}, **common)
+        return QATask(tokenizer, max_length, given.doc_stride, given.max_query_length, given.max_answer_length,
+                      given.n_best, given.allow_null, **common)
     return EmbedTask(tokenizer, max_length, info.get("loss") or "cosent", **common)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from safetensors.torch import save_file
@@ -29,7 +29,8 @@ from encoderlab.checkpoint import (has_pooler, hf_to_ours, normalize_hf_state, o
                                    resolve_model_path)
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError
-from encoderlab.io import atomic_write, atomic_write_text
+from encoderlab.engine import settings
+from encoderlab.io import atomic_write, atomic_write_text, read_json_file
 from encoderlab.models import FAMILIES, FamilySpec
 from encoderlab.nn.dropout import Dropout
 from encoderlab.nn.heads import Pooler
@@ -292,18 +293,6 @@ def load_backbone(name: str | os.PathLike) -> EncoderModel:
                           read_weights(folder), str(folder), architecture).train()
 
 
-def read_json_file(path: Path, kind: type = dict) -> Any:
-    """A checkpoint folder's JSON file whose top level is a `kind` (dict or list); CheckpointError naming it."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{path}: not valid UTF-8 JSON ({err})") from None
-    if not isinstance(data, kind):
-        raise CheckpointError(f"{path}: expected a JSON {'object' if kind is dict else 'array'}, "
-                              f"got {type(data).__name__}")
-    return data
-
-
 def _read_config(folder: Path) -> tuple[dict, str | None]:
     path = folder / "config.json"
     if not path.is_file():
@@ -337,7 +326,7 @@ def load_task_model(name: str | os.PathLike, head: nn.Module | None = None) -> n
     head_prefixes = tuple(theirs for _, theirs in cls.head_names(spec))
     head_state = {k: v for k, v in state.items() if head_prefixes and k.startswith(head_prefixes)}
     if cls is SentenceEmbedder:
-        return SentenceEmbedder(backbone, info.get("pooling") or _sentence_transformers_pooling(folder)).eval()
+        return SentenceEmbedder(backbone, settings(folder).pooling).eval()
     with torch.device("meta"):  # the head's tensors are assigned from the file below
         if cls is SequenceClassifier:
             model = _sequence_classifier(backbone, head_state, head, raw, info, folder)
@@ -362,13 +351,6 @@ def _sequence_classifier(backbone: EncoderModel, head_state: dict[str, torch.Ten
                               f"{', '.join(sorted(head_state)) or 'none'}): pass head= the module it was saved with")
     regression = raw.get("problem_type") == "regression" or info.get("task_type") == "regression"
     return SequenceClassifier(backbone, head_state[out].shape[0] if head is None else None, head, regression)
-
-
-def _sentence_transformers_pooling(folder: Path) -> str:
-    """The pooling a sentence-transformers folder declares in 1_Pooling/config.json; mean when there is none."""
-    path = folder / "1_Pooling" / "config.json"
-    settings = read_json_file(path) if path.is_file() else {}
-    return "cls" if settings.get("pooling_mode_cls_token") else "mean"
 
 
 def _num_rows(state: dict[str, torch.Tensor], key: str, folder: Path) -> int:
