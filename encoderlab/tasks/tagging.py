@@ -87,7 +87,8 @@ class TagTask(Task):
                                      f"({', '.join(self.labels)})")
                 if token is not None:
                     labels[token] = self.index[tag]
-            out.append({"input_ids": item.input_ids, "token_type_ids": item.token_type_ids, "labels": labels})
+            out.append({"input_ids": item.input_ids, "token_type_ids": item.token_type_ids, "first": first,
+                        "labels": labels})
         return out
 
     def validate(self, sentences: list[TaggedSentence]) -> None:
