@@ -148,22 +148,32 @@ def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 def pad(rows: Sequence[Sequence[Any]], value: Any, multiple_of: int | None = None,
         dtype: type = np.int64) -> torch.Tensor:
     """Rows right-padded with `value` to the longest (rounded up to multiple_of): (B, T). The one padding code."""
-    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    length = int(lengths.max())
-    if multiple_of:
-        length = -(-length // multiple_of) * multiple_of
-    real = np.arange(length) < lengths[:, None]  # (B, T)
-    out = np.full(real.shape, value, dtype=dtype)
-    out[real] = list(itertools.chain.from_iterable(rows))
-    return torch.from_numpy(out)
+    return _fill(rows, value, _real(rows, multiple_of), dtype)
 
 
 def pad_batch(input_ids: Sequence[Sequence[int]], token_type_ids: Sequence[Sequence[int]], pad_id: int,
               multiple_of: int | None = None) -> dict[str, torch.Tensor]:
     """input_ids, attention_mask, token_type_ids (B, T), right-padded to the longest row."""
-    return {"input_ids": pad(input_ids, pad_id, multiple_of),
-            "attention_mask": pad([[1] * len(row) for row in input_ids], 0, multiple_of),
-            "token_type_ids": pad(token_type_ids, 0, multiple_of)}
+    real = _real(input_ids, multiple_of)
+    return {"input_ids": _fill(input_ids, pad_id, real), "attention_mask": torch.from_numpy(real.astype(np.int64)),
+            "token_type_ids": _fill(token_type_ids, 0, real)}
+
+
+def _real(rows: Sequence[Sequence[Any]], multiple_of: int | None) -> np.ndarray:
+    """(B, T) bool: where each row has a value, T its longest length rounded up to multiple_of."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    length = int(lengths.max())
+    if multiple_of:
+        length = -(-length // multiple_of) * multiple_of
+    return np.arange(length) < lengths[:, None]
+
+
+def _fill(rows: Sequence[Sequence[Any]], value: Any, real: np.ndarray, dtype: type = np.int64) -> torch.Tensor:
+    """The rows laid into a (B, T) array of `value` at the `real` positions, handed to torch once."""
+    # Filled in numpy: a torch op per row costs more than the row's data at these sizes.
+    out = np.full(real.shape, value, dtype=dtype)
+    out[real] = np.concatenate(rows) if isinstance(rows[0], np.ndarray) else list(itertools.chain.from_iterable(rows))
+    return torch.from_numpy(out)
 
 
 # ---- calling a model -------------------------------------------------------------------------------------------
