@@ -38,7 +38,7 @@ from encoderlab.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 ENCODE_CHUNK = 1024  # texts per call into the Rust tokenizer: fast, without padding a whole data set at once
 POOLINGS = ("mean", "cls")
-T = TypeVar("T")
+Result = TypeVar("Result")
 
 
 # ---- a model folder's settings ---------------------------------------------------------------------------------
@@ -245,16 +245,18 @@ class Engine:
         return encode(self.tokenizer, texts, pairs, self.max_length, what)
 
     @torch.inference_mode()
-    def run(self, items: Sequence[Encoded], forward: Callable[[dict[str, torch.Tensor]], T],
-            collect: Callable[[list[int], T], None]) -> None:
+    def run(self, items: Sequence[Encoded], forward: Callable[[dict[str, torch.Tensor]], Result],
+            collect: Callable[[list[int], Result], None]) -> None:
         """Forward the items in length-sorted batches; collect(indices, output) places each batch's results."""
         for indices in sorted_batches([len(item.input_ids) for item in items], self.batch_size):
             batch = pad_batch([items[i].input_ids for i in indices], [items[i].token_type_ids for i in indices],
                               self.tokenizer.pad_id)
             with autocast(self.precision, self.device):
-                collect(indices, forward({k: v.to(self.device) for k, v in batch.items()}))
+                output = forward({k: v.to(self.device) for k, v in batch.items()})
+            collect(indices, output)
 
-    def rows(self, items: Sequence[Encoded], forward: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> torch.Tensor:
+    def rows(self, items: Sequence[Encoded],
+             forward: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> torch.Tensor:
         """Stack per-input outputs of one shape ((B, ...) per batch) into (N, ...) on the CPU, in input order."""
         out: list[torch.Tensor | None] = [None]
 

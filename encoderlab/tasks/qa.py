@@ -152,7 +152,8 @@ class QATask(Task):
     def predict(self, model: nn.Module, examples: list[QAExample]) -> list[str]:
         """The answer text of each question ("" for no answer when null answers were learned)."""
         decoded = self.decode(self.engine(model), lambda batch: forward(model, batch).logits, examples)
-        return ["" if d.is_null(self.allow_null) else e.context[d.start:d.end].strip() for e, d in zip(examples, decoded)]
+        return ["" if d.is_null(self.allow_null) else e.context[d.start:d.end].strip()
+                for e, d in zip(examples, decoded)]
 
     def decode(self, engine: Engine, span_logits: Callable[[dict[str, torch.Tensor]], torch.Tensor],
                examples: list[QAExample]) -> list[Decoded]:
