@@ -28,16 +28,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from encoderlab.checkpoint import resolve_model_path
 from encoderlab.errors import InputError
 from encoderlab.io import read_json_file
 from encoderlab.nn.encoder import EncoderOutput
 from encoderlab.nn.model import MLMOutput
+from encoderlab.nn.pooling import pool
+from encoderlab.paths import resolve_model_path
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 ENCODE_CHUNK = 1024  # texts per call into the Rust tokenizer: fast, without padding a whole data set at once
-POOLINGS = ("mean", "cls")
 Result = TypeVar("Result")
 
 
@@ -201,16 +201,6 @@ def forward(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tens
     if isinstance(out, tuple):  # a span extractor's (start, end), each (B, T)
         return Output(logits=torch.stack(out, -1))
     return Output(logits=out)
-
-
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """(B, T, H) token vectors -> (B, H) sentence vectors: the mean over real tokens, or the first ([CLS])."""
-    if pooling == "cls":
-        return hidden[:, 0]
-    if pooling == "mean":
-        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-    raise InputError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
 
 
 def sentence_vectors(output: Output, attention_mask: torch.Tensor, pooling: str, normalize: bool) -> torch.Tensor:

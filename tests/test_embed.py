@@ -8,9 +8,9 @@ import torch
 
 from encoderlab import load_model
 from encoderlab.errors import InputError
-from encoderlab.engine import pool
 from encoderlab.infer.embed import cosine_similarity, default_max_length, embed
 from encoderlab.infer.pipelines import pipeline
+from encoderlab.nn.pooling import pool
 from encoderlab.tokenizer import Tokenizer
 
 

@@ -28,8 +28,8 @@ from torch import nn
 from encoderlab.checkpoint import (has_pooler, hf_to_ours, normalize_hf_state, ours_to_hf, read_weights,
                                    resolve_model_path)
 from encoderlab.config import EncoderConfig
-from encoderlab.errors import CheckpointError
 from encoderlab.engine import settings
+from encoderlab.errors import CheckpointError
 from encoderlab.io import atomic_write, atomic_write_text, read_json_file
 from encoderlab.models import FAMILIES, FamilySpec
 from encoderlab.nn.dropout import Dropout
