@@ -211,7 +211,7 @@ def sentence_vectors(output: Output, attention_mask: torch.Tensor, pooling: str,
 
 
 def autocast(precision: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
-    """bf16 autocast when asked for, else nothing."""
+    """bf16 autocast on CPU or CUDA when asked for, else nothing (training and inference both use this one)."""
     device = torch.device(device)
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
