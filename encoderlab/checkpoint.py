@@ -13,6 +13,7 @@ import json
 import os
 import re
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ from torch import nn
 
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError
-from encoderlab.io import atomic_write, atomic_write_text
+from encoderlab.io import atomic_write, atomic_write_text, read_json_file
 from encoderlab.models import FAMILIES, ClassifierHead, FamilySpec
 from encoderlab.paths import resolve_model_path
 
@@ -227,18 +228,6 @@ def classifier_head(model_type: str) -> ClassifierHead:
 
 
 # ---- folder files -------------------------------------------------------------------------------------
-def read_json_file(path: Path, kind: type = dict) -> Any:
-    """A checkpoint folder's JSON file whose top level is a `kind` (dict or list); CheckpointError naming it."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{path}: not valid UTF-8 JSON ({err})") from None
-    if not isinstance(data, kind):
-        raise CheckpointError(f"{path}: expected a JSON {'object' if kind is dict else 'array'}, "
-                              f"got {type(data).__name__}")
-    return data
-
-
 def read_config(folder: Path) -> dict:
     """config.json of a checkpoint folder, as a dict (the one place that reads it)."""
     path = folder / "config.json"
@@ -273,11 +262,47 @@ def _unknown_architecture(folder: Path, raw: dict) -> CheckpointError:
                            f"mirrors (known: {', '.join(known)}); pass kind= to load its encoder")
 
 
-def _sentence_transformers_pooling(folder: Path) -> str:
-    """The pooling a sentence-transformers folder declares in 1_Pooling/config.json; mean when there is none."""
-    path = folder / "1_Pooling" / "config.json"
-    settings = read_json_file(path) if path.is_file() else {}
-    return "cls" if settings.get("pooling_mode_cls_token") else "mean"
+# ---- a model folder's settings ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Settings:
+    """What a model folder says about running it; every command, the server and the pipelines read these."""
+
+    max_length: int | None = None
+    """task.json's max_length, else sentence_bert_config.json's max_seq_length; None: the model's limit."""
+    pooling: str = "mean"
+    """task.json's pooling, else 1_Pooling/config.json's mode (cls or mean), else mean."""
+    normalize: bool = False
+    """L2-normalise sentence vectors: modules.json lists a Normalize module (sentence-transformers' layout)."""
+    doc_stride: int = 128
+    """QA: tokens shared by consecutive windows of a long context."""
+    max_query_length: int = 64
+    """QA: questions are cut to this many tokens."""
+    max_answer_length: int = 30
+    """QA: longest answer considered, in tokens."""
+    n_best: int = 20
+    """QA: start and end candidates per window in decoding."""
+    allow_null: bool = False
+    """QA: answer "" when the [CLS] score beats the best span (the model learned unanswerable questions)."""
+
+
+def settings(folder: str | Path) -> Settings:
+    """The settings of a checkpoint folder or alias: task.json first, then the sentence-transformers files."""
+    folder = resolve_model_path(folder)
+    info = _optional_json(folder / "task.json", dict) or {}
+    bert = _optional_json(folder / "sentence_bert_config.json", dict) or {}
+    pooling_file = _optional_json(folder / "1_Pooling" / "config.json", dict) or {}
+    modules = _optional_json(folder / "modules.json", list) or []
+    qa = {k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "allow_null")
+          if info.get(k) is not None}
+    return Settings(max_length=info.get("max_length") or bert.get("max_seq_length"),
+                    pooling=info.get("pooling") or ("cls" if pooling_file.get("pooling_mode_cls_token") else "mean"),
+                    normalize=any(str(m.get("type", "")).endswith("Normalize") for m in modules if isinstance(m, dict)),
+                    **qa)
+
+
+def _optional_json(path: Path, kind: type) -> Any:
+    """A folder's JSON file, or None where there is none."""
+    return read_json_file(path, kind) if path.is_file() else None
 
 
 # ---- public API --------------------------------------------------------------------------------------
@@ -321,7 +346,7 @@ def _class_options(cls: type[nn.Module], spec: FamilySpec, hf_state: dict[str, t
     `options` (those that are not None)."""
     given = {k: v for k, v in options.items() if v is not None}
     if cls.kind in ("base", "embed"):
-        pooling = {"pooling": read_task_info(folder).get("pooling") or _sentence_transformers_pooling(folder)}
+        pooling = {"pooling": settings(folder).pooling}
         return {"pooler": has_pooler(spec, hf_state)} | (pooling if cls.kind == "embed" else {}) | given
     if new_head or cls.kind not in ("classify", "ner"):
         return given

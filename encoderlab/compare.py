@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from encoderlab.config import EncoderConfig
+from encoderlab.engine import forward, pad_batch
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.nn.model import EncoderModel
 
@@ -141,11 +142,10 @@ def sample_inputs(configs: Sequence[EncoderConfig], count: int, seed: int) -> li
 
 
 def sorted_batches(inputs: Sequence[list[int]], batch_size: int, pad_id: int) -> list[dict[str, torch.Tensor]]:
-    """Length-sorted batches of input_ids and attention_mask (B, T), padded as the inference pipelines pad."""
-    from encoderlab.infer.pipelines import Encoded, pad_batch
-
-    items = sorted((Encoded(ids, [0] * len(ids), [], []) for ids in inputs), key=lambda item: len(item.input_ids))
-    batches = [pad_batch(items[i:i + batch_size], pad_id) for i in range(0, len(items), batch_size)]
+    """Batches of input_ids and attention_mask (B, T), shortest first, padded by the inference engine."""
+    rows = sorted(inputs, key=len)
+    batches = [pad_batch(rows[i:i + batch_size], [[0] * len(ids) for ids in rows[i:i + batch_size]], pad_id)
+               for i in range(0, len(rows), batch_size)]
     return [{"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]} for b in batches]
 
 
@@ -163,7 +163,7 @@ def embedding_parameters(model: EncoderModel) -> int:
 def timed(model: EncoderModel, batch: dict[str, torch.Tensor]) -> float:
     """Seconds of one forward pass over a batch of input_ids (B, T) (and attention_mask (B, T))."""
     start = time.perf_counter()
-    model(**batch)
+    forward(model, batch)
     return time.perf_counter() - start
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from encoderlab.errors import InputError
+from encoderlab.errors import CheckpointError, InputError
 
 TEMP_SUFFIX = ".tmp"  # atomic_write's temp files are named .NAME.RANDOM.tmp beside their final name
 LOW_SPACE = 1 << 20  # bytes free below which a failed write is put down to a full disk
@@ -138,3 +140,15 @@ def read_lines(path: str | os.PathLike, allow_empty_lines: bool = False) -> list
             raise InputError(f"{path}:{number}: empty line (expected one text per line)")
         out.append(line)
     return out
+
+
+def read_json_file(path: Path, kind: type = dict) -> Any:
+    """A checkpoint folder's JSON file whose top level is a `kind` (dict or list); CheckpointError naming it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise CheckpointError(f"{path}: not valid UTF-8 JSON ({err})") from None
+    if not isinstance(data, kind):
+        raise CheckpointError(f"{path}: expected a JSON {'object' if kind is dict else 'array'}, "
+                              f"got {type(data).__name__}")
+    return data

@@ -8,7 +8,9 @@ import torch
 
 from encoderlab import load_model
 from encoderlab.errors import InputError
-from encoderlab.infer.embed import cosine_similarity, default_max_length, embed, pool
+from encoderlab.infer.embed import cosine_similarity, default_max_length, embed
+from encoderlab.infer.pipelines import pipeline
+from encoderlab.nn.pooling import pool
 from encoderlab.tokenizer import Tokenizer
 
 
@@ -30,6 +32,10 @@ def test_matches_sentence_transformers_on_every_sst2_dev_sentence(minilm, minilm
     assert len(cosines) == 872
     worst = int(cosines.argmin())
     assert cosines.min() >= 0.99999, f"sentence {worst} {sst2_dev_sentences[worst]!r}: cosine {cosines[worst]}"
+    # Without any flag, both follow the folder (its modules.json ends in Normalize): unit vectors, the same ones.
+    np.testing.assert_allclose(oracle.encode(sst2_dev_sentences[:64], convert_to_numpy=True), expected[:64], atol=1e-6)
+    default = pipeline("embed", minilm_path, batch_size=64).embed(sst2_dev_sentences)
+    np.testing.assert_allclose(default, expected, atol=1e-5, rtol=0)
 
 
 def test_max_length_comes_from_sentence_transformers_settings(minilm):

@@ -17,7 +17,8 @@ from transformers import pipeline as hf_pipeline
 from encoderlab.cli import main
 from encoderlab.errors import InputError
 from encoderlab.infer import precision as precisions
-from encoderlab.infer.pipelines import NER, Encoded, entities, pipeline, sorted_batches, word_tags
+from encoderlab.engine import Encoded, sorted_batches
+from encoderlab.infer.pipelines import NER, entities, pipeline, word_tags
 from encoderlab.tokenizer import Tokenizer
 from conftest import shared_file
 from hf_oracle import randomize

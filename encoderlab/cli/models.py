@@ -26,6 +26,9 @@ def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
     """--pooling and the inference options."""
     parser.add_argument("--pooling", choices=("mean", "cls"), default=None,
                         help="how token vectors become one vector (default: what the folder declares, else mean)")
+    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                        help="L2-normalize each vector, or not (default: as the folder says: a sentence-transformers "
+                             "folder whose modules.json ends in Normalize, such as minilm, gives unit vectors)")
     add_inference_options(parser)
 
 
@@ -56,15 +59,15 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 
 # ---- embed ----------------------------------------------------------------------------------------
-def _embedder(args: argparse.Namespace, normalize: bool) -> Pipeline:
-    """The embed pipeline the options ask for (pooling and max length default to what the folder declares)."""
-    return load_pipeline("embed", args, normalize=normalize, **({"pooling": args.pooling} if args.pooling else {}))
+def _embedder(args: argparse.Namespace) -> Pipeline:
+    """The embed pipeline the options ask for (pooling, normalisation and max length default to the folder's)."""
+    return load_pipeline("embed", args, normalize=args.normalize, **({"pooling": args.pooling} if args.pooling else {}))
 
 
 def cmd_embed(args: argparse.Namespace) -> None:
     """Embed every line of a text file into an (N, H) float32 .npy array."""
     texts = read_lines(args.input)
-    embedder = _embedder(args, args.normalize)
+    embedder = _embedder(args)
     vectors = embedder.embed(texts)
     out = Path(args.out)
 
@@ -74,7 +77,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
     atomic_write(out, write)
     print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} float32 "
-          f"({embedder.pooling} pooling{', normalized' if args.normalize else ''}, {embedder.precision})")
+          f"({embedder.pooling} pooling{', normalized' if embedder.normalize else ''}, {embedder.precision})")
 
 
 # ---- similarity -----------------------------------------------------------------------------------
@@ -82,7 +85,7 @@ def cmd_similarity(args: argparse.Namespace) -> None:
     """Cosine similarity of the first text with each of the others, most similar first."""
     if len(args.texts) < 2:
         raise InputError("similarity needs at least two texts: a query and one or more candidates")
-    vectors = _embedder(args, True).embed(args.texts)
+    vectors = _embedder(args).embed(args.texts)
     scores = cosine_similarity(vectors[:1], vectors[1:])[0]
     ranked = sorted(zip(args.texts[1:], scores.tolist()), key=lambda pair: -pair[1])
     if args.json:
@@ -123,7 +126,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_model(emb)
     emb.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text file, one text per line")
     emb.add_argument("--out", required=True, metavar="OUT.npy", help="where to write the (N, H) float32 array")
-    emb.add_argument("--normalize", action="store_true", help="L2-normalize each vector")
     _add_embedding_options(emb)
     emb.set_defaults(func=cmd_embed)
 

@@ -183,8 +183,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     qa.add_argument("--context", metavar="TEXT", help="the passage to answer from")
     qa.add_argument("--context-file", metavar="FILE", help="read the passage from a UTF-8 file")
     qa.add_argument("--input", metavar="FILE.jsonl", help='one {"question": ..., "context": ...} per line')
-    qa.add_argument("--doc-stride", type=int, default=128, metavar="N",
-                    help="tokens shared by consecutive windows of a long context (default: 128)")
+    qa.add_argument("--doc-stride", type=int, default=None, metavar="N",
+                    help="tokens shared by consecutive windows of a long context (default: the model's, else 128)")
     qa.set_defaults(func=cmd_qa)
 
     parser = subparsers.add_parser("attention", help="heat-map of a layer's attention for one text",

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
 import torch
 
 from encoderlab.data.examples import Example
+from encoderlab.engine import pad, pad_batch
 from encoderlab.errors import ConfigError
 
 IGNORE_INDEX = -100  # label of positions without a loss (torch's cross_entropy default)
@@ -58,19 +58,10 @@ class MaskingCollator:
         """Right-pad to the longest example (rounded up to pad_to_multiple_of); also (B, T) bool word starts."""
         if not examples:
             raise ConfigError("cannot collate an empty list of examples")
-        length = max(len(e.input_ids) for e in examples)
-        if self.pad_to_multiple_of:
-            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        shape = (len(examples), length)
-        input_ids, token_type_ids = np.full(shape, self.pad_id, np.int64), np.zeros(shape, np.int64)
-        attention_mask, word_starts = np.zeros(shape, np.int64), np.ones(shape, bool)  # a pad is its own word
-        for row, example in enumerate(examples):
-            n = len(example.input_ids)
-            input_ids[row, :n], token_type_ids[row, :n] = example.input_ids, example.token_type_ids
-            attention_mask[row, :n], word_starts[row, :n] = 1, example.word_starts
-        batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask),
-                 "token_type_ids": torch.from_numpy(token_type_ids)}
-        return batch, torch.from_numpy(word_starts)
+        batch = pad_batch([e.input_ids for e in examples], [e.token_type_ids for e in examples], self.pad_id,
+                          self.pad_to_multiple_of)
+        # A pad is its own word.
+        return batch, pad([e.word_starts for e in examples], True, self.pad_to_multiple_of, dtype=bool)
 
     def mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, word_starts: torch.Tensor,
              generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

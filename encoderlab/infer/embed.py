@@ -1,70 +1,40 @@
-"""Sentence embeddings: encode texts, pool token vectors (mean over real tokens, or [CLS]), optionally L2-normalize.
+"""Sentence embeddings of a loaded encoder, and cosine similarity.
 
 Mean pooling over non-padding tokens followed by normalization is what sentence-transformers does for
-all-MiniLM-L6-v2 (its 1_Pooling/config.json: pooling_mode_mean_tokens), so the vectors match its `encode`.
+all-MiniLM-L6-v2 (its 1_Pooling/config.json: pooling_mode_mean_tokens; modules.json ends in Normalize), so the
+vectors match its `encode`. A folder's own choice is read by encoderlab.engine.settings; `pipeline("embed", folder)`
+follows it. Pooling, normalisation and batching are the engine's (encoderlab.engine), as for every other path.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import sys
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from tqdm import tqdm
+from torch import nn
 
+from encoderlab.engine import Engine, check_texts, forward, sentence_vectors, settings
 from encoderlab.errors import InputError
-from encoderlab.nn.model import EncoderModel
-from encoderlab.nn.pooling import POOLINGS, pool
+from encoderlab.nn.pooling import POOLINGS
+from encoderlab.tasks.base import model_device
 from encoderlab.tokenizer import Tokenizer
 
-log = logging.getLogger(__name__)
 
-
-def default_max_length(model_folder: Path | None, model: EncoderModel) -> int:
-    """The sequence limit: sentence_bert_config.json's max_seq_length if the folder has one, else the model's."""
+def default_max_length(model_folder: Path | None, model: nn.Module) -> int:
+    """The sequence limit: the folder's (sentence_bert_config.json's max_seq_length, ...) if it has one, else the
+    model's."""
     limit = model.config.max_position_embeddings
-    settings = model_folder / "sentence_bert_config.json" if model_folder else None
-    if settings is not None and settings.is_file():
-        limit = min(limit, int(json.loads(settings.read_text(encoding="utf-8")).get("max_seq_length", limit)))
-    return limit
+    return min(limit, (settings(model_folder).max_length or limit) if model_folder else limit)
 
 
-@torch.inference_mode()
-def embed(model: EncoderModel, tokenizer: Tokenizer, texts: list[str], pooling: str = "mean",
-          normalize: bool = False, batch_size: int = 32, max_length: int | None = None,
-          progress: bool | None = None) -> np.ndarray:
-    """Embed texts into a float32 array (N, H), in input order.
-
-    Batches are formed from texts of similar length so little compute goes to padding.
-    """
-    if not texts:
-        raise InputError("no texts to embed")
-    for i, text in enumerate(texts):
-        if not text.strip():
-            raise InputError(f"text {i} is empty or whitespace only")
+def embed(model: nn.Module, tokenizer: Tokenizer, texts: list[str], pooling: str = "mean", normalize: bool = False,
+          batch_size: int = 32, max_length: int | None = None) -> np.ndarray:
+    """Embed texts into a float32 array (N, H), in input order, with an encoder (or a sentence embedder)."""
     if pooling not in POOLINGS:
-        raise InputError(f"unknown pooling {pooling!r}; expected one of {POOLINGS}")
-    max_length = max_length or model.config.max_position_embeddings
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    out = np.empty((len(texts), model.config.hidden_size), dtype=np.float32)
-    truncated = 0
-    show = progress if progress is not None else len(texts) > 20 * batch_size
-    for start in tqdm(range(0, len(texts), batch_size), desc="embed", unit="batch", disable=not show, file=sys.stderr):
-        index = order[start:start + batch_size]
-        batch = tokenizer.encode_batch([texts[i] for i in index], max_length=max_length)
-        truncated += batch.num_truncated
-        hidden = model(batch.input_ids, batch.attention_mask, batch.token_type_ids).last_hidden_state
-        vectors = pool(hidden.float(), batch.attention_mask, pooling)
-        if normalize:
-            vectors = F.normalize(vectors, dim=-1)
-        out[index] = vectors.numpy()
-    if truncated:
-        log.warning("%d of %d texts were longer than %d tokens and were truncated", truncated, len(texts), max_length)
-    return out
+        raise InputError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
+    engine = Engine(tokenizer, max_length or model.config.max_position_embeddings, batch_size, model_device(model))
+    return engine.rows(engine.encode(check_texts(texts)), lambda batch: sentence_vectors(
+        forward(model, batch), batch["attention_mask"], pooling, normalize)).numpy()
 
 
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -35,12 +35,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+import torch
+
+from encoderlab.engine import Engine, Output, check_texts, sentence_vectors, settings
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.io import atomic_write, atomic_write_text
 
-# torch, onnxruntime and the model code are imported where used: the CLI imports this module to build its parser.
+# onnxruntime and the model code are imported where used: the CLI imports this module to build its parser.
 if TYPE_CHECKING:
-    import torch
     from torch import nn
 
     from encoderlab.tokenizer import Tokenizer
@@ -86,7 +88,6 @@ def _graph_module(model: nn.Module) -> nn.Module:
 def _load_for_export(name: str | os.PathLike, kind: str) -> tuple[Path, nn.Module, dict]:
     """The checkpoint folder, the model to export (eval mode) and its sidecar fields (task, outputs, max_length...)."""
     from encoderlab.checkpoint import load_model, read_task_info, resolve_model_path
-    from encoderlab.infer.embed import default_max_length
     from encoderlab.nn.bilstm import BiLSTMClassifier
     from encoderlab.nn.model import MaskedLMModel, ReplacedTokenDetector
 
@@ -107,8 +108,9 @@ def _load_for_export(name: str | os.PathLike, kind: str) -> tuple[Path, nn.Modul
         if isinstance(model, (MaskedLMModel, ReplacedTokenDetector)):
             model = load_model(folder, kind="embed")  # the encoder under a pretraining head
         fields = _task_fields(model)
-    limit = task_info.get("max_length") or default_max_length(folder, model)
-    fields |= {"max_length": min(int(limit), model.config.max_position_embeddings), "task_info": task_info}
+    given = settings(folder)
+    limit = min(int(given.max_length or model.config.max_position_embeddings), model.config.max_position_embeddings)
+    fields |= {"max_length": limit, "normalize": given.normalize, "task_info": task_info}
     return folder, model.eval(), fields
 
 
@@ -129,8 +131,6 @@ def _task_fields(model: nn.Module) -> dict:
 
 def _example_inputs(vocab_size: int, batch: int, length: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
     """Random ids (B, T) with the last row half padding, its mask, and segment 1 on the second half."""
-    import torch
-
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, vocab_size, (batch, length), generator=gen)
     mask = torch.ones(batch, length, dtype=torch.long)
@@ -150,8 +150,6 @@ def _dynamic_axes(fields: dict) -> dict[str, dict[int, str]]:
 
 def _write_graph(module: nn.Module, fields: dict, vocab_size: int, path: Path, opset: int) -> None:
     """Trace the wrapped model into an ONNX file at `path` (fp32)."""
-    import torch
-
     with warnings.catch_warnings(), torch.no_grad():
         # TracerWarnings: Embeddings' length check and the q, k, v unpacking are fixed at trace time, which is
         # right here (the runner truncates to max_length); the DeprecationWarning is the one discussed above.
@@ -181,8 +179,6 @@ def _quantize(src: Path, dst: Path) -> None:
 
 def _max_abs_diff(module: nn.Module, fields: dict, vocab_size: int, path: Path) -> float:
     """Largest |torch - onnxruntime| of the first output on a (3, 11) batch: a shape the export did not see."""
-    import torch
-
     ids, mask, segments = _example_inputs(vocab_size, 3, 11, seed=1)
     with torch.no_grad():
         expected = module(ids, mask, segments)[0].numpy()
@@ -284,34 +280,21 @@ class OnnxRunner:
                  for name in self.input_names}
         return dict(zip(self.output_names, self.session.run(None, feeds)))
 
-    def embed(self, texts: list[str], pooling: str | None = None, normalize: bool = False,
+    def embed(self, texts: list[str], pooling: str | None = None, normalize: bool | None = None,
               batch_size: int = 32) -> np.ndarray:
-        """Texts -> float32 (N, H) in input order; pooling defaults to the exported model's (else mean)."""
-        import torch
-        import torch.nn.functional as F
-
-        from encoderlab.infer.embed import pool
-
+        """Texts -> float32 (N, H) in input order; pooling and normalisation default to the exported folder's."""
         if "last_hidden_state" not in self.output_names:
             raise ConfigError(f"{self.path}: outputs {', '.join(self.output_names)}; embed needs an encoder export")
-        if not texts or any(not text.strip() for text in texts):
-            raise InputError("embed: expected a non-empty list of non-blank texts")
         pooling = pooling or self.info.get("pooling") or "mean"
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths share a batch: less padding
-        out, truncated = None, 0
-        for start in range(0, len(texts), batch_size):
-            index = order[start:start + batch_size]
-            batch = self.tokenizer.encode_batch([texts[i] for i in index], max_length=self.max_length)
-            truncated += batch.num_truncated
-            hidden = self.run(batch.input_ids.numpy(), batch.attention_mask.numpy(), batch.token_type_ids.numpy())
-            vectors = pool(torch.from_numpy(hidden["last_hidden_state"]), batch.attention_mask, pooling)  # (b, H)
-            vectors = F.normalize(vectors, dim=-1) if normalize else vectors
-            out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32) if out is None else out
-            out[index] = vectors.numpy()
-        if truncated:
-            log.warning("%d of %d texts were longer than %d tokens and were truncated", truncated, len(texts),
-                        self.max_length)
-        return out
+        normalize = bool(self.info.get("normalize")) if normalize is None else normalize
+        engine = Engine(self.tokenizer, self.max_length, batch_size)
+        return engine.rows(engine.encode(check_texts(texts)), lambda batch: sentence_vectors(
+            self.forward(batch), batch["attention_mask"], pooling, normalize)).numpy()
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> Output:
+        """A padded batch of CPU tensors through the session, as the engine reads a forward pass."""
+        out = self.run(batch["input_ids"].numpy(), batch["attention_mask"].numpy(), batch["token_type_ids"].numpy())
+        return Output(hidden=torch.from_numpy(out["last_hidden_state"]))
 
 
 def _read_sidecar(path: Path) -> dict:

@@ -9,59 +9,16 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from encoderlab.engine import Engine, pad_batch
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
-ENCODE_CHUNK = 1024  # texts per call into the Rust tokenizer: fast, without padding a whole data set at once
-
-
-@dataclass
-class Encoded:
-    """One encoded text (or pair), unpadded, with the offset and word bookkeeping tasks may need."""
-
-    input_ids: list[int]
-    token_type_ids: list[int]
-    offsets: list[tuple[int, int]]
-    sequence_ids: list[int | None]  # 0 text A, 1 text B, None special
-
-
-def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | None = None,
-           max_length: int | None = None, what: str = "texts") -> list[Encoded]:
-    """Encode texts (and pairs) in chunks, each trimmed of padding; warns how many were truncated."""
-    out: list[Encoded] = []
-    truncated = 0
-    for start in range(0, len(texts), ENCODE_CHUNK):
-        chunk = list(texts[start:start + ENCODE_CHUNK])
-        chunk_pairs = list(pairs[start:start + ENCODE_CHUNK]) if pairs is not None else None
-        batch = tokenizer.encode_batch(chunk, chunk_pairs, max_length=max_length, truncation=max_length is not None)
-        truncated += batch.num_truncated
-        for row, length in enumerate(batch.attention_mask.sum(1).tolist()):
-            out.append(Encoded(batch.input_ids[row, :length].tolist(), batch.token_type_ids[row, :length].tolist(),
-                               batch.offsets[row][:length], batch.sequence_ids[row][:length]))
-    if truncated:
-        log.warning("%d of %d %s were longer than %d tokens and were truncated",
-                    truncated, len(texts), what, max_length)
-    return out
-
-
-def pad(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
-    """Right-pad lists of ints to the longest: (B, T) long."""
-    length = max(len(row) for row in rows)
-    return torch.tensor([list(row) + [value] * (length - len(row)) for row in rows], dtype=torch.long)
-
-
-def pad_inputs(features: Sequence[dict[str, Any]], pad_id: int, prefix: str = "") -> dict[str, torch.Tensor]:
-    """input_ids, attention_mask and token_type_ids (B, T) from features holding the first and last lists."""
-    ids = [f[prefix + "input_ids"] for f in features]
-    return {"input_ids": pad(ids, pad_id), "attention_mask": pad([[1] * len(row) for row in ids], 0),
-            "token_type_ids": pad([f[prefix + "token_type_ids"] for f in features], 0)}
 
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator,
@@ -81,11 +38,10 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: t
     return [batches[i] for i in shuffle]
 
 
-def sorted_batches(lengths: Sequence[int], batch_size: int) -> Iterator[list[int]]:
-    """Batches for inference: indices sorted by length (longest first), so padding is small."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    for start in range(0, len(order), batch_size):
-        yield order[start:start + batch_size]
+def pad_features(features: Sequence[dict[str, Any]], pad_id: int, prefix: str = "") -> dict[str, torch.Tensor]:
+    """input_ids, attention_mask, token_type_ids (B, T) from features holding the first and last lists."""
+    return pad_batch([f[prefix + "input_ids"] for f in features], [f[prefix + "token_type_ids"] for f in features],
+                     pad_id)
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -105,6 +61,10 @@ class Task(ABC):
     def __init__(self, tokenizer: Tokenizer, max_length: int, batch_size: int = 32, precision: str = "fp32") -> None:
         self.tokenizer, self.max_length = tokenizer, max_length
         self.batch_size, self.precision = batch_size, precision
+
+    def engine(self, model: nn.Module) -> Engine:
+        """The inference engine for predictions with `model`: this task's window, batch size and precision."""
+        return Engine(self.tokenizer, self.max_length, self.batch_size, model_device(model), self.precision)
 
     @property
     def default_metric(self) -> str:

@@ -13,11 +13,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import InputError
-from encoderlab.tasks.base import Task, encode, model_device, pad_inputs, sorted_batches
+from encoderlab.engine import Encoded, encode, forward
+from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import classification_metrics, correlation_metrics
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
-from encoderlab.train.loop import autocast
 
 
 def label_set(examples: list[TextExample]) -> list[str]:
@@ -74,22 +74,22 @@ class ClassifyTask(Task):
         for example in examples:
             self.target(example)
 
-    def encode(self, examples: list[TextExample]) -> list[dict[str, Any]]:
+    def encode(self, examples: list[TextExample]) -> list[Encoded]:
         """Token ids of each example, single texts or pairs (all examples must have the same number of texts)."""
         widths = {len(e.texts) for e in examples}
         if len(widths) != 1 or widths.pop() not in (1, 2):
             raise InputError(f"{examples[0].where}: classification takes one text or a pair per example")
         firsts = [e.texts[0] for e in examples]
         seconds = [e.texts[1] for e in examples] if len(examples[0].texts) == 2 else None
-        encoded = encode(self.tokenizer, firsts, seconds, self.max_length, "examples")
-        return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids} for e in encoded]
+        return encode(self.tokenizer, firsts, seconds, self.max_length, "examples")
 
     def features(self, examples: list[TextExample]) -> list[dict[str, Any]]:
         targets = [self.target(e) for e in examples]
-        return [f | {"label": t} for f, t in zip(self.encode(examples), targets)]
+        return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "label": t}
+                for e, t in zip(self.encode(examples), targets)]
 
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = pad_inputs(features, self.tokenizer.pad_id)
+        batch = pad_features(features, self.tokenizer.pad_id)
         if "label" in features[0]:
             dtype = torch.float32 if self.regression else torch.long
             batch["labels"] = torch.tensor([f["label"] for f in features], dtype=dtype)
@@ -99,18 +99,9 @@ class ClassifyTask(Task):
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, L)
         return classification_loss(logits, batch["labels"], self.regression)
 
-    @torch.inference_mode()
     def logits(self, model: nn.Module, examples: list[TextExample]) -> torch.Tensor:
         """(N, L) float logits in example order."""
-        features = self.encode(examples)
-        out = torch.empty(len(features), self.num_outputs)
-        device = model_device(model)
-        for indices in sorted_batches([len(f["input_ids"]) for f in features], self.batch_size):
-            batch = {k: v.to(device) for k, v in self.collate([features[i] for i in indices]).items()}
-            with autocast(self.precision, device):
-                logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
-                out[indices] = logits.float().cpu()
-        return out
+        return self.engine(model).rows(self.encode(examples), lambda batch: forward(model, batch).logits.float())
 
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[str | float]:
         """A class name, or a score, per example."""

@@ -21,11 +21,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import ConfigError, InputError
-from encoderlab.tasks.base import Task, encode, model_device, pad_inputs, sorted_batches
+from encoderlab.engine import encode, forward, sentence_vectors
+from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import correlation_metrics
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
-from encoderlab.train.loop import autocast
 
 LOSSES = ("mnrl", "cosent", "cosine")
 
@@ -107,7 +107,7 @@ class EmbedTask(Task):
 
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         columns = sorted({key.split(".")[0] for key in features[0] if key.endswith(".input_ids")})
-        batch: dict[str, Any] = {c: pad_inputs(features, self.tokenizer.pad_id, prefix=f"{c}.") for c in columns}
+        batch: dict[str, Any] = {c: pad_features(features, self.tokenizer.pad_id, prefix=f"{c}.") for c in columns}
         batch["labels"] = torch.tensor([f["label"] for f in features], dtype=torch.float32)
         return batch
 
@@ -116,19 +116,11 @@ class EmbedTask(Task):
                    for key, b in sorted(batch.items()) if key != "labels"]  # (B, H) per text column
         return embedding_loss(self.loss_name, vectors, batch["labels"], self.scale, self.score_max)
 
-    @torch.inference_mode()
     def vectors(self, model: nn.Module, texts: list[str]) -> torch.Tensor:
         """(N, H) unit vectors, in order."""
-        encoded = encode(self.tokenizer, texts, None, self.max_length, "texts")
-        out = torch.empty(len(texts), model.config.hidden_size)
-        device = model_device(model)
-        for indices in sorted_batches([len(e.input_ids) for e in encoded], self.batch_size):
-            batch = pad_inputs([{"input_ids": encoded[i].input_ids, "token_type_ids": encoded[i].token_type_ids}
-                                for i in indices], self.tokenizer.pad_id)
-            with autocast(self.precision, device):
-                vectors = model(**{k: v.to(device) for k, v in batch.items()}).embedding  # (B, H) float32
-                out[indices] = F.normalize(vectors, dim=-1).cpu()
-        return out
+        engine = self.engine(model)
+        return engine.rows(engine.encode(texts), lambda batch: sentence_vectors(
+            forward(model, batch), batch["attention_mask"], model.pooling, normalize=True))
 
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[float]:
         """The cosine similarity of each pair."""

@@ -16,7 +16,7 @@ import torch
 
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import atomic_write_text
-from encoderlab.checkpoint import load_model, read_task_info, save_pretrained
+from encoderlab.checkpoint import load_model, read_task_info, save_pretrained, settings
 from encoderlab.nn import model as models
 from encoderlab.nn.bilstm import BiLSTMClassifier
 from encoderlab.tasks import readers
@@ -34,7 +34,6 @@ TASKS = ("classify", "ner", "qa", "embed")
 MAX_LENGTH = {"classify": 128, "ner": 256, "qa": 384, "embed": 128}
 BATCH_SIZE = {"classify": 32, "ner": 32, "qa": 16, "embed": 32}
 BILSTM = "bilstm"
-QA_DEFAULTS = {"doc_stride": 128, "max_query_length": 64, "max_answer_length": 30, "n_best": 20, "allow_null": False}
 
 
 @dataclass(frozen=True)
@@ -291,7 +290,8 @@ def task_for_model(job: EvaluateJob, model: torch.nn.Module, info: dict, tokeniz
     if not isinstance(model, needs):
         raise InputError(f"{job.model}: a {type(model).__name__} cannot be evaluated on {name} "
                          f"(expected {' or '.join(c.__name__ for c in needs)})")
-    max_length = job.max_length or info.get("max_length") or MAX_LENGTH[name]
+    given = settings(job.model)  # the folder's window and QA decoding, as every pipeline reads them
+    max_length = job.max_length or given.max_length or MAX_LENGTH[name]
     common = {"batch_size": job.batch_size or BATCH_SIZE[name], "precision": job.precision}
     if name == "classify":
         labels = None if model.regression else model.labels or _numbered(model)
@@ -299,7 +299,8 @@ def task_for_model(job: EvaluateJob, model: torch.nn.Module, info: dict, tokeniz
     if name == "ner":
         return TagTask(tokenizer, max_length, model.labels or _numbered(model), **common)
     if name == "qa":
-        return QATask(tokenizer, max_length, **{k: info.get(k, v) for k, v in QA_DEFAULTS.items()}, **common)
+        return QATask(tokenizer, max_length, given.doc_stride, given.max_query_length, given.max_answer_length,
+                      given.n_best, given.allow_null, **common)
     return EmbedTask(tokenizer, max_length, info.get("loss") or "cosent", **common)
 
 

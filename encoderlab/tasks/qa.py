@@ -15,19 +15,23 @@ windows) beats the best span.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import ConfigError
-from encoderlab.tasks.base import Task, encode, model_device, pad_inputs, sorted_batches
+from encoderlab.engine import Encoded, Engine, encode, forward
+from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import squad_metrics
 from encoderlab.tasks.readers import QAExample
 from encoderlab.tokenizer import Tokenizer
-from encoderlab.train.loop import autocast
 
 
 @dataclass
@@ -42,7 +46,22 @@ class Window:
     end_position: int = 0
 
 
-def _content(encoded) -> tuple[list[int], list[tuple[int, int]]]:
+@dataclass
+class Decoded:
+    """The best answer to one question over all its windows, and what its probability and the null answer need."""
+
+    score: float = -math.inf  # start + end logit of the best span
+    start: int = 0  # its characters in the context: [start, end)
+    end: int = 0
+    null: float = math.inf  # the [CLS] start + end logit, its lowest over the windows
+    log_norm: float = -math.inf  # log of the sum of exp(start + end) over every pair of every window
+
+    def is_null(self, allow_null: bool) -> bool:
+        """Whether the answer is "": no valid span, or (allow_null) the [CLS] score beats the best span."""
+        return self.score == -math.inf or (allow_null and self.null > self.score)
+
+
+def _content(encoded: Encoded) -> tuple[list[int], list[tuple[int, int]]]:
     """The ids and offsets of the real tokens (special tokens dropped)."""
     keep = [i for i, seq in enumerate(encoded.sequence_ids) if seq is not None]
     return [encoded.input_ids[i] for i in keep], [encoded.offsets[i] for i in keep]
@@ -120,7 +139,7 @@ class QATask(Task):
                  "start": w.start_position, "end": w.end_position} for w in self.windows(examples)]
 
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = pad_inputs(features, self.tokenizer.pad_id)
+        batch = pad_features(features, self.tokenizer.pad_id)
         if "start" in features[0]:
             batch["start"] = torch.tensor([f["start"] for f in features])
             batch["end"] = torch.tensor([f["end"] for f in features])
@@ -130,28 +149,35 @@ class QATask(Task):
         out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         return span_loss(out.start_logits, out.end_logits, batch["start"], batch["end"])  # (B, T) each
 
-    @torch.inference_mode()
     def predict(self, model: nn.Module, examples: list[QAExample]) -> list[str]:
         """The answer text of each question ("" for no answer when null answers were learned)."""
+        decoded = self.decode(self.engine(model), lambda batch: forward(model, batch).logits, examples)
+        return ["" if d.is_null(self.allow_null) else e.context[d.start:d.end].strip()
+                for e, d in zip(examples, decoded)]
+
+    def decode(self, engine: Engine, span_logits: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+               examples: list[QAExample]) -> list[Decoded]:
+        """The best span of each question over its windows; span_logits maps a padded batch to (B, T, 2)."""
         windows = self.windows(examples)
-        best: list[tuple[float, str]] = [(float("-inf"), "") for _ in examples]
-        null: list[float] = [float("inf")] * len(examples)
-        device = model_device(model)
-        for indices in sorted_batches([len(w.input_ids) for w in windows], self.batch_size):
-            group = [windows[i] for i in indices]
-            batch = {k: v.to(device) for k, v in self.collate(
-                [{"input_ids": w.input_ids, "token_type_ids": w.token_type_ids} for w in group]).items()}
-            with autocast(self.precision, device):
-                out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-                start, end = out.start_logits, out.end_logits  # (B, T) each
-            for row, window in enumerate(group):
-                e = window.example
-                null[e] = min(null[e], float(start[row, 0] + end[row, 0]))
-                candidate = self.best_span(start[row].float().cpu(), end[row].float().cpu(), window.spans)
-                if candidate is not None and candidate[0] > best[e][0]:
-                    span_start, span_end = candidate[1], candidate[2]
-                    best[e] = (candidate[0], examples[e].context[span_start:span_end].strip())
-        return [("" if self.allow_null and null[i] > best[i][0] else best[i][1]) for i in range(len(examples))]
+        out = [Decoded() for _ in examples]
+
+        def collect(indices: list[int], logits: torch.Tensor) -> None:
+            logits = logits.float().cpu()
+            for row, i in enumerate(indices):
+                start, end = logits[row, :len(windows[i].input_ids)].unbind(-1)  # (n,) each
+                self._update(out[windows[i].example], start, end, windows[i].spans)
+
+        engine.run([Encoded(w.input_ids, w.token_type_ids, [], []) for w in windows], span_logits, collect)
+        return out
+
+    def _update(self, decoded: Decoded, start: torch.Tensor, end: torch.Tensor,
+                spans: list[tuple[int, int] | None]) -> None:
+        """Fold one window's start and end logits (n,) into its question's Decoded."""
+        decoded.null = min(decoded.null, float(start[0] + end[0]))
+        decoded.log_norm = float(np.logaddexp(decoded.log_norm, float(start.logsumexp(0) + end.logsumexp(0))))
+        found = self.best_span(start, end, spans)
+        if found is not None and found[0] > decoded.score:
+            decoded.score, decoded.start, decoded.end = found
 
     def best_span(self, start: torch.Tensor, end: torch.Tensor,
                   spans: list[tuple[int, int] | None]) -> tuple[float, int, int] | None:

@@ -19,11 +19,11 @@ from torch import nn
 
 from encoderlab.errors import InputError
 from encoderlab.nn.model import IGNORE_INDEX
-from encoderlab.tasks.base import Task, encode, model_device, pad, pad_inputs, sorted_batches
+from encoderlab.engine import Encoded, encode, forward, pad
+from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import entity_metrics
 from encoderlab.tasks.readers import TaggedSentence
 from encoderlab.tokenizer import Tokenizer
-from encoderlab.train.loop import autocast
 
 log = logging.getLogger(__name__)
 
@@ -72,23 +72,23 @@ class TagTask(Task):
         self.labels = labels
         self.index = {label: i for i, label in enumerate(labels)}
 
-    def encode(self, sentences: list[TaggedSentence]) -> list[dict[str, Any]]:
-        """Token ids of each sentence and the first token of each word."""
+    def encode(self, sentences: list[TaggedSentence]) -> tuple[list[Encoded], list[list[int | None]]]:
+        """Token ids of each sentence, and the first token of each word."""
         encoded = encode(self.tokenizer, [" ".join(s.words) for s in sentences], None, self.max_length, "sentences")
-        return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids,
-                 "first": first_token_of_words(s.words, e.offsets, e.sequence_ids)} for s, e in zip(sentences, encoded)]
+        return encoded, [first_token_of_words(s.words, e.offsets, e.sequence_ids) for s, e in zip(sentences, encoded)]
 
     def features(self, sentences: list[TaggedSentence]) -> list[dict[str, Any]]:
         out = []
-        for sentence, feature in zip(sentences, self.encode(sentences)):
-            labels = [IGNORE_INDEX] * len(feature["input_ids"])
-            for tag, token in zip(sentence.tags, feature["first"]):
+        for sentence, item, first in zip(sentences, *self.encode(sentences)):
+            labels = [IGNORE_INDEX] * len(item.input_ids)
+            for tag, token in zip(sentence.tags, first):
                 if tag not in self.index:
                     raise InputError(f"{sentence.where}: tag {tag!r} is not one of the model's tags "
                                      f"({', '.join(self.labels)})")
                 if token is not None:
                     labels[token] = self.index[tag]
-            out.append(feature | {"labels": labels})
+            out.append({"input_ids": item.input_ids, "token_type_ids": item.token_type_ids, "first": first,
+                        "labels": labels})
         return out
 
     def validate(self, sentences: list[TaggedSentence]) -> None:
@@ -99,7 +99,7 @@ class TagTask(Task):
                                  f"({', '.join(self.labels)})")
 
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = pad_inputs(features, self.tokenizer.pad_id)
+        batch = pad_features(features, self.tokenizer.pad_id)
         if "labels" in features[0]:
             batch["labels"] = pad([f["labels"] for f in features], IGNORE_INDEX)
         return batch
@@ -111,21 +111,18 @@ class TagTask(Task):
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, T, L)
         return tagging_loss(logits, batch["labels"])
 
-    @torch.inference_mode()
     def predict(self, model: nn.Module, sentences: list[TaggedSentence]) -> list[list[str]]:
         """One tag per word of each sentence."""
-        features = self.encode(sentences)
+        encoded, firsts = self.encode(sentences)
         out: list[list[str]] = [[] for _ in sentences]
-        device, untagged = model_device(model), 0
-        for indices in sorted_batches([len(f["input_ids"]) for f in features], self.batch_size):
-            batch = {k: v.to(device) for k, v in self.collate([features[i] for i in indices]).items()}
-            with autocast(self.precision, device):
-                logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
-                best = logits.argmax(-1).cpu()
+
+        def collect(indices: list[int], logits: torch.Tensor) -> None:
+            best = logits.argmax(-1).cpu()  # (B, T)
             for row, i in enumerate(indices):
-                first = features[i]["first"]
-                untagged += sum(token is None for token in first)
-                out[i] = [self.labels[int(best[row, t])] if t is not None else "O" for t in first]
+                out[i] = [self.labels[int(best[row, t])] if t is not None else "O" for t in firsts[i]]
+
+        self.engine(model).run(encoded, lambda batch: forward(model, batch).logits, collect)
+        untagged = sum(token is None for first in firsts for token in first)
         if untagged:
             log.warning("%d words had no token within max_length %d and were tagged O", untagged, self.max_length)
         return out

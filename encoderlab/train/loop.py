@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from encoderlab.engine import autocast
 from encoderlab.errors import ConfigError
 from encoderlab.objectives import Objective
 from encoderlab.train import distributed
@@ -38,13 +39,6 @@ from encoderlab.train.state import (DeferredInterrupt, clear_checkpoints, latest
 
 log = logging.getLogger(__name__)
 DUMMY = "dummy"  # key of a micro-batch a rank runs at weight 0 when its share of a step is empty
-
-
-def autocast(precision: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
-    """bf16 autocast on CPU or CUDA when asked for (weights and optimizer stay fp32), else nothing."""
-    if precision == "bf16":
-        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:

@@ -1,0 +1,211 @@
+"""The one inference engine: encode once, cut length-sorted index batches, pad each batch once, forward, and put
+the results back in input order. Every pipeline, task prediction and evaluation, `embed`, `serve`, the ONNX runner
+and `compare` run through it, and `settings` reads what a model folder says about running it, so every command
+gives the same answer for the same input.
+
+    engine = Engine(tokenizer, max_length=256, batch_size=32)
+    vectors = engine.rows(engine.encode(texts), lambda batch: embed_batch(forward(model, batch), batch, "mean", True))
+
+Sorting by token count before cutting batches keeps padding small (SST-2 dev in file order, batches of 32: 1.9x
+the real tokens; sorted: 1.04x). The batch is filled in numpy and handed to torch once: a torch op per row costs
+more than the row's data at these sizes.
+
+It sits below `tasks` and `infer` (both use it) and above `nn`, `checkpoint` and `tokenizer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encoderlab.errors import InputError
+from encoderlab.checkpoint import Settings, settings  # noqa: F401  (re-exported: the engine's API)
+from encoderlab.nn.pooling import pool
+from encoderlab.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+ENCODE_CHUNK = 1024  # texts per call into the Rust tokenizer: fast, without padding a whole data set at once
+Result = TypeVar("Result")
+
+
+# ---- inputs, encode, batch, pad --------------------------------------------------------------------------------------
+def as_list(values: Any, what: str) -> list:
+    """A non-empty list of inputs; InputError for one string, a mapping, an empty list, or no list at all."""
+    if isinstance(values, str):
+        raise InputError(f"expected a list of {what}s, got one string (wrap it in a list)")
+    if isinstance(values, (bytes, dict)) or not isinstance(values, Iterable):
+        raise InputError(f"expected a list of {what}s, got a {type(values).__name__}")
+    values = list(values)
+    if not values:
+        raise InputError(f"no {what}s given")
+    return values
+
+
+def check_texts(texts: Sequence[str], what: str = "text") -> list[str]:
+    """The texts as a list; InputError naming the first empty, whitespace-only or non-string one."""
+    texts = as_list(texts, what)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InputError(f"{what} {i} is a {type(text).__name__}, expected a string")
+        if not text.strip():
+            raise InputError(f"{what} {i} is empty or whitespace only")
+    return texts
+
+
+@dataclass
+class Encoded:
+    """One tokenized input (or pair), unpadded, with what token-level tasks need to map back to characters."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    offsets: list[tuple[int, int]]
+    sequence_ids: list[int | None]  # 0 text A, 1 text B, None special
+
+
+def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | None = None,
+           max_length: int | None = None, what: str = "texts") -> list[Encoded]:
+    """Tokenize texts (and pairs) in chunks, truncated to max_length (None: not); warns how many were cut."""
+    out: list[Encoded] = []
+    truncated = 0
+    for start in range(0, len(texts), ENCODE_CHUNK):
+        chunk_pairs = list(pairs[start:start + ENCODE_CHUNK]) if pairs is not None else None
+        batch = tokenizer.encode_batch(list(texts[start:start + ENCODE_CHUNK]), chunk_pairs, max_length=max_length,
+                                       truncation=max_length is not None)
+        truncated += batch.num_truncated
+        ids, types = batch.input_ids.tolist(), batch.token_type_ids.tolist()
+        for row, n in enumerate(batch.attention_mask.sum(1).tolist()):
+            out.append(Encoded(ids[row][:n], types[row][:n], batch.offsets[row][:n], batch.sequence_ids[row][:n]))
+    if truncated:
+        log.warning("%d of %d %s were longer than %d tokens and were truncated", truncated, len(texts), what,
+                    max_length)
+    return out
+
+
+def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Index batches cut from the inputs sorted by length, longest first (so memory peaks at once)."""
+    if batch_size < 1:
+        raise InputError(f"batch_size {batch_size}: expected a positive number")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def pad(rows: Sequence[Sequence[Any]], value: Any, multiple_of: int | None = None,
+        dtype: type = np.int64) -> torch.Tensor:
+    """Rows right-padded with `value` to the longest (rounded up to multiple_of): (B, T). The one padding code."""
+    return _fill(rows, value, _real(rows, multiple_of), dtype)
+
+
+def pad_batch(input_ids: Sequence[Sequence[int]], token_type_ids: Sequence[Sequence[int]], pad_id: int,
+              multiple_of: int | None = None) -> dict[str, torch.Tensor]:
+    """input_ids, attention_mask, token_type_ids (B, T), right-padded to the longest row."""
+    real = _real(input_ids, multiple_of)
+    return {"input_ids": _fill(input_ids, pad_id, real), "attention_mask": torch.from_numpy(real.astype(np.int64)),
+            "token_type_ids": _fill(token_type_ids, 0, real)}
+
+
+def _real(rows: Sequence[Sequence[Any]], multiple_of: int | None) -> np.ndarray:
+    """(B, T) bool: where each row has a value, T its longest length rounded up to multiple_of."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    length = int(lengths.max())
+    if multiple_of:
+        length = -(-length // multiple_of) * multiple_of
+    return np.arange(length) < lengths[:, None]
+
+
+def _fill(rows: Sequence[Sequence[Any]], value: Any, real: np.ndarray, dtype: type = np.int64) -> torch.Tensor:
+    """The rows laid into a (B, T) array of `value` at the `real` positions, handed to torch once."""
+    # Filled in numpy: a torch op per row costs more than the row's data at these sizes.
+    out = np.full(real.shape, value, dtype=dtype)
+    out[real] = np.concatenate(rows) if isinstance(rows[0], np.ndarray) else list(itertools.chain.from_iterable(rows))
+    return torch.from_numpy(out)
+
+
+# ---- calling a model -------------------------------------------------------------------------------------------
+@dataclass
+class Output:
+    """A forward pass as the engine reads it."""
+
+    logits: torch.Tensor | None = None
+    """The head's output: class (B, L), tag (B, T, L), span (B, T, 2) or MLM (B, T, V) logits, or an embedder's
+    (B, H) sentence vectors."""
+    hidden: torch.Tensor | None = None
+    """The last hidden states (B, T, H) of a bare encoder."""
+
+
+def forward(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor | None = None) -> Output:
+    """The one place a torch model is called at inference: its output, whatever its class returns, as an Output.
+
+    labels (B, T), for a masked-LM model: logits (N, V) at the N labelled positions only (-100 elsewhere)."""
+    extra = {} if labels is None else {"labels": labels}
+    out = model(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"), **extra)  # ModelOutput
+    if out.embedding is not None:  # a sentence embedder pools its own vectors
+        return Output(logits=out.embedding)
+    if out.logits is None:  # the bare encoder
+        return Output(hidden=out.last_hidden_state)
+    return Output(logits=out.logits)
+
+
+def sentence_vectors(output: Output, attention_mask: torch.Tensor, pooling: str, normalize: bool) -> torch.Tensor:
+    """(B, H) float32 sentence vectors of a forward pass: pooled hidden states (an embedder pooled its own),
+    L2-normalised if asked (as sentence-transformers' Normalize module)."""
+    vectors = output.logits if output.hidden is None else pool(output.hidden.float(), attention_mask, pooling)
+    return F.normalize(vectors.float(), dim=-1) if normalize else vectors.float()
+
+
+def autocast(precision: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
+    """bf16 autocast on CPU or CUDA when asked for, else nothing (training and inference both use this one)."""
+    device = torch.device(device)
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+# ---- the engine ------------------------------------------------------------------------------------------------
+@dataclass
+class Engine:
+    """A tokenizer, a window, a batch size and a device: inputs in, results out in input order."""
+
+    tokenizer: Tokenizer
+    max_length: int | None = None
+    batch_size: int = 32
+    device: torch.device = torch.device("cpu")
+    precision: str = "fp32"
+    """bf16: run forward passes under bf16 autocast (task evaluation); pipelines convert the model instead."""
+
+    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None, what: str = "texts") -> list[Encoded]:
+        """Tokenize, truncated to the window."""
+        return encode(self.tokenizer, texts, pairs, self.max_length, what)
+
+    @torch.inference_mode()
+    def run(self, items: Sequence[Encoded], forward: Callable[[dict[str, torch.Tensor]], Result],
+            collect: Callable[[list[int], Result], None]) -> None:
+        """Forward the items in length-sorted batches; collect(indices, output) places each batch's results."""
+        for indices in sorted_batches([len(item.input_ids) for item in items], self.batch_size):
+            batch = pad_batch([items[i].input_ids for i in indices], [items[i].token_type_ids for i in indices],
+                              self.tokenizer.pad_id)
+            with autocast(self.precision, self.device):
+                output = forward({k: v.to(self.device) for k, v in batch.items()})
+            collect(indices, output)
+
+    def rows(self, items: Sequence[Encoded],
+             forward: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> torch.Tensor:
+        """Stack per-input outputs of one shape ((B, ...) per batch) into (N, ...) on the CPU, in input order."""
+        out: list[torch.Tensor | None] = [None]
+
+        def collect(indices: list[int], values: torch.Tensor) -> None:
+            if out[0] is None:
+                out[0] = torch.empty((len(items), *values.shape[1:]), dtype=values.dtype)
+            out[0][indices] = values.cpu()
+
+        self.run(items, forward, collect)
+        return out[0]
