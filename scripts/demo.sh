@@ -26,8 +26,8 @@ echo "== 1. What is in the checkpoint: encoderlab info --model minilm"
 encoderlab info --model minilm
 
 echo
-echo "== 2. Embed one sentence per line: encoderlab embed --model minilm --input examples/sentences.txt --out $OUT/sentences.npy --normalize"
-encoderlab embed --model minilm --input examples/sentences.txt --out "$OUT/sentences.npy" --normalize
+echo "== 2. Embed one sentence per line: encoderlab embed --model minilm --input examples/sentences.txt --out $OUT/sentences.npy"
+encoderlab embed --model minilm --input examples/sentences.txt --out "$OUT/sentences.npy"
 
 echo
 echo "== 3. Rank sentences by meaning: encoderlab similarity --model minilm QUERY CANDIDATES..."
