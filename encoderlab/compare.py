@@ -187,8 +187,7 @@ def _prepare(presets: Sequence[str], settings: Settings) -> tuple[list[_Subject]
     return subjects, inputs
 
 
-def _measure(subjects: Sequence[_Subject], inputs: Sequence[list[int]], settings: Settings,
-             progress: bool) -> None:
+def _measure(subjects: Sequence[_Subject], inputs: Sequence[list[int]], settings: Settings, progress: bool) -> None:
     """Warm each model up, then time every sequence and batch on each model in turn, so load hits all alike."""
     from tqdm import tqdm
 

@@ -20,7 +20,6 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np

@@ -15,8 +15,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     server.log.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # which endpoints are up, the docs URL
     apply_threads(args.threads)
-    limits = Limits(args.max_batch, args.max_text_chars, args.max_body_bytes, args.batch_wait_ms,
-                    args.body_timeout_s)
+    limits = Limits(args.max_batch, args.max_text_chars, args.max_body_bytes, args.batch_wait_ms, args.body_timeout_s)
     server.serve(args.model, args.host, args.port, args.tasks, args.precision, limits, args.batch_size,
                  args.max_length, "debug" if args.verbose else "info", args.compile)
 

@@ -55,8 +55,7 @@ class PretrainingExamples:
     last two epochs' plans are cached; build it before forking DataLoader workers so they share it.
     """
 
-    def __init__(self, shards: TokenShards, objective: str, max_length: int, seed: int,
-                 short_seq_prob: float = 0.1):
+    def __init__(self, shards: TokenShards, objective: str, max_length: int, seed: int, short_seq_prob: float = 0.1):
         if objective not in OBJECTIVES:
             raise ConfigError(f"objective {objective!r}: expected one of {OBJECTIVES}")
         # room for the specials and one token (one per segment for pairs)

@@ -29,12 +29,7 @@ from tqdm import tqdm
 
 from encoderlab.data.corpus import DocumentReader, corpus_files
 from encoderlab.data.sentences import split_sentences
-from encoderlab.data.shards import (
-    EncodedDocuments,
-    ShardWriter,
-    token_dtype,
-    write_meta,
-)
+from encoderlab.data.shards import EncodedDocuments, ShardWriter, token_dtype, write_meta
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.tokenizer import Tokenizer
 

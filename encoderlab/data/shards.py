@@ -144,8 +144,7 @@ class Shard:
         return self.sentence_offsets[self.document_offsets[document]:self.document_offsets[document + 1] + 1]
 
 
-def write_meta(folder: Path, dtype: np.dtype, tokenizer_ids: dict, shards: dict[str, list[dict]],
-               **extra) -> None:
+def write_meta(folder: Path, dtype: np.dtype, tokenizer_ids: dict, shards: dict[str, list[dict]], **extra) -> None:
     """meta.json, written last and atomically: its presence means the shards are complete.
 
     tokenizer_ids: vocab_size, pad_id, unk_id, cls_id, sep_id, mask_id, special_ids, pair_middle_ids,

@@ -125,8 +125,7 @@ class FillMask(Pipeline):
                                for score, token in zip(top.values[n].tolist(), top.indices[n].tolist())]
                 masks.setdefault(row, []).append({"position": position, "predictions": predictions})
             for row, i in enumerate(indices):
-                results[i] = {"text": texts[i], "masks": masks[row],
-                              "filled": self._fill(items[i], masks[row])}
+                results[i] = {"text": texts[i], "masks": masks[row], "filled": self._fill(items[i], masks[row])}
 
         self.engine.run(items, self._masked_probs, collect)
         return results
@@ -314,8 +313,7 @@ def word_tags(item: Encoded, probs: torch.Tensor, labels: list[str]) -> list[tup
             words[-1][1] = end
         else:
             best = int(probs[position].argmax())
-            words.append([start, end, labels[best] if best < len(labels) else str(best),
-                          float(probs[position, best])])
+            words.append([start, end, labels[best] if best < len(labels) else str(best), float(probs[position, best])])
         previous_end = end
     return [tuple(word) for word in words]
 
@@ -369,8 +367,7 @@ class QA(Pipeline):
         self.doc_stride = self.reader.doc_stride
 
     def __call__(self, inputs: Sequence[dict[str, str]]) -> list[dict[str, Any]]:
-        examples = [QAExample(id=str(i), title="", context=c, question=q)
-                    for i, (q, c) in enumerate(qa_inputs(inputs))]
+        examples = [QAExample(id=str(i), title="", context=c, question=q) for i, (q, c) in enumerate(qa_inputs(inputs))]
         decoded = self.reader.decode(self.engine, self.logits, examples)
         return [self._answer(example, d) for example, d in zip(examples, decoded)]
 

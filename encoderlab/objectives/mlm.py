@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from encoderlab.checkpoint import load_weights
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError
-from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel, Model, PreTrainingModel
+from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel, PreTrainingModel
 from encoderlab.objectives.base import Counts, Objective
 from encoderlab.tokenizer import Tokenizer
 

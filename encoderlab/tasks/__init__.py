@@ -8,9 +8,5 @@ encoderlab.checkpoint; this package holds what is particular to each task.
 - objective.py   each task as an objective of the one training loop (train/loop.py): recipe, data, best model
 - classify.py, tagging.py, qa.py, embedding.py   the four tasks
 - metrics.py     accuracy/F1/MCC, Pearson/Spearman, seqeval entity F1, SQuAD EM/F1
-- cli.py         `encoderlab finetune TASK` and `encoderlab evaluate TASK` (add_commands)
+- finetune.py    what `encoderlab finetune TASK` and `encoderlab evaluate TASK` run (encoderlab/cli parses)
 """
-
-from encoderlab.tasks.objective import TrainOptions, train
-
-__all__ = ["TrainOptions", "train"]

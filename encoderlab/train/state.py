@@ -25,10 +25,8 @@ from typing import Any, Self
 import numpy as np
 import torch
 
-from encoderlab.checkpoint import load_weights
 from encoderlab.errors import CheckpointError, Terminated
 from encoderlab.io import TEMP_SUFFIX, atomic_write, atomic_write_text, fsync_folder
-from encoderlab.nn.model import Model
 
 STATE_FILE = "trainer_state.pt"
 
@@ -133,12 +131,6 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     if not (folder / STATE_FILE).is_file():
         raise CheckpointError(f"{pointer} names {folder.name}, which is missing or incomplete")
     return folder
-
-
-def load_checkpoint(folder: Path, model: Model) -> dict[str, Any]:
-    """Load model weights in place and return the trainer state (unpickled with weights_only=True)."""
-    load_weights(model, folder)
-    return load_trainer_state(folder)
 
 
 def load_trainer_state(folder: Path) -> dict[str, Any]:
