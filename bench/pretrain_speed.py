@@ -324,7 +324,8 @@ def report(modes: list[Mode], source: dict[str, object], peaks: dict[str, float]
             goals.append(goal(f"{best} / hf eager fp32, tokens/s", ours[best] / theirs["hf eager fp32"], 3.0))
         goals.append(goal(f"{best} / {hf_best} (HF's fastest), tokens/s", ours[best] / theirs[hf_best], 2.0))
     for name, value in figures["tokens_per_s"].items():
-        print(f"{name:>26}: {value:8.0f} tokens/s   MFU {figures['mfu_of_bf16_peak'][name]:.1%} of bf16 peak")
+        peak = "bf16" if "bf16" in name else "fp32"  # each mode against the matmul peak of its own precision
+        print(f"{name:>26}: {value:8.0f} tokens/s   MFU {figures[f'mfu_of_{peak}_peak'][name]:.1%} of {peak} peak")
     for g in goals:
         print(f"goal {g['what']}: {g['value']:.2f} (target {g['target']}) {'met' if g['met'] else 'NOT met'}")
     if not args.modes:
