@@ -288,7 +288,7 @@ class Settings:
 def settings(folder: str | Path) -> Settings:
     """The settings of a checkpoint folder or alias: task.json first, then the sentence-transformers files."""
     folder = resolve_model_path(folder)
-    info = _optional_json(folder / "task.json", dict) or {}
+    info = read_task_info(folder)
     bert = _optional_json(folder / "sentence_bert_config.json", dict) or {}
     pooling_file = _optional_json(folder / "1_Pooling" / "config.json", dict) or {}
     modules = _optional_json(folder / "modules.json", list) or []

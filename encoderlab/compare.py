@@ -30,6 +30,7 @@ import torch
 from encoderlab.config import EncoderConfig
 from encoderlab.engine import forward, pad_batch
 from encoderlab.errors import ConfigError, InputError
+from encoderlab.models import PRESETS
 from encoderlab.nn.model import EncoderModel
 
 REFERENCE = "bert-base"
@@ -114,15 +115,11 @@ class Row:
 # ---- presets and inputs -----------------------------------------------------------------------------
 def default_presets() -> list[str]:
     """The family presets that exist at run time (FAMILY_PRESETS filtered by PRESETS)."""
-    from encoderlab.models import PRESETS
-
     return [name for name in FAMILY_PRESETS if name in PRESETS]
 
 
 def check_presets(names: Iterable[str], what: str = "--presets") -> None:
     """ConfigError naming each unknown preset and listing the known ones."""
-    from encoderlab.models import PRESETS
-
     unknown = [name for name in names if name not in PRESETS]
     if unknown:
         raise ConfigError(f"{what}: unknown preset{'s' if len(unknown) > 1 else ''} "

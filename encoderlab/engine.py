@@ -1,10 +1,11 @@
 """The one inference engine: encode once, cut length-sorted index batches, pad each batch once, forward, and put
 the results back in input order. Every pipeline, task prediction and evaluation, `embed`, `serve`, the ONNX runner
-and `compare` run through it, and `settings` reads what a model folder says about running it, so every command
-gives the same answer for the same input.
+and `compare` run through it, and all of them read a model folder's settings from `encoderlab.checkpoint.settings`,
+so every command gives the same answer for the same input.
 
     engine = Engine(tokenizer, max_length=256, batch_size=32)
-    vectors = engine.rows(engine.encode(texts), lambda batch: embed_batch(forward(model, batch), batch, "mean", True))
+    vectors = engine.rows(engine.encode(texts), lambda batch: sentence_vectors(
+        forward(model, batch), batch["attention_mask"], "mean", normalize=True))
 
 Sorting by token count before cutting batches keeps padding small (SST-2 dev in file order, batches of 32: 1.9x
 the real tokens; sorted: 1.04x). The batch is filled in numpy and handed to torch once: a torch op per row costs
@@ -28,7 +29,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import InputError
-from encoderlab.checkpoint import Settings, settings  # noqa: F401  (re-exported: the engine's API)
 from encoderlab.nn.pooling import pool
 from encoderlab.tokenizer import Tokenizer
 

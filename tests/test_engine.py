@@ -20,11 +20,11 @@ from hf_oracle import randomize
 
 from encoderlab import EncoderConfig
 from encoderlab.cli import main
-from encoderlab.engine import Settings, pad, pad_batch, settings, sorted_batches
+from encoderlab.checkpoint import Settings, save_pretrained, settings
+from encoderlab.engine import pad, pad_batch, sorted_batches
 from encoderlab.infer.onnx import OnnxRunner, export_onnx
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.infer.server import Limits, create_app, load_pipelines
-from encoderlab.checkpoint import save_pretrained
 from encoderlab.nn.model import SpanExtractor
 from encoderlab.tokenizer import Tokenizer
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
-from encoderlab.engine import Engine, check_texts, forward, sentence_vectors, settings
+from encoderlab.checkpoint import settings
+from encoderlab.engine import Engine, check_texts, forward, sentence_vectors
 from encoderlab.errors import InputError
 from encoderlab.nn.pooling import POOLINGS
 from encoderlab.tasks.base import model_device

@@ -31,21 +31,21 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 import torch
+from torch import nn
 
-from encoderlab.engine import Engine, Output, check_texts, sentence_vectors, settings
+from encoderlab.checkpoint import load_model, read_task_info, resolve_model_path, settings
+from encoderlab.engine import Engine, Output, check_texts, sentence_vectors
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.io import atomic_write, atomic_write_text
+from encoderlab.nn import model as kinds
+from encoderlab.nn.bilstm import BiLSTMClassifier
+from encoderlab.tokenizer import Tokenizer
 
-# onnxruntime and the model code are imported where used: the CLI imports this module to build its parser.
-if TYPE_CHECKING:
-    from torch import nn
-
-    from encoderlab.tokenizer import Tokenizer
+# onnxruntime (and its quantizer) is imported where used: only exporting and running need it.
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,6 @@ def sidecar_path(onnx_path: str | os.PathLike) -> Path:
 # ---- export -------------------------------------------------------------------------------------------
 def _graph_module(model: nn.Module) -> nn.Module:
     """Wrap a model so it takes three tensors and returns a tuple of tensors (ONNX has no dataclasses)."""
-    from torch import nn
-
-    from encoderlab.nn.model import SpanExtractor
-
     class Exported(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -78,7 +74,7 @@ def _graph_module(model: nn.Module) -> nn.Module:
             out = self.model(input_ids, attention_mask, token_type_ids)
             if out.logits is None:  # the bare encoder or a sentence embedder: token vectors, pooling is the runner's
                 return (out.last_hidden_state,) + ((out.pooled,) if out.pooled is not None else ())
-            return (out.start_logits, out.end_logits) if isinstance(self.model, SpanExtractor) else (out.logits,)
+            return (out.start_logits, out.end_logits) if isinstance(self.model, kinds.SpanExtractor) else (out.logits,)
 
     # Eval mode on the wrapper itself: after tracing, the exporter sets the whole tree back to the wrapper's mode,
     # and a fresh module is in train mode: dropout would be on in the torch model the export is checked against.
@@ -87,10 +83,6 @@ def _graph_module(model: nn.Module) -> nn.Module:
 
 def _load_for_export(name: str | os.PathLike, kind: str) -> tuple[Path, nn.Module, dict]:
     """The checkpoint folder, the model to export (eval mode) and its sidecar fields (task, outputs, max_length...)."""
-    from encoderlab.checkpoint import load_model, read_task_info, resolve_model_path
-    from encoderlab.nn.bilstm import BiLSTMClassifier
-    from encoderlab.nn.model import MaskedLMModel, ReplacedTokenDetector
-
     if kind not in KINDS:
         raise ConfigError(f"unknown export kind {kind!r}; expected one of {', '.join(KINDS)}")
     folder = resolve_model_path(name)
@@ -105,7 +97,7 @@ def _load_for_export(name: str | os.PathLike, kind: str) -> tuple[Path, nn.Modul
         model = load_model(folder)
         if isinstance(model, BiLSTMClassifier):
             raise ConfigError(f"{folder}: the BiLSTM baseline is not exported to ONNX (encoders only)")
-        if isinstance(model, (MaskedLMModel, ReplacedTokenDetector)):
+        if isinstance(model, (kinds.MaskedLMModel, kinds.ReplacedTokenDetector)):
             model = load_model(folder, kind="embed")  # the encoder under a pretraining head
         fields = _task_fields(model)
     given = settings(folder)
@@ -116,8 +108,6 @@ def _load_for_export(name: str | os.PathLike, kind: str) -> tuple[Path, nn.Modul
 
 def _task_fields(model: nn.Module) -> dict:
     """Sidecar fields that depend on the kind of task model."""
-    from encoderlab.nn import model as kinds
-
     if isinstance(model, kinds.SequenceClassifier):
         return {"task": "classify", "outputs": ["logits"], "labels": model.config.labels,
                 "regression": model.regression}
@@ -189,8 +179,6 @@ def _max_abs_diff(module: nn.Module, fields: dict, vocab_size: int, path: Path) 
 
 def _copy_tokenizer(folder: Path, dest: Path) -> bool:
     """Save the checkpoint's tokenizer files into dest; False, with a warning, when it has none."""
-    from encoderlab.tokenizer import Tokenizer
-
     if dest.resolve() == folder.resolve():  # exported into the checkpoint folder: its own files stay as they are
         return True
     try:
@@ -256,8 +244,6 @@ class OnnxRunner:
     @property
     def tokenizer(self) -> Tokenizer:
         """The tokenizer saved beside the ONNX file (loaded on first use)."""
-        from encoderlab.tokenizer import Tokenizer
-
         if self._tokenizer is None:
             self._tokenizer = Tokenizer.from_pretrained(self.path.parent)
         return self._tokenizer

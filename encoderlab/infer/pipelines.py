@@ -23,9 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from encoderlab.checkpoint import load_model, read_config, resolve_model_path, stored_kind
-from encoderlab.engine import (Encoded, Engine, Output, Settings, as_list, check_texts, encode, forward,
-                               sentence_vectors, settings)
+from encoderlab.checkpoint import Settings, load_model, read_config, resolve_model_path, settings, stored_kind
+from encoderlab.engine import Encoded, Engine, Output, as_list, check_texts, encode, forward, sentence_vectors
 from encoderlab.errors import InputError
 from encoderlab.infer import precision as precisions
 from encoderlab.infer.compiled import compile_encoders

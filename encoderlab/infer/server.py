@@ -36,7 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from encoderlab.errors import EncoderlabError, InputError
 from encoderlab.infer.limits import TASKS, Limits
-from encoderlab.infer.pipelines import Pipeline
+from encoderlab.infer.pipelines import Pipeline, pipeline
 
 log = logging.getLogger(__name__)
 
@@ -474,8 +474,6 @@ def _add_error_handlers(app: FastAPI) -> None:
 def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = "fp32",
                    **options: Any) -> tuple[dict[str, Pipeline], dict[str, str]]:
     """The pipelines this checkpoint loads as (of `tasks`, default all), and why each other one does not."""
-    from encoderlab.infer.pipelines import pipeline
-
     wanted = list(tasks or TASKS)
     unknown = [t for t in wanted if t not in TASKS]
     if unknown:

@@ -16,6 +16,8 @@ import yaml
 
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError
+from encoderlab.models import FAMILIES
+from encoderlab.objectives.rtd import generator_config
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "rtd", "distill")
 PRECISIONS = ("fp32", "bf16")
@@ -130,8 +132,6 @@ class PretrainConfig:
 
     def _validate_objective(self, config: EncoderConfig) -> None:
         """The objective's own keys, and whether the preset's family can be trained and saved with it."""
-        from encoderlab.models import FAMILIES
-
         spec = FAMILIES[config.model_type]
         if self.objective in ("mlm+nsp", "mlm+sop") and "pretraining" not in spec.architectures:
             raise ConfigError(f"objective {self.objective} needs a family with a sentence-pair head; preset "
@@ -153,9 +153,6 @@ class PretrainConfig:
 
     def _validate_rtd(self, config: EncoderConfig) -> None:
         """rtd's keys, and whether the preset's family can save the generator they describe."""
-        from encoderlab.models import FAMILIES
-        from encoderlab.objectives.rtd import generator_config
-
         for name in ("generator_size", "generator_layers"):
             if not 0 < getattr(self, name) <= 1:
                 raise ConfigError(f"{name} must be in (0, 1], got {getattr(self, name)}")

@@ -14,6 +14,7 @@ import yaml
 from tqdm import tqdm
 
 from encoderlab.io import atomic_write_text
+from encoderlab.viz.curves import plot_metrics
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,4 @@ class RunLogger:
             return None
         if self.tb is not None:
             self.tb.close()
-        from encoderlab.viz.curves import plot_metrics
-
         return plot_metrics(self.csv_path, self.run_dir / "curves.png")
