@@ -326,11 +326,8 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
         raise ConfigError(f"unknown model kind {kind!r}; expected one of {sorted(MODEL_CLASSES)}")
     config = EncoderConfig.from_hf_dict(raw, str(folder / "config.json"))
     spec, cls = FAMILIES[config.model_type], MODEL_CLASSES[kind]
-    hf_state = normalize_hf_state(spec, read_weights(folder))
     new_head = head_rules(spec, cls.kind) != head_rules(spec, stored)
-    if new_head:  # the stored task head (classifier.*, qa_outputs.*) is no part of this model
-        theirs = tuple(t for _, names in head_rules(spec, stored) for t in names)
-        hf_state = {k: v for k, v in hf_state.items() if not (theirs and k.startswith(theirs))}
+    hf_state = _without_head(spec, normalize_hf_state(spec, read_weights(folder)), stored if new_head else None)
     with torch.device("meta"):  # no time spent on a random init that is overwritten at once
         model = cls(config, **_class_options(cls, spec, hf_state, raw, folder, new_head, options))
     fresh = new_head and bool(head_rules(spec, cls.kind))  # a new task head; an MLM, NSP or RTD head must be there
@@ -338,6 +335,31 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
     # Weights stored in bf16 or fp16 (models/encoderlab-mini) compute in fp32 unless `dtype` asks otherwise:
     # precision is the pipelines' choice, not the file's.
     return model.eval().to(dtype if dtype is not None else torch.float32)
+
+
+def _without_head(spec: FamilySpec, hf_state: dict[str, torch.Tensor], stored: str | None) -> dict[str, torch.Tensor]:
+    """hf_state less the stored task head (classifier.*, qa_outputs.*) of kind `stored` (None: keep all)."""
+    theirs = tuple(t for _, names in head_rules(spec, stored) for t in names) if stored else ()
+    return {k: v for k, v in hf_state.items() if not (theirs and k.startswith(theirs))}
+
+
+def init_from(model: nn.Module, name: str | os.PathLike) -> list[str]:
+    """Load a checkpoint's weights into a freshly initialised model of the same family and shape (continued
+    pretraining); a head the checkpoint lacks (minilm has no MLM head) keeps its fresh initialisation.
+    Returns the names of those new tensors (ours); a missing or misshapen encoder tensor is an error."""
+    folder = resolve_model_path(name)
+    raw = read_config(folder)
+    spec = FAMILIES[model.config.model_type]
+    if raw.get("model_type") != model.config.model_type:
+        raise CheckpointError(f"{folder}: a {raw.get('model_type')} checkpoint cannot start a "
+                              f"{model.config.model_type} model")
+    stored = stored_kind(folder, raw)
+    hf_state = _without_head(spec, normalize_hf_state(spec, read_weights(folder)), stored)
+    rules = _rules(spec, model)
+    new = [key for key in model.state_dict() if not key.startswith("encoder.")
+           and any(n not in hf_state for n in _sources(rules, key))]
+    model.load_state_dict(hf_to_ours(spec, hf_state, model, str(folder), fresh=True))
+    return new
 
 
 def _class_options(cls: type[nn.Module], spec: FamilySpec, hf_state: dict[str, torch.Tensor], raw: dict,

@@ -30,8 +30,9 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_pretrain(args: argparse.Namespace) -> None:
-    """Pretrain an encoder from prepared shards (MLM, or MLM+NSP); resumable; DDP under torchrun."""
-    cfg = load_recipe(args.config, args.set or [])
+    """Pretrain an encoder from prepared shards (MLM, MLM+NSP/SOP, RTD, distillation), from scratch or from a
+    checkpoint (--init-from); resumable; DDP under torchrun."""
+    cfg = load_recipe(args.config, (args.set or []) + ([f"init_from={args.init_from}"] if args.init_from else []))
     result = pretrain(cfg, args.out, resume=args.resume)
     if result:
         print(json.dumps(result, indent=2))
@@ -74,6 +75,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     pre.add_argument("--config", metavar="RECIPE.yaml", help="YAML recipe (see configs/)")
     pre.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="override a recipe key, e.g. --set max_steps=100 --set model.hidden_dropout=0 (repeatable)")
+    pre.add_argument("--init-from", metavar="MODEL", help="continued pretraining: start from this checkpoint "
+                                                          "folder or alias (the data prepared with its tokenizer)")
     pre.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder: checkpoints, metrics.csv, curves.png")
     pre.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
     pre.set_defaults(func=cmd_pretrain)

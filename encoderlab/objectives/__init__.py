@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from encoderlab.objectives import distill, mlm, rtd
-from encoderlab.objectives.base import Counts, Objective
+from encoderlab.objectives.base import Counts, Objective, check_vocabulary
 from encoderlab.tokenizer import Tokenizer
 
 if TYPE_CHECKING:  # the recipe type only: train/ builds objectives, so it sits above them
@@ -22,12 +22,15 @@ if TYPE_CHECKING:  # the recipe type only: train/ builds objectives, so it sits 
 
 
 def build_objective(cfg: PretrainConfig, tokenizer: Tokenizer) -> Objective:
-    """The recipe's objective with freshly initialised models (a distillation student starts from its teacher)."""
-    if cfg.objective == "rtd":
-        return rtd.build(cfg, tokenizer)
-    if cfg.objective == "distill":
-        return distill.build(cfg, tokenizer)
-    return mlm.build(cfg, tokenizer)
+    """The recipe's objective with freshly initialised models (a distillation student starts from its teacher),
+    or, with init_from, the checkpoint's weights; `new_tensors` names those the checkpoint did not hold."""
+    if cfg.init_from:
+        check_vocabulary(tokenizer, cfg.data, cfg.init_from, "init_from")
+    builder = {"rtd": rtd.build, "distill": distill.build}.get(cfg.objective, mlm.build)
+    objective = builder(cfg, tokenizer)
+    if cfg.init_from:
+        objective.new_tensors = objective.start_from(cfg.init_from)
+    return objective
 
 
 __all__ = ["Counts", "Objective", "build_objective"]

@@ -7,7 +7,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from encoderlab.errors import ConfigError, InputError
 from encoderlab.nn.model import IGNORE_INDEX
+from encoderlab.paths import resolve_model_path
 from encoderlab.tokenizer import Tokenizer
 
 Counts = dict[str, torch.Tensor]
@@ -18,6 +20,7 @@ class Objective(nn.Module):
     """Base of the objectives: forward(batch, counts) -> (loss, sums); metrics from summed sums; save/load/export."""
 
     unused_parameters = False  # whether forward may leave some parameters without a gradient (DDP must know)
+    new_tensors: list[str] = []  # with init_from: the tensors the checkpoint did not hold (start_from's answer)
 
     def counts(self, batch: dict[str, torch.Tensor]) -> Counts:
         """This micro-batch's share of the step's counts (the loop sums them over micro-batches and ranks)."""
@@ -32,6 +35,11 @@ class Objective(nn.Module):
         """Per-token (or per-sequence) figures from sums over a step or an evaluation; "loss" is the total."""
         raise NotImplementedError
 
+    def start_from(self, name: str) -> list[str]:
+        """Continued pretraining: load a checkpoint's weights into the trained model in place; return the
+        names of the tensors it did not hold (fresh heads, a generator), which keep their initialisation."""
+        raise NotImplementedError
+
     def save(self, folder: Path) -> None:
         """Write the trained weights into a checkpoint folder (exactly enough to resume)."""
         raise NotImplementedError
@@ -43,3 +51,21 @@ class Objective(nn.Module):
     def export(self, folder: Path, tokenizer: Tokenizer) -> None:
         """The final model(s) as Hugging Face folders with the tokenizer."""
         raise NotImplementedError
+
+
+def check_vocabulary(tokenizer: Tokenizer, data: str, name: str, role: str) -> None:
+    """Refuse a checkpoint (init_from, a teacher) whose tokenizer is not the one `data` was prepared with: another
+    kind, size or any token id. A checkpoint with no tokenizer files passes: its config's vocabulary size is
+    all that can be checked, and the model config does that."""
+    try:
+        theirs = Tokenizer.from_pretrained(resolve_model_path(name))
+    except (InputError, ConfigError, OSError):
+        return
+    remedy = f"prepare the data with `encoderlab prepare --tokenizer {name}`"
+    if (theirs.kind, theirs.vocab_size) != (tokenizer.kind, tokenizer.vocab_size):
+        raise ConfigError(f"{role}: {name} has a {theirs.kind} tokenizer of {theirs.vocab_size:,} tokens, but "
+                          f"{data} was prepared with a {tokenizer.kind} one of {tokenizer.vocab_size:,}: {remedy}")
+    differ = next((i for i in range(tokenizer.vocab_size) if theirs.id_to_token(i) != tokenizer.id_to_token(i)), None)
+    if differ is not None:
+        raise ConfigError(f"{role}: {name}'s tokenizer differs from that of {data} at id {differ} "
+                          f"({theirs.id_to_token(differ)!r} vs {tokenizer.id_to_token(differ)!r}): {remedy}")

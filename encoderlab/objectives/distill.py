@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from encoderlab.checkpoint import load_model, load_weights, resolve_model_path
+from encoderlab.checkpoint import init_from, load_model, load_weights, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel
-from encoderlab.objectives.base import Counts, Objective
+from encoderlab.objectives.base import Counts, Objective, check_vocabulary
 from encoderlab.objectives.mlm import mlm_metrics, mlm_sums
 from encoderlab.tokenizer import Tokenizer
 
@@ -76,6 +76,9 @@ class Distillation(Objective):
         out["loss"] = self.alpha_ce * out["ce_loss"] + self.alpha_mlm * out["mlm_loss"] + self.alpha_cos * out["cos_loss"]
         return out
 
+    def start_from(self, name: str) -> list[str]:
+        return init_from(self.student, name)
+
     def save(self, folder: Path) -> None:
         self.student.save_pretrained(folder)  # the teacher is read again from its folder on resume
 
@@ -117,33 +120,30 @@ def init_from_teacher(student: MaskedLMModel, teacher: MaskedLMModel) -> list[in
     return taken
 
 
-def load_teacher(name: str, tokenizer: Tokenizer) -> MaskedLMModel:
+def load_teacher(name: str, tokenizer: Tokenizer, data: str = "the data") -> MaskedLMModel:
     """The teacher's masked LM, checked to speak the data's vocabulary."""
     try:
-        folder = resolve_model_path(name)
-        teacher = load_model(folder, kind="mlm")
+        teacher = load_model(resolve_model_path(name), kind="mlm")
     except (CheckpointError, ConfigError, InputError) as err:
         raise ConfigError(f"teacher: cannot load {name!r} as a masked LM ({err})") from None
     if teacher.config.vocab_size != tokenizer.vocab_size:
         raise ConfigError(f"teacher: {name} has a vocabulary of {teacher.config.vocab_size} tokens, the data's "
                           f"tokenizer {tokenizer.vocab_size}; distillation needs the same vocabulary")
-    try:
-        theirs = Tokenizer.from_pretrained(folder)
-    except (InputError, ConfigError, OSError):
-        return teacher  # no tokenizer beside the weights: the sizes agree, which is all that can be checked
-    differ = next((i for i in range(tokenizer.vocab_size) if theirs.id_to_token(i) != tokenizer.id_to_token(i)), None)
-    if differ is not None:
-        raise ConfigError(f"teacher: {name}'s tokenizer differs from the data's at id {differ} "
-                          f"({theirs.id_to_token(differ)!r} vs {tokenizer.id_to_token(differ)!r}); "
-                          f"distillation needs the same vocabulary")
+    check_vocabulary(tokenizer, data, name, "teacher")
     return teacher
 
 
 def build(cfg, tokenizer: Tokenizer) -> Distillation:
     """The recipe's teacher, and a student of half its depth initialised from it."""
-    teacher = load_teacher(cfg.teacher, tokenizer)
-    base = EncoderConfig.from_preset(cfg.preset, **{k: v for k, v in cfg.model.items() if k != "num_layers"})
-    config = student_config(teacher.config, base, cfg.model.get("num_layers"), cfg.teacher)
+    teacher = load_teacher(cfg.teacher, tokenizer, cfg.data)
+    if cfg.init_from:  # continued distillation: the student is the checkpoint's (start_from loads it)
+        config = cfg.encoder_config()
+    else:
+        base = EncoderConfig.from_preset(cfg.preset, **{k: v for k, v in cfg.model.items() if k != "num_layers"})
+        config = student_config(teacher.config, base, cfg.model.get("num_layers"), cfg.teacher)
+    if config.vocab_size != teacher.config.vocab_size:
+        raise ConfigError(f"init_from {cfg.init_from}: {config.vocab_size:,} tokens, the teacher "
+                          f"{teacher.config.vocab_size:,}; distillation needs the same vocabulary")
     if cfg.max_length > config.max_position_embeddings:
         raise ConfigError(f"max_length {cfg.max_length} exceeds the teacher's max_position_embeddings "
                           f"{config.max_position_embeddings}")

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from encoderlab.checkpoint import load_weights
+from encoderlab.checkpoint import init_from, load_weights
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError
 from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel, PreTrainingModel
@@ -21,11 +21,18 @@ from encoderlab.tokenizer import Tokenizer
 
 
 def model_config(cfg, tokenizer: Tokenizer) -> EncoderConfig:
-    """The recipe's preset sized to the tokenizer's vocabulary, with the recipe's overrides."""
-    config = EncoderConfig.from_preset(cfg.preset, **{"vocab_size": tokenizer.vocab_size,
-                                                      "pad_token_id": tokenizer.pad_id, **cfg.model})
+    """The recipe's preset sized to the tokenizer's vocabulary (or init_from's architecture), with the recipe's
+    overrides."""
+    config = cfg.encoder_config(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id)
+    source = f"init_from {cfg.init_from!r}" if cfg.init_from else f"preset {cfg.preset!r}"
+    if cfg.init_from and tokenizer.pad_id != config.pad_token_id:
+        raise ConfigError(f"the data's tokenizer pads with id {tokenizer.pad_id}, {source} with "
+                          f"{config.pad_token_id}: prepare the data with `encoderlab prepare --tokenizer {cfg.init_from}`")
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ConfigError(f"the data's tokenizer has {tokenizer.vocab_size:,} tokens, more than the "
+                          f"{config.vocab_size:,} of {source}")
     if cfg.max_length > config.max_position_embeddings - (config.pad_token_id + 1 if config.positions_after_pad else 0):
-        raise ConfigError(f"max_length {cfg.max_length} exceeds the positions of preset {cfg.preset!r} "
+        raise ConfigError(f"max_length {cfg.max_length} exceeds the positions of {source} "
                           f"(max_position_embeddings {config.max_position_embeddings})")
     return config
 
@@ -71,6 +78,9 @@ class MaskedLanguageModeling(Objective):
             out["nsp_accuracy"] = sums["nsp_correct"] / counts["sequences"]
             out["loss"] += out["nsp_loss"]
         return out
+
+    def start_from(self, name: str) -> list[str]:
+        return init_from(self.model, name)
 
     def save(self, folder: Path) -> None:
         self.model.save_pretrained(folder)

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from encoderlab.checkpoint import load_weights
+from encoderlab.checkpoint import init_from, load_weights
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError
 from encoderlab.io import atomic_write
@@ -167,6 +167,17 @@ class ReplacedTokenDetection(Objective):
                    replaced_fraction=sums["replaced"] / max(counts["masked"], 1.0))
         out["loss"] = out["mlm_loss"] + self.rtd_weight * out["rtd_loss"]
         return out
+
+    def start_from(self, name: str) -> list[str]:
+        """The discriminator from the checkpoint (its head fresh where the checkpoint has none); the generator
+        starts fresh, apart from the embeddings it shares with the discriminator."""
+        if has_rtd_class(self.discriminator.config):
+            new = init_from(self.discriminator, name)
+        else:
+            new = init_from(_backbone(self.discriminator), name) + [f"rtd.{k}" for k in self.discriminator.rtd.state_dict()]
+        shared = "encoder.embeddings." if self.embedding_sharing == "shared" else "-"
+        return [f"discriminator.{k}" for k in new] + [f"generator.{k}" for k in self.generator.state_dict()
+                                                       if not k.startswith(shared)]
 
     def save(self, folder: Path) -> None:
         self.generator.save_pretrained(folder / GENERATOR_FOLDER)

@@ -14,9 +14,11 @@ from typing import Any
 
 import yaml
 
+from encoderlab.checkpoint import read_config
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError
 from encoderlab.models import FAMILIES
+from encoderlab.paths import resolve_model_path
 from encoderlab.objectives.rtd import generator_config
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "rtd", "distill")
@@ -31,7 +33,10 @@ class PretrainConfig:
     data: str = ""
     """Folder written by `encoderlab prepare` (token shards, meta.json, tokenizer/)."""
     preset: str = "bert-mini"
-    """Model preset to start from (see `encoderlab info --preset`)."""
+    """Model preset to start from (see `encoderlab info --preset`); unused with init_from."""
+    init_from: str = ""
+    """Continued pretraining: a checkpoint folder or alias whose architecture and weights the run starts from
+    (heads it lacks start fresh, as from scratch); the data must be prepared with its tokenizer."""
     model: dict = field(default_factory=dict)
     """EncoderConfig field overrides, e.g. {hidden_dropout: 0.0}; vocab_size comes from the tokenizer."""
     objective: str = "mlm"
@@ -127,15 +132,23 @@ class PretrainConfig:
             raise ConfigError(f"model must be a mapping of EncoderConfig fields, got {self.model!r}")
         if not str(self.data).strip():
             raise ConfigError("data is required: the folder `encoderlab prepare` wrote (shards and meta.json)")
-        config = EncoderConfig.from_preset(self.preset, **self.model)  # unknown preset or model keys fail here, by name
-        self._validate_objective(config)
+        self._validate_objective(self.encoder_config())  # unknown preset or model keys fail here, by name
+
+    def encoder_config(self, **sized: Any) -> EncoderConfig:
+        """The model's architecture: init_from's config.json, or the preset with `sized` (vocab_size and
+        pad_token_id from the tokenizer); then the recipe's `model` overrides."""
+        if not self.init_from:
+            return EncoderConfig.from_preset(self.preset, **{**sized, **self.model})
+        folder = resolve_model_path(self.init_from)
+        return EncoderConfig.from_hf_dict(read_config(folder), str(folder / "config.json")).replace(**self.model)
 
     def _validate_objective(self, config: EncoderConfig) -> None:
-        """The objective's own keys, and whether the preset's family can be trained and saved with it."""
+        """The objective's own keys, and whether the model's family can be trained and saved with it."""
         spec = FAMILIES[config.model_type]
+        source = f"init_from {self.init_from!r}" if self.init_from else f"preset {self.preset!r}"
         if self.objective in ("mlm+nsp", "mlm+sop") and "pretraining" not in spec.architectures:
-            raise ConfigError(f"objective {self.objective} needs a family with a sentence-pair head; preset "
-                              f"{self.preset!r} is {config.model_type}, which has none in transformers")
+            raise ConfigError(f"objective {self.objective} needs a family with a sentence-pair head; "
+                              f"{source} is {config.model_type}, which has none in transformers")
         if self.objective == "rtd":
             self._validate_rtd(config)
         if self.objective == "distill":

@@ -9,7 +9,10 @@ micro-batch or restart produced it.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +21,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from encoderlab.config import EncoderConfig
 from encoderlab.data.collate import MaskingCollator
 from encoderlab.data.examples import PretrainingExamples
 from encoderlab.data.shards import TokenShards
@@ -29,11 +31,14 @@ from encoderlab.nn.encoder import Encoder
 from encoderlab.nn.model import IGNORE_INDEX, Model
 from encoderlab.objectives import Objective, build_objective
 from encoderlab.objectives.mlm import MaskedLanguageModeling
+from encoderlab.paths import resolve_model_path
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train import distributed
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.loop import Evaluation, LoopOptions, autocast, run_loop, to_device
 from encoderlab.train.optim import linear_schedule, make_optimizer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -165,6 +170,8 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     tokenizer = Tokenizer.from_pretrained(Path(cfg.data) / "tokenizer")
     _check_tokenizer_kind(cfg, tokenizer)
     model = build_objective(cfg, tokenizer).to(dist.device)
+    if cfg.init_from and dist.is_main:
+        _record_start(run_dir, cfg.init_from, model, progress)
     micro = cfg.micro_batch(dist.world_size)
     data = PretrainingData(Batches(PretrainingExamples(TokenShards(cfg.data, "train"), _objective(cfg),
                                                        cfg.max_length, cfg.seed, cfg.short_seq_prob),
@@ -187,13 +194,27 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     final = {k: v for k, v in (evaluation.history[-1] if evaluation and evaluation.history else {}).items()
              if k.startswith("eval_")}
     distributed.teardown()
-    return final | {"step": result.step}
+    return final | {"step": result.step} | ({"new_tensors": model.new_tensors} if cfg.init_from else {})
+
+
+def _record_start(run_dir: Path, init_from: str, model: Objective, progress: bool) -> None:
+    """Say where a continued run started and which tensors were new: RUN/init_from.json and a line on stderr."""
+    loaded = len(model.state_dict()) - len(model.new_tensors)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "init_from.json", json.dumps(
+        {"init_from": str(resolve_model_path(init_from)), "loaded_tensors": loaded,
+         "new_tensors": model.new_tensors}, indent=2) + "\n")
+    line = (f"init_from {init_from}: {loaded} tensors loaded; new (initialised as from scratch): "
+            f"{', '.join(model.new_tensors) or 'none'}")
+    log.info(line)
+    if progress:
+        print(line, file=sys.stderr)
 
 
 def _check_tokenizer_kind(cfg: PretrainConfig, tokenizer: Tokenizer) -> None:
     """Warn when the data's tokenizer is not the kind the preset's family was released with (it still trains)."""
-    family = FAMILIES[EncoderConfig.from_preset(cfg.preset, **cfg.model).model_type]
-    if family.tokenizer_kind != tokenizer.kind:
+    family = FAMILIES[cfg.encoder_config().model_type]
+    if family.tokenizer_kind != tokenizer.kind and not cfg.init_from:  # init_from: checked against its own
         warnings.warn(f"preset {cfg.preset!r} ({family.model_type}) was released with a {family.tokenizer_kind} "
                       f"tokenizer, but data {cfg.data} was prepared with a {tokenizer.kind} one; the model will "
                       f"train, but its tokenizer is not the family's (see `encoderlab tokenizer train --kind`)",

@@ -1,0 +1,168 @@
+"""Continued pretraining (`init_from`, `encoderlab pretrain --init-from`): a run starts from any family's
+checkpoint. For every family, from a tiny random transformers masked LM saved with its tokenizer: the data is
+prepared with the checkpoint folder as tokenizer, the first step's loss equals transformers' MLM loss on the
+same batch, resume is exact, and the exported model loads in transformers with the same logits. A checkpoint
+without the MLM head (minilm's kind) starts its head fresh and says so; a tokenizer mismatch is refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from torch.testing import assert_close
+
+from hf_oracle import TOL, randomize
+from test_family import HF_CONFIGS, hf_class
+
+from encoderlab import load_model
+from encoderlab.cli import main
+from encoderlab.data.prepare import prepare
+from encoderlab.errors import CheckpointError, ConfigError
+from encoderlab.models import FAMILIES
+from encoderlab.objectives import build_objective
+from encoderlab.tokenizer import Tokenizer
+from encoderlab.train.config import load_recipe
+from encoderlab.train.pretrain import Batches, PretrainingData, masking_collator, pretrain
+from encoderlab.data.examples import PretrainingExamples
+from encoderlab.data.shards import TokenShards
+
+WORDS = ("the a cat dog sat ran on under mat table house river city paris france capital king queen "
+         "small large red blue quickly slowly because when where music guitar player plays sings").split()
+# No dropout, so that our step and transformers' eval-mode forward see the same network.
+RUN = ["max_length=32", "batch_size=8", "max_steps=3", "warmup_steps=1", "lr=0.001", "precision=fp32",
+       "log_every=1", "eval_batches=1", "eval_every=0", "save_every=1", "model.hidden_dropout=0",
+       "model.attention_dropout=0"]
+FAMILY_LIST = sorted(f for f in HF_CONFIGS if "mlm" in FAMILIES[f].architectures)
+
+
+def _corpus(path: Path, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    docs = ["\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "."
+                      for _ in range(rng.randint(3, 8))) for _ in range(40)]
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return path
+
+
+def _checkpoint(family: str, kind: str, folder: Path, corpus: Path, vocab: int = 320) -> Path:
+    """A tiny random transformers model of the family, sized to a tokenizer of the family's kind saved beside it."""
+    tokenizer = Tokenizer.train(FAMILIES[family].tokenizer_kind, [corpus], vocab_size=vocab)
+    torch.manual_seed(0)
+    config = HF_CONFIGS[family]()
+    config.vocab_size, config.pad_token_id = tokenizer.vocab_size, tokenizer.pad_id
+    model = hf_class(family, kind)(config)
+    randomize(model, 0)
+    model.save_pretrained(folder)
+    tokenizer.save(folder)
+    return folder
+
+
+@pytest.fixture(scope="module", params=FAMILY_LIST)
+def family_run(request, tmp_path_factory) -> tuple[str, Path, Path]:
+    """(family, checkpoint, data) with the data prepared by the checkpoint folder's tokenizer."""
+    root = tmp_path_factory.mktemp(request.param)
+    corpus = _corpus(root / "corpus.txt")
+    folder = _checkpoint(request.param, "mlm", root / "hf", corpus)
+    prepare([str(corpus)], folder, root / "data", holdout=0.1, workers=1, progress=False)
+    return request.param, folder, root / "data"
+
+
+def _recipe(data: Path, folder: Path, *extra: str):
+    return load_recipe(None, [f"data={data}", f"init_from={folder}", *RUN, *extra])
+
+
+def _losses(run: Path) -> list[float]:
+    return [float(r["loss"]) for r in csv.DictReader((run / "metrics.csv").open(encoding="utf-8")) if r["loss"]]
+
+
+def _first_batch(cfg, tokenizer: Tokenizer) -> dict[str, torch.Tensor]:
+    """The batch the run's first step trains on, from the same data code (its masks seeded by position)."""
+    examples = PretrainingExamples(TokenShards(cfg.data, "train"), "mlm", cfg.max_length, cfg.seed, cfg.short_seq_prob)
+    batches = Batches(examples, masking_collator(cfg, tokenizer), cfg.seed, tokenizer.pad_id)
+    return PretrainingData(batches, cfg.batch_size, cfg.batch_size).next_step(0, 1, 1)[0]
+
+
+def test_first_step_loss_equals_transformers_mlm_loss(family_run, tmp_path):
+    family, folder, data = family_run
+    pretrain(_recipe(data, folder), tmp_path / "run", progress=False)
+    batch = _first_batch(_recipe(data, folder), Tokenizer.from_pretrained(data / "tokenizer"))
+    hf = hf_class(family, "mlm").from_pretrained(folder).eval()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    if hf.config.to_dict().get("type_vocab_size", 0) > 1:
+        inputs["token_type_ids"] = batch["token_type_ids"]
+    with torch.no_grad():
+        expected = hf(**inputs, labels=batch["labels"]).loss
+    assert_close(torch.tensor(_losses(tmp_path / "run")[0]), expected.float(), **TOL)
+    assert json.loads((tmp_path / "run" / "init_from.json").read_text())["new_tensors"] == []
+
+
+def test_resume_is_exact_and_the_export_loads_in_transformers(family_run, tmp_path):
+    family, folder, data = family_run
+    pretrain(_recipe(data, folder), tmp_path / "straight", progress=False)
+    pretrain(_recipe(data, folder), tmp_path / "split", stop_after=2, progress=False)
+    pretrain(_recipe(data, folder), tmp_path / "split", resume=True, progress=False)
+    assert _losses(tmp_path / "split") == _losses(tmp_path / "straight")
+    exported = tmp_path / "split" / "model"
+    hf, info = hf_class(family, "mlm").from_pretrained(exported, output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"], info
+    ours = load_model(exported)
+    ids = torch.tensor([[2, 5, 9, 11, 7, 3]])
+    with torch.no_grad():
+        assert_close(ours(ids).logits, hf.eval()(ids).logits, **TOL)
+    before = load_model(folder)
+    assert any(not torch.equal(a, b) for a, b in zip(ours.state_dict().values(), before.state_dict().values()))
+
+
+def test_a_checkpoint_without_the_mlm_head_starts_it_fresh(tmp_path, capsys):
+    corpus = _corpus(tmp_path / "corpus.txt")
+    folder = _checkpoint("bert", "base", tmp_path / "base", corpus)
+    prepare([str(corpus)], folder, tmp_path / "data", holdout=0.1, workers=1, progress=False)
+    cfg = _recipe(tmp_path / "data", folder)
+    objective = build_objective(cfg, Tokenizer.from_pretrained(tmp_path / "data" / "tokenizer"))
+    assert sorted(objective.new_tensors) == sorted(k for k in objective.model.state_dict() if k.startswith("mlm."))
+    hf = transformers.BertModel.from_pretrained(folder)
+    assert torch.equal(objective.model.encoder.embeddings.word.weight, hf.embeddings.word_embeddings.weight)
+    assert torch.equal(objective.model.mlm.norm.weight, torch.ones_like(objective.model.mlm.norm.weight))
+    main(["pretrain", "--init-from", str(folder), "--out", str(tmp_path / "run"),
+          *[a for item in [f"data={tmp_path / 'data'}", *RUN] for a in ("--set", item)]])
+    err = capsys.readouterr().err
+    assert "new (initialised as from scratch): mlm." in err
+    assert "mlm.transform.weight" in json.loads((tmp_path / "run" / "init_from.json").read_text())["new_tensors"]
+    assert transformers.BertForMaskedLM.from_pretrained(tmp_path / "run" / "model", output_loading_info=True)[1][
+        "missing_keys"] == set()
+
+
+def test_electra_discriminator_starts_rtd_with_a_fresh_generator(tmp_path):
+    corpus = _corpus(tmp_path / "corpus.txt")
+    folder = _checkpoint("electra", "rtd", tmp_path / "disc", corpus)
+    prepare([str(corpus)], folder, tmp_path / "data", holdout=0.1, workers=1, progress=False)
+    cfg = _recipe(tmp_path / "data", folder, "objective=rtd", "generator_size=0.5")
+    objective = build_objective(cfg, Tokenizer.from_pretrained(tmp_path / "data" / "tokenizer"))
+    assert objective.new_tensors and all(k.startswith("generator.") for k in objective.new_tensors)
+    hf = transformers.ElectraForPreTraining.from_pretrained(folder)
+    assert torch.equal(objective.discriminator.rtd.prediction.weight.flatten(),
+                       hf.discriminator_predictions.dense_prediction.weight.flatten())
+
+
+def test_tokenizer_mismatch_is_refused_naming_both(tmp_path):
+    corpus = _corpus(tmp_path / "corpus.txt")
+    folder = _checkpoint("bert", "mlm", tmp_path / "hf", corpus)
+    other = tmp_path / "other-tokenizer"
+    Tokenizer.train("wordpiece", [_corpus(tmp_path / "other.txt", seed=5)], vocab_size=120).save(other)
+    prepare([str(corpus)], other, tmp_path / "data", holdout=0.1, workers=1, progress=False)
+    with pytest.raises(ConfigError, match=f"{folder}.*tokenizer.*{tmp_path / 'data'}"):
+        build_objective(_recipe(tmp_path / "data", folder), Tokenizer.from_pretrained(tmp_path / "data" / "tokenizer"))
+
+
+def test_unknown_or_foreign_checkpoints_are_refused(tmp_path):
+    with pytest.raises((CheckpointError, ConfigError), match="nowhere"):
+        load_recipe(None, [f"data={tmp_path}", f"init_from={tmp_path / 'nowhere'}"])
+    corpus = _corpus(tmp_path / "corpus.txt")
+    folder = _checkpoint("roberta", "mlm", tmp_path / "roberta", corpus)
+    with pytest.raises(ConfigError, match="distill"):
+        load_recipe(None, [f"data={tmp_path}", f"init_from={folder}", "objective=distill", f"teacher={folder}"])
