@@ -1,0 +1,63 @@
+"""scripts/ship_model.py turns a pretraining run, finished or stopped part way, into a model folder with its card.
+
+A tiny continued-pretraining run from a transformers BertModel (no MLM head) is stopped after 2 of 3 steps and
+shipped: the folder holds bf16 weights equal to the checkpoint's (rounded), the data's tokenizer and the run's
+records cut at the shipped step, transformers loads it as BertForMaskedLM, and the card states where it started,
+which tensors were new and the steps it saw.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+import transformers
+from safetensors import safe_open
+from torch.testing import assert_close
+
+from test_continued_pretraining import RUN, _checkpoint, _corpus
+
+from encoderlab import load_model
+from encoderlab.data.prepare import prepare
+from encoderlab.train.config import load_recipe
+from encoderlab.train.pretrain import pretrain
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _ship_module():
+    spec = importlib.util.spec_from_file_location("ship_model", ROOT / "scripts" / "ship_model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_stopped_continued_run_ships_with_its_card(tmp_path):
+    corpus = _corpus(tmp_path / "corpus.txt")
+    start = _checkpoint("bert", "base", tmp_path / "start", corpus)
+    prepare([str(corpus)], start, tmp_path / "data", holdout=0.1, workers=1, progress=False)
+    run = tmp_path / "run"
+    pretrain(load_recipe(None, [f"data={tmp_path / 'data'}", f"init_from={start}", *RUN]), run, stop_after=2,
+             progress=False)
+    _ship_module().main([str(run), "--name", "tiny-fill", "--models", str(tmp_path / "models")])
+    folder = tmp_path / "models" / "tiny-fill"
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md", "metrics.csv", "recipe.yaml",
+            "init_from.json"} <= {p.name for p in folder.iterdir()}
+    with safe_open(folder / "model.safetensors", "pt") as weights:
+        assert {weights.get_tensor(k).dtype for k in weights.keys()} == {torch.bfloat16}
+    steps = [int(r["step"]) for r in csv.DictReader((folder / "metrics.csv").open(encoding="utf-8"))]
+    assert max(steps) == 2  # cut at the shipped checkpoint
+    checkpoint = load_model(run / "checkpoints" / "step-000002", kind="mlm")
+    shipped = load_model(folder)
+    for (name, a), (_, b) in zip(checkpoint.state_dict().items(), shipped.state_dict().items()):
+        assert_close(b, a.to(torch.bfloat16).float(), rtol=0, atol=0, msg=name)
+    hf, info = transformers.BertForMaskedLM.from_pretrained(folder, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    new = json.loads((run / "init_from.json").read_text(encoding="utf-8"))["new_tensors"]
+    assert f"the checkpoint `{start}`" in card and all(f"`{t}`" in card for t in new) and new
+    assert "| steps | 2 of batch 8 x 32 tokens, of a 3-step schedule" in card
+    assert "in 1 sitting(s)" in card
