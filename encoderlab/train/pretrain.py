@@ -202,7 +202,7 @@ def _record_start(run_dir: Path, init_from: str, model: Objective, progress: boo
     loaded = len(model.state_dict()) - len(model.new_tensors)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "init_from.json", json.dumps(
-        {"init_from": str(resolve_model_path(init_from)), "loaded_tensors": loaded,
+        {"init_from": init_from, "folder": str(resolve_model_path(init_from)), "loaded_tensors": loaded,
          "new_tensors": model.new_tensors}, indent=2) + "\n")
     line = (f"init_from {init_from}: {loaded} tensors loaded; new (initialised as from scratch): "
             f"{', '.join(model.new_tensors) or 'none'}")
