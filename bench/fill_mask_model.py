@@ -68,6 +68,14 @@ LIMIT_MB = 60
 SST2_RECIPE = {"epochs": {"*": 1.0}, "lr": {"*": 5e-5}, "eval_every": {"*": 700}, "max_train": {}, "max_eval": {}}
 
 
+def shown(path: str | Path) -> str:
+    """A path as seen from the repository root where it lies under it (results read the same on every clone)."""
+    try:
+        return str(Path(path).relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 # ---- held-out MLM accuracy, of the model and of its starting checkpoint -----------------------------------------
 def model_recipe(folder: Path, data: Path | None) -> PretrainConfig | None:
     """The recipe the model was trained with (folder/recipe.yaml), its data made absolute (or --data)."""
@@ -95,7 +103,7 @@ def heldout(folder: Path, cfg: PretrainConfig, quick: bool) -> dict[str, Any]:
     cfg = replace(cfg, eval_batches=QUICK_BATCHES if quick else math.ceil(available / cfg.batch_size))
     model = load_model(folder, kind="pretraining" if cfg.objective.startswith("mlm+") else "mlm")
     out = score(model, valid, cfg) | {"sequences": min(cfg.eval_batches * cfg.batch_size, available),
-                                      "of_sequences": available, "data": str(cfg.data)}
+                                      "of_sequences": available, "data": shown(cfg.data)}
     if cfg.init_from:
         torch.manual_seed(cfg.seed)  # what pretrain() does before build_objective: the run's step-0 head
         start = build_objective(cfg, tokenizer)
@@ -125,6 +133,9 @@ def learning_curve(folder: Path, cfg: PretrainConfig) -> dict[str, Any] | None:
         return None
     with path.open(encoding="utf-8") as handle:
         rows = [row for row in csv.DictReader(handle) if row["step"] != "step"]  # a header again after a resume
+    if not rows:
+        print(f"skipped the learning curve: {path} has no rows yet", file=sys.stderr)
+        return None
     evals = {int(r["step"]): [round(float(r["eval_mlm_accuracy"]), 4), round(float(r["eval_mlm_loss"]), 4)]
              for r in rows if r.get("eval_mlm_accuracy")}  # a step evaluated again after a resume: the last one
     steps = int(rows[-1]["step"])
@@ -156,7 +167,8 @@ def plot_curve(name: str, curve: dict[str, Any], heldout_figures: dict[str, Any]
         axis.axvline(sitting["from_step"], color="grey", linestyle=":", linewidth=1)
     axis.axhline(0.5, color="C3", linestyle="--", linewidth=1, label="goal 0.50")
     axis.set(xlabel="step (dotted: resumed)", ylabel="held-out MLM accuracy (15% masked)", ylim=(0, 1),
-             title=f"{name}: {curve['steps']:,} steps, {curve['tokens'] / 1e6:.1f}M tokens, {curve['wall_hours']:.1f} h")
+             title=f"{name}: {curve['steps']:,} steps, {curve['tokens'] / 1e6:.1f}M tokens, "
+                   f"{curve['wall_hours']:.1f} h")
     axis.grid(alpha=0.3)
     axis.legend(loc="lower right")
     fig.tight_layout()
@@ -173,8 +185,9 @@ def transformers_load(folder: Path) -> tuple[dict[str, Any], Any]:
 
     model, info = AutoModelForMaskedLM.from_pretrained(folder, dtype=torch.float32, output_loading_info=True)
     architectures = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("architectures") or []
-    return {"class": type(model).__name__, "config_architectures": architectures,
-            "missing_keys": sorted(info["missing_keys"]), "unexpected_keys": sorted(info["unexpected_keys"])}, model.eval()
+    loaded = {"class": type(model).__name__, "config_architectures": architectures,
+              "missing_keys": sorted(info["missing_keys"]), "unexpected_keys": sorted(info["unexpected_keys"])}
+    return loaded, model.eval()
 
 
 def weights_file(folder: Path) -> dict[str, Any]:
@@ -240,8 +253,8 @@ def sst2(models: dict[str, str], data: Path, args: Namespace, work: Path) -> dic
         print(f"== SST-2: {role} ({model})", file=sys.stderr)
         opts = Namespace(model=model, precision=training_precision(), seed=args.seed, progress=False,
                          threads=args.threads, **settings)
-        out[role] = finetune_run("sst2", "classify", data / "train.tsv", data / "dev.tsv", work / f"sst2-{role}", opts) \
-            | {"model": model}
+        figures = finetune_run("sst2", "classify", data / "train.tsv", data / "dev.tsv", work / f"sst2-{role}", opts)
+        out[role] = figures | {"model": model}
     out["difference_points"] = round(100 * (out["model"]["accuracy"] - out["baseline"]["accuracy"]), 2)
     if args.quick or args.smoke:
         out["note"] = (f"a {common.size(args)} subset ({out['model']['train_examples']} training, "
@@ -272,7 +285,7 @@ def smoke_model(work: Path, data: Path) -> Path:
 def measure(args: Namespace, work: Path) -> dict[str, Any]:
     """Every figure this bench can measure here; the parts whose data is absent are skipped with the reason."""
     folder = resolve_model_path(args.model)
-    figures: dict[str, Any] = {"model": args.model, "folder": str(folder), "weights": weights_file(folder)}
+    figures: dict[str, Any] = {"model": args.model, "folder": shown(folder), "weights": weights_file(folder)}
     figures["transformers"], hf_model = transformers_load(folder)
     figures["probes"] = probes(folder, hf_model)
     cfg = model_recipe(folder, args.data)
@@ -300,7 +313,8 @@ def goals(figures: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(goal("held-out Wikipedia MLM accuracy (15% masking)", figures["heldout"]["eval_mlm_accuracy"], 0.5))
     out += [goal("'capital' in the top 5 for 'Paris is the [MASK] of France.'",
                  float(passed["Paris is the [MASK] of France."]), 1.0),
-            goal("'sat' in the top 5 for 'The cat [MASK] on the mat.'", float(passed["The cat [MASK] on the mat."]), 1.0),
+            goal("'sat' in the top 5 for 'The cat [MASK] on the mat.'",
+                 float(passed["The cat [MASK] on the mat."]), 1.0),
             goal(f"further probes passed (of {p['probes_total']})", float(p["probes_passed"]), 8.0),
             goal("probes on which transformers' top 5 equals ours", float(p["agree"]), float(len(p["results"]))),
             goal(f"transformers loads it as config.json's {hf['class']} with no missing keys",
@@ -324,7 +338,8 @@ def report(figures: dict[str, Any], args: Namespace) -> None:
         print(f"held-out MLM accuracy {h['eval_mlm_accuracy']:.4f} over {h['sequences']} sequences{start}")
     if "sst2" in figures:
         s = figures["sst2"]
-        print(f"SST-2 dev accuracy {s['model']['accuracy']:.4f}, {s['baseline']['model']} {s['baseline']['accuracy']:.4f}")
+        print(f"SST-2 dev accuracy {s['model']['accuracy']:.4f}, "
+              f"{s['baseline']['model']} {s['baseline']['accuracy']:.4f}")
     path = results_path(args, NAME)
     if figures.get("curve"):
         figures["curve"]["plot"] = plot_curve(Path(figures["model"]).name, figures["curve"], figures.get("heldout"),
