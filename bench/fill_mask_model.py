@@ -170,7 +170,7 @@ def plot_curve(name: str, curve: dict[str, Any], heldout_figures: dict[str, Any]
              title=f"{name}: {curve['steps']:,} steps, {curve['tokens'] / 1e6:.1f}M tokens, "
                    f"{curve['wall_hours']:.1f} h")
     axis.grid(alpha=0.3)
-    axis.legend(loc="lower right")
+    axis.legend(loc="upper left")  # the curve rises from the lower left; the bench point sits at the lower right
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
