@@ -297,7 +297,9 @@ def measure(args: Namespace, work: Path) -> dict[str, Any]:
                   file=sys.stderr)
         figures["curve"] = learning_curve(folder, cfg)
     baseline = args.baseline or (cfg.init_from if cfg is not None and cfg.init_from else "minilm")
-    if (args.sst2_data / "train.tsv").is_file():
+    if args.no_sst2:
+        print("skipped SST-2: --no-sst2", file=sys.stderr)
+    elif (args.sst2_data / "train.tsv").is_file():
         figures["sst2"] = sst2({"model": args.model, "baseline": baseline}, args.sst2_data, args, work)
     else:
         print(f"skipped SST-2: {args.sst2_data}/train.tsv is absent (set ENCODERLAB_DATA)", file=sys.stderr)
@@ -360,6 +362,8 @@ def parse_args() -> Namespace:
     parser.add_argument("--sst2-data", type=Path, default=DATA / "sst2",
                         help="folder with SST-2's train.tsv and dev.tsv (default: ../shared/data/sst2)")
     parser.add_argument("--seed", type=int, default=42, help="SST-2 fine-tuning seed, the same for both (default: 42)")
+    parser.add_argument("--no-sst2", action="store_true",
+                        help="skip the SST-2 fine-tuning of both models (about an hour on 2 CPU cores) and its goal")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: 2)")
     return parser.parse_args()
 
