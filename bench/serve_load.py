@@ -50,9 +50,11 @@ def sentences() -> tuple[list[str], str]:
 
 def start_server(port: int, threads: int, max_batch: int, options: tuple[str, ...] = (),
                  model: str = "minilm") -> subprocess.Popen:
-    """`encoderlab serve --model MODEL` (plus `options`) on loopback in its own process; returns once /health answers."""
+    """`encoderlab serve --model MODEL --tasks embed` (plus `options`) on loopback in its own process; returns once
+    /health answers. Only /embed is loaded: the load is /embed, and serve would otherwise load the default
+    fill-mask model beside a model with no masked-LM head (minilm), adding to the start-up and memory measured."""
     command = [sys.executable, "-m", "encoderlab", "serve", "--model", model, "--port", str(port),
-               "--threads", str(threads), "--max-batch", str(max_batch), *options]
+               "--threads", str(threads), "--max-batch", str(max_batch), "--tasks", "embed", *options]
     # a file, not a pipe: an unread pipe fills up with access-log lines and blocks the server
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 -- it lives as long as the server
     process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,

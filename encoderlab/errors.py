@@ -13,6 +13,10 @@ class CheckpointError(EncoderlabError):
     """A checkpoint folder or weight file is missing, corrupted or does not fit the model."""
 
 
+class MissingHeadError(CheckpointError):
+    """A checkpoint lacks the head a task needs (fill-mask of an encoder with no masked-LM head)."""
+
+
 class InputError(EncoderlabError, ValueError):
     """A user data file or text is empty, unreadable or malformed."""
 

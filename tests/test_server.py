@@ -100,7 +100,9 @@ def test_health(client):
     health = client.get("/health").json()
     assert health["status"] == "ok" and health["model"] == "minilm" and health["tasks"] == ["embed"]
     assert health["precision"] == {"embed": "fp32"} and health["queue"] == 0 and health["uptime_s"] > 0
-    assert "MaskedLMModel" in health["unavailable"]["fill-mask"]
+    assert "minilm" in health["models"]["embed"]  # the fixture loads it by its folder
+    assert "no masked-LM head" in health["unavailable"]["fill-mask"]  # load_pipelines alone adds no fallback
+    assert "--model encoderlab-fill-mask (the default)" in health["unavailable"]["fill-mask"]
     assert health["limits"]["max_batch"] == 64
 
 
@@ -163,7 +165,7 @@ def test_oversize_body_gets_413_by_header_and_by_bytes_read(client):
 def test_endpoint_the_model_lacks_gets_404_with_the_reason(client):
     response = client.post("/fill-mask", json={"texts": ["a [MASK]"]})
     assert response.status_code == 404 and "no fill-mask endpoint" in response.json()["detail"]
-    assert "missing tensors" in response.json()["detail"]
+    assert "has no masked-LM head" in response.json()["detail"]
     assert client.post("/nonsense", json={}).status_code == 404
     paths = client.get("/openapi.json").json()["paths"]
     assert set(paths) == {"/health", "/embed"}
@@ -270,7 +272,7 @@ def wait_for_health(url: str, process: subprocess.Popen) -> dict:
 class Stub:
     """A stand-in embed pipeline: 'bad' texts raise InputError, 'boom' a RuntimeError; records its calls."""
 
-    task, precision = "embed", "fp32"
+    task, precision, model_name = "embed", "fp32", ""
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []

@@ -11,7 +11,8 @@ from encoderlab.errors import EncoderlabError, Terminated
 
 # Each command group's module adds its subcommands with add_commands(subparsers), in this order.
 COMMAND_MODULES = (models, train, finetune, pipelines, export, serve)
-EPILOG = "--model takes a checkpoint folder (config.json + model.safetensors) or the alias 'minilm'."
+EPILOG = ("--model takes a checkpoint folder (config.json + model.safetensors), the alias 'minilm', or a model "
+          "shipped under models/ (fill-mask's default, encoderlab-fill-mask).")
 
 
 # ---- parser ---------------------------------------------------------------------------------------

@@ -19,9 +19,11 @@ COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on
                 "first load compiles for 10-40 s; needs a C++ compiler")
 
 
-def add_model(parser: argparse.ArgumentParser, help: str = MODEL_HELP, metavar: str = "M") -> None:
-    """--model: the checkpoint (required)."""
-    parser.add_argument("--model", required=True, metavar=metavar, help=help)
+def add_model(parser: argparse.ArgumentParser, help: str = MODEL_HELP, metavar: str = "M",
+              default: str | None = None) -> None:
+    """--model: the checkpoint (required unless a default is given)."""
+    shown = f"{help} (default: {default})" if default else help
+    parser.add_argument("--model", required=default is None, default=default, metavar=metavar, help=shown)
 
 
 def add_json(parser: argparse.ArgumentParser, help: str = "print one JSON document") -> None:

@@ -14,18 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from encoderlab.checkpoint import load_model, resolve_model_path
-from encoderlab.cli.options import add_inference_options, add_json, add_model, load_pipeline
+from encoderlab.cli.options import MODEL_HELP, add_inference_options, add_json, add_model, load_pipeline
 from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import qa_inputs
 from encoderlab.io import read_lines, read_text
+from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.viz.attention import (MAX_TOKENS_SHOWN, AttentionMaps, attention_maps, head_entropy, plot_attention,
                                       require_text)
 
 
-def add_pipeline_options(parser: argparse.ArgumentParser, inputs: bool = True) -> None:
-    """--model, the inference options and --json (and TEXT.../--input)."""
-    add_model(parser)
+def add_pipeline_options(parser: argparse.ArgumentParser, inputs: bool = True, help: str = MODEL_HELP,
+                         default_model: str | None = None) -> None:
+    """--model (required unless default_model), the inference options and --json (and TEXT.../--input)."""
+    add_model(parser, help, default=default_model)
     if inputs:
         parser.add_argument("texts", nargs="*", metavar="TEXT", help="input texts (or use --input)")
         parser.add_argument("--input", metavar="FILE", help="UTF-8 file with one input text per line")
@@ -163,7 +165,8 @@ def _describe(maps: AttentionMaps, head: int | None, out: Path) -> str:
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """fill-mask, classify, ner, qa, attention."""
     fill = subparsers.add_parser("fill-mask", help="top-k tokens for each [MASK]", description=cmd_fill_mask.__doc__)
-    add_pipeline_options(fill)
+    add_pipeline_options(fill, help="masked-LM checkpoint folder, or the name of a shipped model",
+                         default_model=DEFAULT_FILL_MASK_MODEL)
     fill.add_argument("--top-k", type=int, default=5, metavar="K", help="predictions per mask (default: 5)")
     fill.set_defaults(func=cmd_fill_mask)
 

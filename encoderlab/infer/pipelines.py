@@ -1,7 +1,7 @@
 """Inference pipelines: fill-mask, embed, classify, ner and qa, over the one inference engine (encoderlab.engine).
 
     from encoderlab.infer.pipelines import pipeline
-    fill = pipeline("fill-mask", "runs/bert-mini/model")
+    fill = pipeline("fill-mask")  # the shipped encoderlab-fill-mask; or pipeline("fill-mask", "runs/my-mlm")
     fill(["Paris is the [MASK] of France."])[0]["masks"][0]["predictions"][0]["token"]
 
 Every pipeline takes a list of inputs and returns one plain dict (JSON-ready) per input, in input order.
@@ -25,10 +25,11 @@ from torch import nn
 
 from encoderlab.checkpoint import Settings, load_model, read_config, resolve_model_path, settings, stored_kind
 from encoderlab.engine import Encoded, Engine, Output, as_list, check_texts, encode, forward, sentence_vectors
-from encoderlab.errors import InputError
+from encoderlab.errors import CheckpointError, InputError, MissingHeadError
 from encoderlab.infer import precision as precisions
 from encoderlab.infer.compiled import compile_encoders
 from encoderlab.nn.model import IGNORE_INDEX, MODEL_CLASSES, SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier
+from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 from encoderlab.tasks.qa import Decoded, QATask
 from encoderlab.tasks.readers import QAExample
 from encoderlab.tokenizer import Tokenizer
@@ -41,13 +42,14 @@ class Pipeline:
 
     task: ClassVar[str]
     model_kind: ClassVar[str | None] = None  # the kind load_model is asked for; None: what the folder holds
+    default_model: ClassVar[str | None] = None  # what pipeline(task) loads when given no model; None: one is needed
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", batch_size: int = 32,
                  max_length: int | None = None, device: str | torch.device = "cpu", compile: bool = False,
-                 settings: Settings | None = None) -> None:
+                 settings: Settings | None = None, model_name: str = "") -> None:
         """settings: the folder's (encoderlab.engine.settings); compile: torch.compile the encoder in place and
-        warm it up here (encoderlab.infer.compiled)."""
-        self.settings = settings or Settings()
+        warm it up here (encoderlab.infer.compiled); model_name: the folder or alias it came from."""
+        self.settings, self.model_name = settings or Settings(), model_name
         self.device = torch.device(device)
         self.tokenizer, self.batch_size = tokenizer, batch_size
         limit = model.config.max_position_embeddings
@@ -63,7 +65,8 @@ class Pipeline:
     def from_pretrained(cls, name: str | Path, precision: str = "fp32", **options: Any) -> Pipeline:
         """Load the model and tokenizer of a checkpoint folder or alias for this task, with its settings."""
         folder = resolve_model_path(name)
-        return cls(cls.load(folder), Tokenizer.from_pretrained(folder), precision, settings=settings(folder), **options)
+        return cls(cls.load(folder), Tokenizer.from_pretrained(folder), precision, settings=settings(folder),
+                   model_name=str(name), **options)
 
     @classmethod
     def load(cls, folder: Path) -> nn.Module:
@@ -101,7 +104,26 @@ class FillMask(Pipeline):
 
     task = "fill-mask"
     model_kind = "mlm"
+    default_model = DEFAULT_FILL_MASK_MODEL
     MASK_SPELLINGS = ("[MASK]", "<mask>")  # accepted in input whatever the tokenizer's own spelling
+    MLM_KINDS = ("mlm", "pretraining")  # stored kinds that hold a masked-LM head
+
+    @classmethod
+    def from_pretrained(cls, name: str | Path = DEFAULT_FILL_MASK_MODEL, precision: str = "fp32",
+                        **options: Any) -> Pipeline:
+        """As Pipeline's, on the shipped model by default; MissingHeadError, naming that model, for a checkpoint
+        with no masked-LM head (minilm: an encoder trained for sentence embeddings)."""
+        folder = resolve_model_path(name)  # a missing folder, or a missing default, is reported as such
+        try:
+            return super().from_pretrained(name, precision, **options)
+        except CheckpointError as err:
+            raw = read_config(folder)
+            if stored_kind(folder, raw) in cls.MLM_KINDS:  # it should hold the head: damaged, reported as it is
+                raise
+            architecture = (raw.get("architectures") or ["no architecture"])[0]
+            raise MissingHeadError(f"{name} has no masked-LM head (its config.json names {architecture}), and "
+                                   f"fill-mask needs one: use --model {DEFAULT_FILL_MASK_MODEL} (the default), "
+                                   f"or another masked-LM checkpoint") from err
 
     def __call__(self, texts: Sequence[str], top_k: int = 5) -> list[dict[str, Any]]:
         texts = [self._normalize(t) for t in check_texts(texts)]
@@ -402,8 +424,12 @@ def qa_inputs(inputs: Sequence[dict[str, str]]) -> list[tuple[str, str]]:
 PIPELINES: dict[str, type[Pipeline]] = {cls.task: cls for cls in (FillMask, Embed, Classify, NER, QA)}
 
 
-def pipeline(task: str, model: str | Path, precision: str = "fp32", **options: Any) -> Pipeline:
-    """A ready pipeline for `task` (one of PIPELINES) on a checkpoint folder or alias."""
+def pipeline(task: str, model: str | Path | None = None, precision: str = "fp32", **options: Any) -> Pipeline:
+    """A ready pipeline for `task` (one of PIPELINES) on a checkpoint folder or alias; model None: the task's
+    default (fill-mask: the shipped encoderlab-fill-mask; the other tasks have none)."""
     if task not in PIPELINES:
         raise InputError(f"unknown pipeline {task!r}; expected one of {', '.join(PIPELINES)}")
+    model = model if model is not None else PIPELINES[task].default_model
+    if model is None:
+        raise InputError(f"pipeline {task!r} has no default model: pass a checkpoint folder or alias")
     return PIPELINES[task].from_pretrained(model, precision, **options)

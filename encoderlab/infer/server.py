@@ -4,8 +4,10 @@
     curl -s localhost:8000/embed -H 'content-type: application/json' -d '{"texts": ["a cat", "a dog"]}'
 
 A server holds one checkpoint and offers the endpoints whose pipeline that checkpoint loads as
-(POST /embed, /classify, /fill-mask, /ner, /qa); the others answer 404 with the reason. GET /health
-reports the model, the endpoints, the queue and how many forward batches served how many requests.
+(POST /embed, /classify, /fill-mask, /ner, /qa); the others answer 404 with the reason. Where the checkpoint
+has no masked-LM head, `serve` answers /fill-mask with the shipped default model (encoderlab-fill-mask), the
+one second model it may load. GET /health reports the model behind each endpoint, the queue and how many
+forward batches served how many requests.
 
 Each endpoint has a micro-batching worker: requests that arrive within `batch_wait_ms` of the first
 (or until `max_batch` texts) go through the pipeline in one call, on one model thread, so the event loop
@@ -34,9 +36,10 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from encoderlab.errors import EncoderlabError, InputError
+from encoderlab.errors import EncoderlabError, InputError, MissingHeadError
 from encoderlab.infer.limits import TASKS, Limits
 from encoderlab.infer.pipelines import Pipeline, pipeline
+from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +148,8 @@ def response_model(task: str) -> type[BaseModel]:
 class Health(BaseModel):
     status: str
     model: str = Field(description="the checkpoint folder or alias served")
+    models: dict[str, str] = Field(description="the model behind each endpoint (/fill-mask may be the shipped "
+                                               "default where the model has no masked-LM head)")
     tasks: list[str] = Field(description="the endpoints this model offers")
     unavailable: dict[str, str] = Field(description="endpoints it does not offer, and why")
     precision: dict[str, str] = Field(description="precision each pipeline runs in")
@@ -394,8 +399,9 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
             worker.cancel()
         executor.shutdown(wait=False, cancel_futures=True)
 
+    endpoints = ", ".join(_by(task, pipe, model) for task, pipe in pipelines.items())
     app = FastAPI(title="encoderlab", lifespan=lifespan,
-                  description=f"Model **{model or '?'}**: {', '.join(pipelines)}. Limits: {limits.max_batch} texts "
+                  description=f"Model **{model or '?'}**: {endpoints}. Limits: {limits.max_batch} texts "
                               f"a request, {limits.max_text_chars} characters a text, {limits.max_body_bytes} bytes "
                               f"a body.")
     app.state.batchers = batchers
@@ -404,7 +410,8 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
 
     @app.get("/health", response_model=Health, summary="status, model, endpoints, queue and batch counters")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": model, "tasks": list(pipelines), "unavailable": unavailable or {},
+        return {"status": "ok", "model": model, "models": {t: p.model_name or model for t, p in pipelines.items()},
+                "tasks": list(pipelines), "unavailable": unavailable or {},
                 "precision": {t: p.precision for t, p in pipelines.items()},
                 "queue": sum(len(b.pending) + b.running for b in batchers.values()),
                 "uptime_s": round(time.monotonic() - started, 3),
@@ -417,6 +424,11 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
         else:
             _add_missing(app, task, (unavailable or {}).get(task, "not loaded"), model)
     return app
+
+
+def _by(task: str, pipe: Pipeline, model: str) -> str:
+    """The task, and the model behind it where that is not the server's own."""
+    return f"{task} (by {pipe.model_name})" if pipe.model_name and pipe.model_name != model else task
 
 
 def _add_endpoint(app: FastAPI, task: str, request: type[BaseModel], batchers: dict[str, Batcher],
@@ -472,8 +484,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 # ---- loading and serving ----------------------------------------------------------------------------
 def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = "fp32",
-                   **options: Any) -> tuple[dict[str, Pipeline], dict[str, str]]:
-    """The pipelines this checkpoint loads as (of `tasks`, default all), and why each other one does not."""
+                   fill_mask_model: str | None = None, **options: Any) -> tuple[dict[str, Pipeline], dict[str, str]]:
+    """The pipelines this checkpoint loads as (of `tasks`, default all), and why each other one does not.
+    fill_mask_model: serves /fill-mask where `model` has no masked-LM head (serve: the shipped default)."""
     wanted = list(tasks or TASKS)
     unknown = [t for t in wanted if t not in TASKS]
     if unknown:
@@ -482,6 +495,10 @@ def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = 
     for task in wanted:
         try:
             loaded[task] = pipeline(task, model, precision, **options)
+        except MissingHeadError as err:
+            reasons[task] = str(err)
+            if task == "fill-mask" and fill_mask_model:  # only then: a second model costs memory and start-up
+                _load_fallback(loaded, reasons, task, fill_mask_model, precision, **options)
         except EncoderlabError as err:  # InputError: wrong kind of model; CheckpointError: weights missing
             reasons[task] = str(err)
     if not loaded:
@@ -492,14 +509,27 @@ def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = 
     return loaded, reasons
 
 
+def _load_fallback(loaded: dict[str, Pipeline], reasons: dict[str, str], task: str, model: str, precision: str,
+                   **options: Any) -> None:
+    """Serve `task` by `model` instead (moved from reasons to loaded), or add why that failed too to its reason."""
+    try:
+        loaded[task] = pipeline(task, model, precision, **options)
+    except EncoderlabError as err:
+        reasons[task] += f"; and {model} could not serve it either: {err}"
+        return
+    log.info("/%s by %s: %s", task, model, reasons.pop(task))
+
+
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, tasks: list[str] | None = None,
           precision: str = "fp32", limits: Limits | None = None, batch_size: int = 32,
-          max_length: int | None = None, log_level: str = "info", compile: bool = False) -> None:
-    """Load the model's pipelines and serve them with uvicorn until interrupted."""
+          max_length: int | None = None, log_level: str = "info", compile: bool = False,
+          fill_mask_model: str | None = DEFAULT_FILL_MASK_MODEL) -> None:
+    """Load the model's pipelines (/fill-mask by fill_mask_model where the model has no masked-LM head) and serve
+    them with uvicorn until interrupted."""
     import uvicorn
 
     options = {"batch_size": batch_size, "compile": compile} | ({"max_length": max_length} if max_length else {})
-    pipelines, reasons = load_pipelines(model, tasks, precision, **options)
+    pipelines, reasons = load_pipelines(model, tasks, precision, fill_mask_model, **options)
     app = create_app(pipelines, limits or Limits(), model=str(model), unavailable=reasons)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     log.info("encoderlab serve: %s on http://%s:%d (API docs: http://%s:%d/docs)", model, shown, port, shown, port)
