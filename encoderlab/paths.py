@@ -34,7 +34,7 @@ def model_aliases() -> list[str]:
 
 
 def resolve_model_path(name: str | os.PathLike) -> Path:
-    """A checkpoint folder, or the folder behind an alias such as `minilm` or `encoderlab-mini`."""
+    """A checkpoint folder, or the folder behind an alias such as `minilm` or `encoderlab-fill-mask`."""
     path = Path(name)
     if path.is_dir():
         return path

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import uvicorn
 from fastapi.testclient import TestClient
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
@@ -162,17 +163,19 @@ def test_fill_mask_cli_without_model_answers_the_seeds_sentences(capsys):
 
 
 @needs_the_model
-def test_serve_of_minilm_answers_fill_mask_with_the_shipped_model(minilm_path):
-    pipelines, reasons = load_pipelines(str(minilm_path), tasks=["embed", "fill-mask"],
-                                        fill_mask_model=DEFAULT_FILL_MASK_MODEL)
-    assert pipelines["fill-mask"].model_name == DEFAULT_FILL_MASK_MODEL and not reasons.keys() & {"fill-mask"}
+def test_serve_of_minilm_answers_fill_mask_with_the_shipped_model(monkeypatch):
+    apps = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **config: apps.append(app))  # the app `serve` built, in-process
+    assert main(["serve", "--model", "minilm", "--tasks", "embed", "fill-mask", "--threads", "1"]) == 0
     expected = pipeline("fill-mask")(SEED_SENTENCES, top_k=5)
-    with TestClient(create_app(pipelines, Limits(), model="minilm", unavailable=reasons)) as client:
+    with TestClient(apps[0]) as client:
         response = client.post("/fill-mask", json={"texts": SEED_SENTENCES})
         health = client.get("/health").json()
     assert response.status_code == 200, response.text
     assert response.json()["results"] == json.loads(json.dumps(expected))
-    assert health["models"]["fill-mask"] == DEFAULT_FILL_MASK_MODEL
+    assert health["models"] == {"embed": "minilm", "fill-mask": DEFAULT_FILL_MASK_MODEL}
+    assert health["tasks"] == ["embed", "fill-mask"] and health["unavailable"] == {
+        task: "not asked for (--tasks)" for task in ("classify", "ner", "qa")}
 
 
 @needs_the_model

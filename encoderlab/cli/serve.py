@@ -10,7 +10,8 @@ from encoderlab.infer.limits import TASKS, Limits
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    """Serve one model over HTTP: /embed, /classify, /fill-mask, /ner, /qa (whichever it supports), /health, /docs."""
+    """Serve one model over HTTP: /embed, /classify, /fill-mask, /ner, /qa (whichever it supports), /health, /docs.
+    /fill-mask, where the model has no masked-LM head, is answered by the shipped encoderlab-fill-mask."""
     from encoderlab.infer import server  # FastAPI and uvicorn: imported to serve, not at every start of the CLI
 
     server.log.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # which endpoints are up, the docs URL
