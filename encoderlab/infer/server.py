@@ -498,7 +498,7 @@ def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = 
         except MissingHeadError as err:
             reasons[task] = str(err)
             if task == "fill-mask" and fill_mask_model:  # only then: a second model costs memory and start-up
-                _load_fallback(loaded, reasons, task, fill_mask_model, precision, **options)
+                _load_fill_mask_fallback(loaded, reasons, model, fill_mask_model, precision, **options)
         except EncoderlabError as err:  # InputError: wrong kind of model; CheckpointError: weights missing
             reasons[task] = str(err)
     if not loaded:
@@ -509,15 +509,16 @@ def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = 
     return loaded, reasons
 
 
-def _load_fallback(loaded: dict[str, Pipeline], reasons: dict[str, str], task: str, model: str, precision: str,
-                   **options: Any) -> None:
-    """Serve `task` by `model` instead (moved from reasons to loaded), or add why that failed too to its reason."""
+def _load_fill_mask_fallback(loaded: dict[str, Pipeline], reasons: dict[str, str], model: str, fallback: str,
+                             precision: str, **options: Any) -> None:
+    """Serve /fill-mask by `fallback` (moved from reasons to loaded), or add why that failed too to its reason."""
     try:
-        loaded[task] = pipeline(task, model, precision, **options)
+        loaded["fill-mask"] = pipeline("fill-mask", fallback, precision, **options)
     except EncoderlabError as err:
-        reasons[task] += f"; and {model} could not serve it either: {err}"
+        reasons["fill-mask"] += f"; and {fallback} could not serve it either: {err}"
         return
-    log.info("/%s by %s: %s", task, model, reasons.pop(task))
+    del reasons["fill-mask"]
+    log.info("/fill-mask by %s: %s has no masked-LM head", fallback, model)
 
 
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, tasks: list[str] | None = None,
