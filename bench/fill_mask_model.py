@@ -55,6 +55,7 @@ from encoderlab.data.prepare import prepare  # noqa: E402
 from encoderlab.errors import CheckpointError  # noqa: E402
 from encoderlab.infer.pipelines import pipeline  # noqa: E402
 from encoderlab.io import atomic_write  # noqa: E402
+from encoderlab.paths import DEFAULT_FILL_MASK_MODEL  # noqa: E402
 from encoderlab.objectives import build_objective  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 from encoderlab.train.config import PretrainConfig, load_recipe  # noqa: E402
@@ -352,8 +353,8 @@ def report(figures: dict[str, Any], args: Namespace) -> None:
 def parse_args() -> Namespace:
     parser = common.parser(__doc__, quick=f"{QUICK_BATCHES} held-out batches, SST-2 on bench/finetune.py's quick "
                                           "subset: under a minute")
-    parser.add_argument("--model", default="encoderlab-fill-mask",
-                        help="the model folder or name to measure (default: encoderlab-fill-mask)")
+    parser.add_argument("--model", default=DEFAULT_FILL_MASK_MODEL,
+                        help=f"the model folder or name to measure (default: {DEFAULT_FILL_MASK_MODEL})")
     parser.add_argument("--data", type=Path, default=None,
                         help="the prepared Wikipedia folder with its held-out split (default: the model's "
                              "recipe.yaml `data`, from the repository root)")

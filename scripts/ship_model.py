@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from encoderlab.checkpoint import load_model, save_pretrained  # noqa: E402
 from encoderlab.data.shards import read_meta  # noqa: E402
-from encoderlab.paths import PACKAGE_ALIASES  # noqa: E402
+from encoderlab.paths import DEFAULT_FILL_MASK_MODEL, PACKAGE_ALIASES  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 from encoderlab.train.state import latest_checkpoint  # noqa: E402
 
@@ -194,7 +194,7 @@ def _keep_rows_until(path: Path, step: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="an `encoderlab pretrain` run folder (checkpoints/ or model/)")
-    parser.add_argument("--name", default="encoderlab-fill-mask", help="the folder under models/ and the --model name")
+    parser.add_argument("--name", default=DEFAULT_FILL_MASK_MODEL, help="the folder under models/ and the --model name")
     parser.add_argument("--models", type=Path, default=ROOT / "models", help="where model folders live (default: models/)")
     args = parser.parse_args(argv)
     source, step = newest_weights(args.run)
