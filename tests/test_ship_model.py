@@ -61,3 +61,19 @@ def test_a_stopped_continued_run_ships_with_its_card(tmp_path):
     assert f"the checkpoint `{start}`" in card and all(f"`{t}`" in card for t in new) and new
     assert "| steps | 2 of batch 8 x 32 tokens, of a 3-step schedule" in card
     assert "in 1 sitting(s)" in card
+
+
+def test_gpu_mfu_reads_a_runs_tokens_per_second(tmp_path):
+    corpus = _corpus(tmp_path / "corpus.txt")
+    start = _checkpoint("bert", "mlm", tmp_path / "start", corpus)
+    prepare([str(corpus)], start, tmp_path / "data", holdout=0.1, workers=1, progress=False)
+    pretrain(load_recipe(None, [f"data={tmp_path / 'data'}", f"init_from={start}", *RUN]), tmp_path / "run",
+             progress=False)
+    spec = importlib.util.spec_from_file_location("gpu_mfu", ROOT / "scripts" / "gpu_mfu.py")
+    gpu_mfu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_mfu)
+    assert gpu_mfu.gpu_peak("NVIDIA H100 80GB HBM3") == 989.4e12 and gpu_mfu.gpu_peak("NVIDIA H100 PCIe") == 756e12
+    gpu_mfu.main(tmp_path / "run")
+    result = json.loads((tmp_path / "run" / "mfu.json").read_text(encoding="utf-8"))
+    assert result["tokens_per_s"] > 0 and result["flops_per_token"] > 0
+    assert (result["mfu"] is None) == (gpu_mfu.gpu_peak(result["device"]) is None)
