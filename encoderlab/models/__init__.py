@@ -1,8 +1,5 @@
-"""Model families, one module each: presets, Hugging Face names, weight map and switch defaults (a FamilySpec).
-
-Importing this package registers every family with EncoderConfig (presets, config.json names): adding a family
-means one module here and one entry in FAMILIES.
-"""
+"""Model families, one module each with its FamilySpec. Importing this package registers every family with
+EncoderConfig: adding a family means one module here and one entry in FAMILIES."""
 
 from __future__ import annotations
 

@@ -11,14 +11,10 @@ Departures from BERT (section 3.1), each a switch:
 
 from __future__ import annotations
 
+from encoderlab.models.bert import preset
 from encoderlab.models.family import FamilySpec
 
 _LAYER = "encoder.albert_layer_groups.0.albert_layers.{i}."
-
-
-def _preset(hidden: int, layers: int = 12) -> dict:
-    """ALBERT's table 1 shapes: embedding 128, heads of width 64, feed-forward 4x hidden."""
-    return {"num_layers": layers, "hidden_size": hidden, "num_heads": hidden // 64, "intermediate_size": 4 * hidden}
 
 
 SPEC = FamilySpec(
@@ -43,7 +39,8 @@ SPEC = FamilySpec(
         ("mlm.bias", ("predictions.bias",)),
         ("nsp.classifier.", ("sop_classifier.classifier.",)),
     ),
-    presets={"albert-mini": _preset(256, 4), "albert-base": _preset(768), "albert-large": _preset(1024, 24)},
+    # Table 1's shapes are BERT's, with 128-wide embeddings (defaults).
+    presets={"albert-mini": preset(4, 256), "albert-base": preset(12, 768), "albert-large": preset(24, 1024)},
     aliases={"predictions.decoder.bias": "predictions.bias"},
     tied=(("predictions.decoder.weight", "embeddings.word_embeddings.weight"),),
     ignored=("embeddings.position_ids", "embeddings.token_type_ids"),

@@ -20,25 +20,23 @@ objective, not part of this module.
 
 from __future__ import annotations
 
+from encoderlab.models.bert import backbone_map, preset
 from encoderlab.models.family import ClassifierHead, FamilySpec
 
-_LAYER = "encoder.layer.{i}."
 
-
-def _preset(layers: int, hidden: int, heads: int) -> dict:
-    """A DeBERTa-v3 shape: feed-forward 4x hidden, 256 position buckets each side."""
-    return {"num_layers": layers, "hidden_size": hidden, "num_heads": heads, "intermediate_size": 4 * hidden,
-            "position_buckets": 256}
+def _preset(layers: int, hidden: int) -> dict:
+    """A DeBERTa-v3 shape: BERT's, with 256 position buckets each side."""
+    return preset(layers, hidden) | {"position_buckets": 256}
 
 
 PRESETS = {
     # Ours, for tests and quick runs; not a Microsoft release.
-    "deberta-v3-mini": _preset(4, 256, 4),
+    "deberta-v3-mini": _preset(4, 256),
     # The released models (microsoft/deberta-v3-* config.json files; arXiv:2111.09543, section 5).
-    "deberta-v3-xsmall": _preset(12, 384, 6),
-    "deberta-v3-small": _preset(6, 768, 12),
-    "deberta-v3-base": _preset(12, 768, 12),
-    "deberta-v3-large": _preset(24, 1024, 16),
+    "deberta-v3-xsmall": _preset(12, 384),
+    "deberta-v3-small": _preset(6, 768),
+    "deberta-v3-base": _preset(12, 768),
+    "deberta-v3-large": _preset(24, 1024),
 }
 
 SPEC = FamilySpec(
@@ -46,15 +44,7 @@ SPEC = FamilySpec(
     architectures={"base": "DebertaV2Model", "mlm": "DebertaV2ForMaskedLM"},
     base_prefix="deberta.",
     weight_map=(
-        ("encoder.embeddings.word.", ("embeddings.word_embeddings.",)),
-        ("encoder.embeddings.segment.", ("embeddings.token_type_embeddings.",)),
-        ("encoder.embeddings.norm.", ("embeddings.LayerNorm.",)),
-        ("encoder.layers.{i}.attn.qkv.", tuple(f"{_LAYER}attention.self.{p}_proj." for p in ("query", "key", "value"))),
-        ("encoder.layers.{i}.attn.out.", (f"{_LAYER}attention.output.dense.",)),
-        ("encoder.layers.{i}.attn_norm.", (f"{_LAYER}attention.output.LayerNorm.",)),
-        ("encoder.layers.{i}.mlp.up.", (f"{_LAYER}intermediate.dense.",)),
-        ("encoder.layers.{i}.mlp.down.", (f"{_LAYER}output.dense.",)),
-        ("encoder.layers.{i}.mlp_norm.", (f"{_LAYER}output.LayerNorm.",)),
+        *backbone_map("_proj"),
         ("encoder.relative.table.", ("encoder.rel_embeddings.",)),
         ("encoder.relative.norm.", ("encoder.LayerNorm.",)),
         ("mlm.transform.", ("cls.predictions.transform.dense.",)),

@@ -1,9 +1,5 @@
-"""FamilySpec: what ties one family (BERT, RoBERTa, ...) to Hugging Face; each family module holds one.
-
-A family is BERT plus a few config switches (see ../shared/STYLE.md): the spec says which switches it sets
-(`defaults`, EncoderConfig fields), how its config.json names our fields, and where its tensors live in a
-Hugging Face folder.
-"""
+"""FamilySpec: what ties one family (BERT, RoBERTa, ...) to Hugging Face: the switches it sets, how its config.json
+names our fields and where its tensors live in a Hugging Face folder; each family module holds one."""
 
 from __future__ import annotations
 
@@ -14,11 +10,9 @@ from encoderlab.config import EncoderConfig, FamilyConfig
 
 @dataclass(frozen=True)
 class ClassifierHead:
-    """The layout of a family's sequence-classification head (transformers' XForSequenceClassification).
-
-    BERT and ALBERT classify the pooled [CLS] vector; the others put a dense layer and an activation on the
-    first token's vector instead, under their own tensor names.
-    """
+    """The layout of a family's sequence-classification head (transformers' XForSequenceClassification). BERT and ALBERT
+    classify the pooled [CLS] vector; the others put a dense layer and an activation on the first token's vector
+    instead, under their own tensor names."""
 
     dense: str | None = None
     """Hugging Face name prefix of the dense layer on the first token ("classifier.dense."); None: the head

@@ -10,16 +10,11 @@ Departures from BERT, each a switch or a name:
 
 from __future__ import annotations
 
-from encoderlab.models.bert import backbone_map
+from encoderlab.models.bert import backbone_map, preset
 from encoderlab.models.family import ClassifierHead, FamilySpec
 
 DEFAULTS = {"vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1, "pad_token_id": 1,
             "layer_norm_eps": 1e-5, "positions_after_pad": True, "head_activation": "gelu"}
-
-
-def _preset(layers: int, hidden: int) -> dict:
-    """Heads of width 64 and a 4x feed-forward, as in BERT (RoBERTa keeps BERT's shapes)."""
-    return {"num_layers": layers, "hidden_size": hidden, "num_heads": hidden // 64, "intermediate_size": 4 * hidden}
 
 
 SPEC = FamilySpec(
@@ -33,7 +28,7 @@ SPEC = FamilySpec(
         ("mlm.norm.", ("lm_head.layer_norm.",)),
         ("mlm.bias", ("lm_head.bias",)),
     ),
-    presets={"roberta-mini": _preset(4, 256), "roberta-base": _preset(12, 768), "roberta-large": _preset(24, 1024)},
+    presets={"roberta-mini": preset(4, 256), "roberta-base": preset(12, 768), "roberta-large": preset(24, 1024)},
     aliases={"lm_head.decoder.bias": "lm_head.bias"},
     tied=(("lm_head.decoder.weight", "embeddings.word_embeddings.weight"),),
     ignored=("embeddings.position_ids", "embeddings.token_type_ids"),
