@@ -1,14 +1,10 @@
 """`encoderlab compare`: the family side by side, measured on this machine.
 
-For each preset: layers, hidden size, heads and parameters (counted on the model `EncoderModel(config)`
-builds, as `encoderlab info` counts them), then CPU inference speed on the same token ids for every model:
-batch-1 latency and batched throughput. Sizes and speeds are also given relative to a reference (bert-base),
-which is measured in the same run, interleaved with the others so that load from other processes falls on
-all models alike. The papers' claims ("40% smaller, 60% faster") are set beside the measured figures.
-
-Weights are random: speed does not depend on their values. Fine-tuned SST-2 accuracy is read from bench
-results where one names the preset.
-"""
+For each preset: layers, hidden size, heads and parameters (of `EncoderModel(config)`, as `encoderlab info` counts
+them), then CPU batch-1 latency and batched throughput on the same token ids, also as ratios to a reference (bert-base)
+measured interleaved with the others, so load from other processes falls on all alike; the papers' claims ("40% smaller,
+60% faster") beside them. Weights are random (speed does not depend on them); fine-tuned SST-2 accuracy is read from
+bench results that name the preset."""
 
 from __future__ import annotations
 
@@ -30,6 +26,7 @@ import torch
 from encoderlab.config import EncoderConfig
 from encoderlab.engine import forward, pad_batch
 from encoderlab.errors import ConfigError, InputError
+from encoderlab.infer.precision import cpuinfo
 from encoderlab.models import PRESETS
 from encoderlab.nn.model import EncoderModel
 
@@ -261,12 +258,10 @@ def _relative(row: Row, reference: Row) -> Row:
 
 # ---- SST-2 accuracy from bench results --------------------------------------------------------------
 def sst2_accuracies(files: Sequence[str | Path] | None = None) -> dict[str, dict[str, Any]]:
-    """Preset name -> {"sst2_accuracy", "sst2_source"} from bench result files (default: bench/results/*.json).
-
-    A result counts when its task key is `sst2` or starts with `sst2-` and its `preset` or `model` field names
-    the preset (bench/finetune.py writes `model`). Explicit files come first; by default full runs are read
-    before `*_quick.json` ones, and the first match wins.
-    """
+    """Preset name -> {"sst2_accuracy", "sst2_source"} from bench result files (default: bench/results/*.json). A result
+    counts when its task key is `sst2` or starts with `sst2-` and its `preset` or `model` field names the preset
+    (bench/finetune.py writes `model`). Explicit files come first; by default full runs are read before `*_quick.json`
+    ones, and the first match wins."""
     if files is None:
         found = sorted(RESULTS.glob("*.json")) if RESULTS.is_dir() else []
         paths = sorted(found, key=lambda path: path.stem.endswith("_quick"))
@@ -375,14 +370,7 @@ def _busy_warning() -> str:
 
 def cpu_name() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else what platform reports."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "CPU"
+    return cpuinfo("model name") or platform.processor() or platform.machine() or "CPU"
 
 
 def render_markdown(rows: Sequence[Row], settings: Settings) -> str:

@@ -1,30 +1,23 @@
 """Inference precision: fp32, bf16, int8, or `auto` (the fastest this machine supports, measured).
 
-- bf16: weights and activations in bfloat16. Used only where the hardware has bf16 arithmetic (x86 AVX512-BF16
-  or AMX, Arm BF16, or a CUDA GPU that reports it); elsewhere bf16 is emulated and slower than fp32, so a
-  request for it falls back to fp32 with a warning. LayerNorm and softmax run in bf16 too: for inference the
-  embeddings stay within cosine 0.999 of fp32 (tests/test_pipelines.py checks ≥ 0.99 as the issue asks).
-- int8: dynamic quantization of every nn.Linear of the encoder: weights int8 with one scale per output channel,
-  activations quantized on the fly with one scale per token, an int8 x int8 -> int32 matmul, then rescaled.
-  Per-token scales matter for BERT-style models: a few hidden dimensions carry outliers that vary by token
-  (Dettmers et al. 2022, LLM.int8(), section 3), and torch's stock `quantize_dynamic` (one scale per tensor,
-  7-bit activations on x86) drops MiniLM's embeddings to cosine 0.88 of fp32 where per-token scales keep them
-  at 0.997 (mean over STS-B dev sentences; STS-B Spearman 0.2 points below fp32, `bench/inference.py`).
-  The matmul kernel follows the CPU (`int8_kernel`), because no one kernel is fast on every x86 CPU:
-  - "int_mm" (VNNI or AMX): `torch._int_mm`, oneDNN's VNNI kernel; with --compile 2.7x the fp32 compiled
-    sentences/s on an AVX-512 VNNI machine. Without VNNI the same call is a slow loop: one 800x384x1536
-    matmul took 1 s against 14 ms in fp32 on a 2-core AVX2 EPYC, int8 ran 60x slower than fp32.
-  - "fbgemm" (AVX2 or AVX-512 without VNNI): fbgemm's dynamic linear (`quantized::linear_dynamic`), the kernel
-    behind torch's own `quantize_dynamic`, 1.6-3.2x faster than the fp32 matmul for MiniLM's shapes on the
-    EPYC above. It quantizes its input with one scale per tensor, so each row is divided by its own maximum
-    first and the output multiplied back: exactly a per-token scale, since the matmul is linear in each row.
-  - none elsewhere (Arm, x86 without AVX2): int8 is not offered (a request runs fp32, with a warning), since
-    no kernel here was measured faster than fp32 there.
-  Embeddings, LayerNorm, GELU and attention run in bf16 where the CPU has it (they are memory-bound, and bf16
-  halves their traffic), in fp32 elsewhere.
-  Under torch.compile (`--compile`) the exact GELU runs as an op the compiler does not look into: fused into
-  the next layer's per-token quantization, erf would be evaluated twice per element, once for the row's
-  maximum and once for the values (that one kernel took a quarter of MiniLM's time on SST-2).
+- bf16: weights and activations in bfloat16, only where the hardware computes in it (x86 AVX512-BF16 or AMX, Arm
+  BF16, a CUDA GPU that reports it); elsewhere it is emulated and slower, so a request falls back to fp32 with a
+  warning. LayerNorm and softmax too: embeddings stay within cosine 0.999 of fp32 (tests/test_pipelines.py).
+- int8: every nn.Linear of the encoder with int8 weights (one scale per output channel) and activations
+  quantized on the fly with one scale per token. Per-token scales matter for BERT-style models, whose outlier
+  dimensions vary by token (Dettmers et al. 2022, LLM.int8(), section 3): torch's `quantize_dynamic` (one scale
+  per tensor, 7-bit activations on x86) drops MiniLM's embeddings to cosine 0.88 of fp32, per-token scales keep
+  0.997 (STS-B dev; Spearman 0.2 points below fp32, `bench/inference.py`). The kernel follows the CPU
+  (`int8_kernel`), as no one kernel is fast on every x86 CPU:
+  - "int_mm" (VNNI or AMX): `torch._int_mm`, oneDNN's VNNI kernel, 2.7x fp32 compiled sentences/s with
+    --compile on AVX-512 VNNI. Without VNNI it is a slow loop (60x slower than fp32 on a 2-core AVX2 EPYC).
+  - "fbgemm" (AVX2 or AVX-512 without VNNI): fbgemm's dynamic linear, behind torch's `quantize_dynamic`,
+    1.6-3.2x faster than fp32 for MiniLM's shapes on that EPYC. It quantizes its input per tensor, so each row
+    is divided by its own maximum first and the output multiplied back: a per-token scale, the matmul being linear.
+  - none elsewhere (Arm, x86 without AVX2): no kernel was measured faster than fp32; a request runs fp32.
+  Around the matmuls, bf16 where the CPU has it (memory-bound ops, half the traffic), else fp32. Under
+  --compile the exact GELU is an op the compiler does not look into: fused into the next per-token quantization,
+  erf ran twice per element (a quarter of MiniLM's time on SST-2).
 - auto: times one forward pass of a representative batch in each supported mode and keeps the fastest.
 """
 
@@ -50,16 +43,18 @@ PRECISIONS = ("fp32", "bf16", "int8", "auto")
 
 
 @functools.cache
-def cpu_flags() -> frozenset[str]:
-    """The CPU feature flags of /proc/cpuinfo (empty where there is no such file)."""
+def cpuinfo(*names: str) -> str:
+    """The value of the first /proc/cpuinfo line that starts with one of `names` ("" where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
+            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith(names)), "")
     except OSError:
-        pass
-    return frozenset()
+        return ""
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags of /proc/cpuinfo (x86 "flags", Arm "Features"; empty where there is no such file)."""
+    return frozenset(cpuinfo("flags", "Features").split())
 
 
 def bf16_supported(device: torch.device | str = "cpu") -> bool:
@@ -94,9 +89,7 @@ def int8_kernel(device: torch.device | str = "cpu") -> str | None:
     flags = cpu_flags()
     if flags & VNNI_FLAGS and _int_mm_works():
         return "int_mm"
-    if "avx2" in flags and "fbgemm" in torch.backends.quantized.supported_engines:
-        return "fbgemm"
-    return None
+    return "fbgemm" if "avx2" in flags and "fbgemm" in torch.backends.quantized.supported_engines else None
 
 
 def int8_supported(device: torch.device | str = "cpu") -> bool:
@@ -131,13 +124,11 @@ class Int8Linear(nn.Module):
 
 class FbgemmInt8Linear(nn.Module):
     """y = x W^T + b by fbgemm's dynamic int8 linear, W int8 per output channel, x per token: (..., K) -> (..., N).
-
-    Weights in 7 bits ([-63, 63]), activations in 8: fbgemm multiplies u8 activations by s8 weights with
-    vpmaddubsw on AVX2, which adds each pair of products into an int16 with saturation (Intel SDM vol. 2,
-    PMADDUBSW), and 255 * 63 * 2 < 32768 cannot saturate. torch's default drops the activations' bit instead
-    (reduce_range); on MiniLM that cost more (SST-2 cosine to fp32 0.9942 mean, 0.964 min, against 0.9955 and
-    0.983 here); full 8-bit weights saturated on random layers (token cosine 0.977).
-    """
+    Weights in 7 bits ([-63, 63]), activations in 8: fbgemm multiplies u8 activations by s8 weights with vpmaddubsw on
+    AVX2, which adds each pair of products into an int16 with saturation (Intel SDM vol. 2, PMADDUBSW), and 255 * 63 * 2
+    < 32768 cannot saturate. torch's default drops the activations' bit instead (reduce_range); on MiniLM that cost more
+    (SST-2 cosine to fp32 0.9942 mean, 0.964 min, against 0.9955 and 0.983 here); full 8-bit weights saturated on random
+    layers (token cosine 0.977)."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
