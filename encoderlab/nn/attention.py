@@ -1,15 +1,11 @@
-"""Multi-head self-attention with a padding mask.
+"""Multi-head self-attention with a padding mask; Q, K and V from one fused (H -> 3H) projection.
 
-The fast path is `torch.nn.functional.scaled_dot_product_attention` (fused kernels); the eager path
-computes softmax(QK^T / sqrt(d)) explicitly so the attention probabilities can be returned.
-Q, K and V come from one fused (H -> 3H) projection: one matmul instead of three.
-Training with attention dropout on CPU also takes the written-out path: torch's CPU SDPA has no fused
-dropout (it falls back to its math path and the slow serial `bernoulli_`), so ours with `dropout` is faster.
-Under torch.compile on CPU, short sequences' attention is written out too, in fp32 batched matmuls with the mask
-added by the first (`_compiled_cpu`): the CPU flash kernel spends about 1 ms per layer on a batch of 32 x 25 tokens, many times its
-arithmetic, and inductor cannot fuse into it. Profiled on compiled int8 MiniLM over the 872 SST-2 dev sentences,
-attention took about 200 ms this way, 310 ms written out in bf16, and compiling with SDPA kept gained nothing.
-"""
+The fast path is torch's fused `scaled_dot_product_attention`. The eager path writes softmax(QK^T / sqrt(d)) out to
+return the probabilities, and for CPU training with attention dropout: torch's CPU SDPA has no fused dropout (its math
+path draws a slow serial `bernoulli_`). Under torch.compile on CPU, short sequences' attention is written out in fp32
+batched matmuls (`_compiled_cpu`): the CPU flash kernel spends ~1 ms per layer on 32 x 25 tokens and inductor cannot
+fuse into it (compiled int8 MiniLM on SST-2 dev: attention 200 ms so, 310 ms written out in bf16; keeping SDPA gained
+nothing)."""
 
 from __future__ import annotations
 

@@ -13,11 +13,7 @@ from encoderlab.nn.model import ModelOutput, sequence_loss
 
 
 class BiLSTMClassifier(nn.Module):
-    """Token ids -> embeddings -> BiLSTM -> max over time (B, 2h) -> linear (B, L).
-
-    Max pooling over the BiLSTM states follows InferSent (Conneau et al. 2017, section 3.2.2). It reads the
-    same token ids as the encoders (any tokenizer) but learns its own embeddings.
-    """
+    """Token ids -> embeddings -> BiLSTM -> max over time (B, 2h) (InferSent, Conneau et al. 2017) -> linear (B, L)."""
 
     architecture = checkpoint.BILSTM
     kind = "bilstm"

@@ -1,7 +1,5 @@
-"""One post-LayerNorm transformer block, as in BERT: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
-
-The attention is BERT's, or DeBERTa's disentangled attention where the config asks for `relative_attention`.
-"""
+"""One post-LayerNorm transformer block, as in BERT: x = LN(x + Attn(x)); x = LN(x + FFN(x)); the attention is
+BERT's, or DeBERTa's disentangled attention where the config asks for `relative_attention`."""
 
 from __future__ import annotations
 
@@ -33,10 +31,7 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, return_probs: bool = False,
                 positions: RelativePositions | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """positions: the relative positions of a disentangled attention (DeBERTa), else None."""
-        if positions is None:
-            attended, probs = self.attn(x, mask, return_probs)
-        else:
-            attended, probs = self.attn(x, mask, return_probs, positions)
+        attended, probs = self.attn(x, mask, return_probs, *([] if positions is None else [positions]))
         x = self.attn_norm(x + self.dropout(attended))
         x = self.mlp_norm(x + self.dropout(self.mlp(x)))
         return x, probs

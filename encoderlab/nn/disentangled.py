@@ -9,12 +9,9 @@ Departures from BERT's attention (section 3.1, eq. 4), as DeBERTa-v2/v3 ship the
 - P is LayerNorm-ed once per forward (norm_rel_ebd "layer_norm") and dropped out in each layer;
 - distances beyond k/2 are bucketed logarithmically up to max_relative_positions (`log_bucket`, new in v2), so
   k = position_buckets (256 in DeBERTa-v3, arXiv:2111.09543) covers 512 tokens.
-("New in v2": the microsoft/DeBERTa README's list, repeated in transformers' deberta-v2 model doc.)
-The p2c term is indexed with delta(i, j), as in the released code that trained the checkpoints (and in
-transformers); eq. 4 writes delta(j, i). The parity tests pin this down.
-
-Fast path: torch's SDPA with the c2p + p2c term (and the padding) as an additive float mask; the eager path
-writes the softmax out so the probabilities can be returned, as SelfAttention does.
+("New in v2": the microsoft/DeBERTa README's list.) The p2c term is indexed with delta(i, j), as in the released
+code that trained the checkpoints (and transformers); eq. 4 writes delta(j, i). The parity tests pin this down.
+Fast path: torch's SDPA with c2p + p2c (and the padding) as an additive float mask.
 """
 
 from __future__ import annotations
@@ -35,13 +32,9 @@ _TERMS = 3  # content-to-content, content-to-position, position-to-content
 
 
 def log_bucket(distance: torch.Tensor, buckets: int, max_position: int) -> torch.Tensor:
-    """Relative distances (any shape, long) -> bucketed distances (same shape, long), within +-(buckets - 1)
-    for distances shorter than max_position.
-
-    Distances within half the buckets stay exact; longer ones share buckets whose width grows
-    geometrically up to max_position (DeBERTa's released code, make_log_bucket_position). Computed in float32,
-    as there, so that a distance lands in the same bucket as in the trained checkpoints.
-    """
+    """Relative distances (long, any shape) -> buckets within +-(buckets - 1): exact within half the buckets, then
+    geometrically wider up to max_position (DeBERTa's make_log_bucket_position; in float32 as there, so a distance
+    lands in the same bucket as in the trained checkpoints)."""
     mid = buckets // 2
     size = distance.abs().clamp(min=mid).float()  # below mid the log is never used
     ratio = torch.log(size / mid) / torch.log(torch.tensor((max_position - 1) / mid))  # 0 at mid, 1 at max_position - 1
@@ -89,11 +82,8 @@ class RelativeEmbeddings(nn.Module):
 
 
 class DisentangledAttention(SelfAttention):
-    """(B, T, H) -> (B, T, H), plus the probabilities (B, heads, T, T) on the eager path.
-
-    SelfAttention's weights (one fused qkv projection, an output projection): with shared keys, the relative
-    embeddings are projected by the query and key parts of `qkv`.
-    """
+    """(B, T, H) -> (B, T, H), plus the probabilities (B, heads, T, T) on the eager path; SelfAttention's weights,
+    whose query and key parts of `qkv` also project the relative embeddings (shared keys)."""
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, position_dropout: float) -> None:
         super().__init__(hidden_size, num_heads, dropout)

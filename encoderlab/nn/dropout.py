@@ -1,13 +1,10 @@
 """Dropout whose random mask is cheap on CPU.
 
-torch's CPU dropout draws every element with a serial `bernoulli_` (its vectorised MKL path runs on Intel
-CPUs only): on an AMD EPYC that is ~6 ns an element, 14% of a bert-mini bf16 training step. Here one 64-bit draw
-(`random_`, the same generator and seeding) gives four 15-bit uniforms, compared with a threshold in
-vectorised code: ~3x cheaper. The drop rate is p rounded to a multiple of 2^-15 (0.1 -> 0.100006), and kept
-values are scaled by the inverse of that exact rate, so the expectation is unchanged (in bf16 the scale
-rounds to bf16, as it does in torch's own dropout). On other devices, and
-under torch.compile (whose generated code draws its own fast random numbers), F.dropout is used as it is.
-"""
+torch's CPU dropout draws every element with a serial `bernoulli_` (its vectorised MKL path runs on Intel CPUs only): on
+an AMD EPYC ~6 ns an element, 14% of a bert-mini bf16 training step. Here one 64-bit draw (`random_`, the same generator
+and seeding) gives four 15-bit uniforms compared with a threshold: ~3x cheaper. The rate is p rounded to a multiple of
+2^-15 (0.1 -> 0.100006) and kept values are scaled by its exact inverse, so the expectation is unchanged. Other devices
+and torch.compile (which draws its own fast numbers) use F.dropout."""
 
 from __future__ import annotations
 

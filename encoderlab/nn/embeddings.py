@@ -1,8 +1,6 @@
-"""Token + position + segment embeddings, followed by LayerNorm and dropout (BERT paper, fig. 2).
-
-The tables have width `config.embedding_width`; a factorized model (ALBERT, ELECTRA-small) projects them up
-to hidden_size in the encoder, so that a generator and a discriminator can share this module (ELECTRA).
-"""
+"""Token + position + segment embeddings, then LayerNorm and dropout (BERT paper, fig. 2). The tables have width
+`config.embedding_width`: a factorized model (ALBERT, ELECTRA-small) projects them up in the encoder, so that a
+generator and a discriminator can share this module (ELECTRA)."""
 
 from __future__ import annotations
 

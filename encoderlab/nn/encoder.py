@@ -1,8 +1,5 @@
-"""The encoder stack: embeddings, then N transformer blocks. Weight init lives here, in one place.
-
-With `relative_attention` (DeBERTa) the encoder also holds the relative-position table, normalizes it and
-works out each pair's relative position once per forward for all layers.
-"""
+"""The encoder stack: embeddings, then N transformer blocks; weight init lives here, in one place. With
+`relative_attention` (DeBERTa) it also holds the relative-position table, computed once per forward for all layers."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Heads on top of the encoder: the [CLS] pooler, masked-LM prediction, next-sentence (or sentence-order)
-prediction, ELECTRA's replaced-token detection, and the sequence-classification head.
-
-The sequence-classification head of each family, laid out as its FamilySpec.classifier_head says
-(encoderlab.checkpoint.head_rules names its tensors):
+"""Heads on the encoder: [CLS] pooler, masked LM, next-sentence (sentence-order), ELECTRA's replaced-token detection,
+and each family's sequence-classification head as its FamilySpec.classifier_head lays it out (head_rules names it):
 
 | family          | input                 | layers (transformers' names)                          | source in transformers        |
 |-----------------|-----------------------|-------------------------------------------------------|-------------------------------|
@@ -46,12 +43,8 @@ class Pooler(nn.Module):
 
 
 class MLMHead(nn.Module):
-    """Transform (dense to the embedding width, activation, LayerNorm), then a decoder tied to the word
-    embeddings, plus a bias.
-
-    The decoder weight is not a parameter of this module: the caller passes the embedding matrix,
-    so the tie can never drift and checkpoints hold the matrix once.
-    """
+    """Dense to the embedding width, activation, LayerNorm, then the decoder: the word embeddings the caller passes
+    (not a parameter here, so the tie cannot drift and checkpoints hold the matrix once), plus a bias."""
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -95,8 +88,7 @@ class SequenceHead(nn.Module):
 
     def __init__(self, config: EncoderConfig, dense: bool, activation: str | None, dropout_first: bool,
                  num_labels: int | None = None, out: nn.Module | None = None) -> None:
-        """dense: a dense layer and `activation` (None: hidden_act) on the first token, with dropout before it when
-        dropout_first; else the pooled [CLS] goes straight to the output layer (ClassifierHead's fields)."""
+        """ClassifierHead's fields; activation None: hidden_act."""
         super().__init__()
         if out is None and num_labels is None:
             raise ValueError("SequenceHead needs num_labels or an output module")

@@ -14,14 +14,8 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 # Names as in Hugging Face config.json `hidden_act`; `gelu` is the exact erf form BERT uses.
-ACTIVATIONS = {
-    "gelu": F.gelu,
-    "gelu_new": gelu_tanh,
-    "gelu_pytorch_tanh": gelu_tanh,
-    "relu": F.relu,
-    "silu": F.silu,
-    "swish": F.silu,
-}
+ACTIVATIONS = {"gelu": F.gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "relu": F.relu, "silu": F.silu,
+               "swish": F.silu}
 
 
 class FeedForward(nn.Module):
@@ -36,5 +30,3 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(self.act(self.up(x)))
 
-
-__all__ = ["ACTIVATIONS", "FeedForward", "gelu_tanh"]

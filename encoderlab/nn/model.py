@@ -40,11 +40,8 @@ IGNORE_INDEX = -100  # label value of positions that carry no loss (as in torch'
 
 @dataclass(eq=False)
 class ModelOutput:
-    """What every model returns: the head's logits, the encoder's output, and the loss when labels were given.
-
-    Each loss term is computed when `loss` (or `losses`) is first read: a training loop that takes its own loss
-    from the logits (a sum normalised over the whole step) does not pay for a second cross-entropy.
-    """
+    """The head's logits, the encoder's output, and the loss given labels, computed when first read (a loop that
+    takes its own loss from the logits does not pay for a second cross-entropy)."""
 
     logits: torch.Tensor | None = None
     """The head's output: (B, T, V) MLM, or (N, V) over the N labelled positions given labels; (B, L) classes;
@@ -101,15 +98,8 @@ class Model(nn.Module):
             out.pooled = self.pooler(out.last_hidden_state)
         return out
 
-    @property
-    def architecture(self) -> str:
-        """transformers' class name of this model in its family ("RobertaForTokenClassification")."""
-        return checkpoint.architecture(self)
-
-    @property
-    def labels(self) -> list[str] | None:
-        """Class or tag names (config.json id2label)."""
-        return self.config.labels
+    architecture = property(checkpoint.architecture, doc="transformers' class name in the family")
+    labels = property(lambda self: self.config.labels, doc="Class or tag names (config.json id2label)")
 
     def hf_config(self) -> dict:
         """config.json of this model's transformers class."""
@@ -169,11 +159,8 @@ class SentenceEmbedder(EncoderModel):
 
 
 class MaskedLMModel(Model):
-    """Encoder + MLM head (HF `BertForMaskedLM`).
-
-    Given labels, the vocabulary decoder runs only on the labelled (masked) positions: with 15% masking
-    that skips 85% of the largest matmul in the model. Fill-mask uses the same path: labels on the masks.
-    """
+    """Encoder + MLM head (HF `BertForMaskedLM`). Given labels (fill-mask too), the decoder runs only on the labelled
+    positions: with 15% masking that skips 85% of the largest matmul in the model."""
 
     kind = "mlm"
 
@@ -242,19 +229,17 @@ class ReplacedTokenDetector(Model):
             logits[real].float(), labels[real].float())})
 
 
-def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> torch.Tensor:
-    """Mean squared error of one output per row (regression), else cross-entropy over the classes."""
+def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool, reduction: str = "mean"
+                  ) -> torch.Tensor:
+    """Squared error of logits (B, 1) for scores (B,) (regression), else cross-entropy of (B, L) for class ids (B,)."""
     if regression:
-        return F.mse_loss(logits.float().squeeze(-1), labels.float())
-    return F.cross_entropy(logits.float(), labels)
+        return F.mse_loss(logits.float().squeeze(-1), labels.float(), reduction=reduction)
+    return F.cross_entropy(logits.float(), labels, reduction=reduction)
 
 
 class SequenceClassifier(Model):
-    """The family's classification head on the encoder -> logits (B, L); one output for regression.
-
-    A head the user supplies (any module, (B, H) -> (B, L)) takes the place of the output layer of the family's
-    head; only an nn.Linear gives a folder transformers can load.
-    """
+    """The family's classification head on the encoder -> logits (B, L), one for regression. A user's `head` module
+    ((B, H) -> (B, L)) replaces its output layer; only an nn.Linear gives a folder transformers can load."""
 
     kind, hf_suffix = "classify", "ForSequenceClassification"
 
@@ -292,13 +277,9 @@ class SequenceClassifier(Model):
         return ModelOutput(logits, hidden, terms)
 
     def hf_config(self) -> dict:
-        config = super().hf_config()
         if self.regression:
-            config.update(num_labels=1, problem_type="regression")
-        else:
-            config["problem_type"] = "single_label_classification"
-            config.setdefault("id2label", {str(i): f"LABEL_{i}" for i in range(self.num_outputs)})
-        return config
+            return super().hf_config() | {"num_labels": 1, "problem_type": "regression"}
+        return _with_labels(super().hf_config(), self.num_outputs) | {"problem_type": "single_label_classification"}
 
 
 class TokenClassifier(Model):
@@ -325,9 +306,12 @@ class TokenClassifier(Model):
         return ModelOutput(logits, hidden, terms)
 
     def hf_config(self) -> dict:
-        config = super().hf_config()
-        config.setdefault("id2label", {str(i): f"LABEL_{i}" for i in range(self.classifier.out_features)})
-        return config
+        return _with_labels(super().hf_config(), self.classifier.out_features)
+
+
+def _with_labels(config: dict, count: int) -> dict:
+    """config.json with transformers' default id2label (LABEL_0, ...) where it names no labels."""
+    return {"id2label": {str(i): f"LABEL_{i}" for i in range(count)}} | config
 
 
 class SpanExtractor(Model):

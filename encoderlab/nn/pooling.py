@@ -1,8 +1,5 @@
-"""Sentence pooling: token vectors -> one vector per text (mean over real tokens, or the [CLS] vector).
-
-Mean pooling over non-padding tokens is what sentence-transformers does for all-MiniLM-L6-v2 (its
-1_Pooling/config.json: pooling_mode_mean_tokens).
-"""
+"""Sentence pooling: token vectors -> one vector per text, the [CLS] vector or the mean over real tokens (what
+sentence-transformers does for all-MiniLM-L6-v2: its 1_Pooling/config.json has pooling_mode_mean_tokens)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,18 @@
 """Sequence classification and regression: one text or a pair -> a class (cross-entropy) or a score (MSE).
 
-Metrics: accuracy, F1, Matthews correlation for classes; Pearson and Spearman for scores (GLUE's choice
-per task is made with --metric: e.g. mcc for CoLA, f1 for MRPC and QQP, spearman for STS-B).
-"""
+Metrics: accuracy, F1, Matthews correlation for classes; Pearson and Spearman for scores (GLUE's choice per task is made
+with --metric: e.g. mcc for CoLA, f1 for MRPC and QQP, spearman for STS-B)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import InputError
 from encoderlab.engine import Encoded, encode, forward
+from encoderlab.nn.model import sequence_loss
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import classification_metrics, correlation_metrics
 from encoderlab.tasks.readers import TextExample
@@ -25,16 +24,7 @@ def label_set(examples: list[TextExample]) -> list[str]:
     names = {str(e.label) for e in examples if e.label is not None}
     if not names:
         raise InputError("no labelled examples to learn classes from")
-    if all(name.lstrip("-").isdigit() for name in names):
-        return sorted(names, key=int)
-    return sorted(names)
-
-
-def classification_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> torch.Tensor:
-    """Summed cross-entropy of logits (B, L) for class ids (B,), or squared error of (B, 1) for scores (B,)."""
-    if regression:
-        return F.mse_loss(logits.float().squeeze(-1), labels, reduction="sum")
-    return F.cross_entropy(logits.float(), labels, reduction="sum")
+    return sorted(names, key=int) if all(name.lstrip("-").isdigit() for name in names) else sorted(names)
 
 
 class ClassifyTask(Task):
@@ -97,7 +87,7 @@ class ClassifyTask(Task):
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, L)
-        return classification_loss(logits, batch["labels"], self.regression)
+        return sequence_loss(logits, batch["labels"], self.regression, reduction="sum")
 
     def logits(self, model: nn.Module, examples: list[TextExample]) -> torch.Tensor:
         """(N, L) float logits in example order."""
@@ -106,9 +96,7 @@ class ClassifyTask(Task):
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[str | float]:
         """A class name, or a score, per example."""
         logits = self.logits(model, examples)
-        if self.regression:
-            return logits[:, 0].tolist()
-        return [self.labels[i] for i in logits.argmax(-1).tolist()]
+        return logits[:, 0].tolist() if self.regression else [self.labels[i] for i in logits.argmax(-1).tolist()]
 
     def score(self, examples: list[TextExample], predictions: list[str | float]) -> dict[str, float]:
         gold = [self.target(e) for e in examples]
