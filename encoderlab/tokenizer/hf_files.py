@@ -11,7 +11,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as RustTokenizer
 
 from encoderlab.errors import CheckpointError, InputError
-from encoderlab.io import atomic_write_text
+from encoderlab.io import atomic_write_text, read_text
 from encoderlab.paths import model_aliases, resolve_model_path
 from encoderlab.tokenizer.kinds import (DEFAULT_MODEL_MAX_LENGTH, SPECIAL_TOKENS, SpecialTokens, choose_specials,
                                        configured_specials, require_kind, require_specials, wordpiece_pipeline)
@@ -98,14 +98,8 @@ def _read_json_object(path: Path) -> dict:
 
 def _read_vocab(path: Path) -> dict[str, int]:
     """A BERT vocab.txt (one token a line, id = line number - 1), with errors naming file and line."""
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise InputError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[err.start]:02x})") from None
     # As tokenizers' WordPiece.from_file: trailing whitespace (a \r) is not part of the token.
-    tokens = [line.rstrip() for line in text.split("\n")]
+    tokens = [line.rstrip() for line in read_text(path).split("\n")]
     if tokens and tokens[-1] == "":
         tokens.pop()
     if not tokens:
@@ -129,8 +123,7 @@ def write_hf_files(folder: Path, serialized: str, vocab: dict[str, int], kind: s
 
 
 def _hf_config(kind: str, serialized: dict, hf_class: str, model_max_length: int) -> dict:
-    """tokenizer_config.json without its special tokens: transformers 5 rebuilds the named class's pipeline
-    from these keys."""
+    """tokenizer_config.json less its special tokens: transformers 5 rebuilds the class's pipeline from these keys."""
     normalizer = serialized.get("normalizer") or {}
     config = {"tokenizer_class": hf_class, "model_max_length": model_max_length}
     if normalizer.get("type") == "BertNormalizer":

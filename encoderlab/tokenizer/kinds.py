@@ -1,8 +1,7 @@
 """The three kinds, named by the tokenizers model type: "wordpiece" (BERT, DistilBERT, ELECTRA), "bpe" (RoBERTa's
-byte-level BPE), "unigram" (SentencePiece-style: ALBERT, DeBERTa-v3). Per kind: its special-token conventions
-(the tokens a folder's config files name, else the first convention the vocabulary holds) and its pipeline around
-a vocabulary, as transformers' BertTokenizer, RobertaTokenizer or AlbertTokenizer builds it: both give the same ids.
-"""
+byte-level BPE), "unigram" (SentencePiece-style: ALBERT, DeBERTa-v3). Per kind: its special-token conventions (the
+tokens a folder's config files name, else the first convention the vocabulary holds) and its pipeline around a
+vocabulary, as transformers' BertTokenizer, RobertaTokenizer or AlbertTokenizer builds it: both give the same ids."""
 
 from __future__ import annotations
 
@@ -133,8 +132,7 @@ def wordpiece_pipeline(vocab: dict[str, int], lowercase: bool, specials: Special
 
 
 def _bpe_pipeline(model: dict, specials: SpecialTokens) -> RustTokenizer:
-    """RoBERTa's pipeline around a BPE model's vocab and merges; the roles the trainer did not place (RoBERTa's
-    <mask>) take the last ids."""
+    """RoBERTa's pipeline around a BPE vocab and merges; roles the trainer did not place (<mask>) take the last ids."""
     vocab = dict(model["vocab"])
     for token in specials.by_role().values():
         vocab.setdefault(token, len(vocab))

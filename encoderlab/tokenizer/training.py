@@ -1,8 +1,5 @@
-"""Training a vocabulary of each kind with the `tokenizers` trainers, on files or a stream of texts.
-
-A trainer learns the model (vocabulary, merges or pieces) behind the kind's normalizer and pre-tokenizer; the
-kind's pipeline is then rebuilt around it, so a trained tokenizer and the same one loaded back are one pipeline.
-"""
+"""Training a vocabulary of each kind with the `tokenizers` trainers, on files or a stream of texts; the kind's
+pipeline is then rebuilt around the trained model, so a trained tokenizer and the same one loaded back are one."""
 
 from __future__ import annotations
 

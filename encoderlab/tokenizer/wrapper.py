@@ -42,8 +42,7 @@ class Batch:
 
 
 class Tokenizer:
-    """A WordPiece (BERT), byte-level BPE (RoBERTa) or Unigram (ALBERT, DeBERTa) tokenizer with per-call
-    truncation and padding; ids match transformers'."""
+    """A WordPiece, byte-level BPE or Unigram tokenizer, truncation and padding set per call; ids as transformers'."""
 
     def __init__(self, backend: RustTokenizer, kind: str, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
                  source: str = "tokenizer", specials: SpecialTokens | None = None, hf_class: str | None = None):
@@ -96,8 +95,7 @@ class Tokenizer:
         return cls.train_from_iterator("wordpiece", texts, vocab_size, lowercase, min_frequency, show_progress)
 
     def save(self, folder: PathLike) -> None:
-        """Write tokenizer.json, tokenizer_config.json, special_tokens_map.json (and vocab.txt for WordPiece,
-        vocab.json and merges.txt for BPE): the files transformers loads."""
+        """Write the files transformers loads: tokenizer.json, its config and special-token map, the vocab files."""
         with self._lock:
             serialized = self._backend.to_str(pretty=True)
         write_hf_files(Path(folder), serialized, self._backend.get_vocab(), self.kind, self.specials, self.hf_class,
@@ -122,11 +120,9 @@ class Tokenizer:
         return self._backend.post_processor.num_special_tokens_to_add(pair)
 
     def pair_layout(self) -> tuple[list[int], int]:
-        """The special ids between text A and text B of a pair (BERT's [SEP], RoBERTa's </s></s>) and B's type id.
-
-        Every kind wraps a single text as [CLS] A [SEP] (cls_id, sep_id) and ends a pair with sep_id; only the
-        middle and the type ids differ, so this is all that builders of pairs by hand need to know.
-        """
+        """The special ids between text A and text B of a pair (BERT's [SEP], RoBERTa's </s></s>) and B's type id. Every
+        kind wraps a single text as [CLS] A [SEP] (cls_id, sep_id) and ends a pair with sep_id; only the middle and the
+        type ids differ, so this is all that builders of pairs by hand need to know."""
         with self._lock:  # another thread may have truncation set for the moment
             encoding = self._backend.encode(["a"], ["b"], is_pretokenized=True)
         sequence = encoding.sequence_ids
@@ -136,8 +132,7 @@ class Tokenizer:
 
     @property
     def spaces_in_tokens(self) -> bool:
-        """True when a word's leading space is part of its token (byte-level BPE's "Ġ"), so a text that
-        continues another must be encoded with its leading space."""
+        """Whether a word's leading space is in its token (BPE's "Ġ"): a continuing text keeps its leading space."""
         return isinstance(self._backend.pre_tokenizer, pre_tokenizers.ByteLevel)
 
     # ---- encoding ------------------------------------------------------------------------------------
@@ -186,11 +181,9 @@ class Tokenizer:
             return [e.ids for e in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]
 
     def encode_words(self, texts: list[str]) -> tuple[list[list[int]], list[list[int | None]]]:
-        """Ids and word index of each token of each text, no special tokens or truncation (for whole-word masking).
-
-        Word indices come from the pre-tokenizer's split, so they mark words for any model kind, not only
-        WordPiece's "##" pieces. (encode_batch_fast is not used: it leaves word indices empty.)
-        """
+        """Ids and word index of each token of each text, no special tokens or truncation (for whole-word masking). Word
+        indices come from the pre-tokenizer's split, so they mark words for any model kind, not only WordPiece's "##"
+        pieces. (encode_batch_fast is not used: it leaves word indices empty.)"""
         with self._lock:
             encodings = self._backend.encode_batch(list(texts), add_special_tokens=False)
         return [e.ids for e in encodings], [e.word_ids for e in encodings]
