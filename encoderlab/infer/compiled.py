@@ -1,18 +1,13 @@
 """torch.compile for inference (`--compile`): each chain of small ops in the encoder fused into one C++ loop.
 
-In eager mode every elementwise step (int8 quantize and dequantize, bias, GELU, residual, LayerNorm, mask and
-softmax) is its own pass over memory and its own Python dispatch. At SST-2 lengths (about 25 tokens) those cost
-as much as the matmuls: in int8 MiniLM the int8 matmuls are 45% of the time, the rest is such passes.
-Inductor, torch.compile's default backend, fuses each chain into one generated loop.
-
-- Only the encoder is compiled, in place (`nn.Module.compile`), with dynamic batch and sequence axes, so that a
-  new length reuses the compiled code instead of compiling again.
-- The first call compiles: 10 to 40 s on 2 cores. Later processes reuse inductor's on-disk cache and start in a
-  few seconds. Worth it for a server or a large job, not for a handful of texts.
-- It needs a C++ compiler at run time; where compiling fails, loading stops with a ConfigError that says so.
-- Dynamo keeps at most 8 compiled variants of the encoder's code per process (`torch._dynamo.config.
-  recompile_limit`); models of other precisions or structures each take one, and past the limit dynamo warns
-  and runs the code eagerly. One or a few compiled pipelines per process are well inside it.
+In eager mode every elementwise step (int8 (de)quantize, bias, GELU, residual, LayerNorm, mask, softmax) is its
+own pass over memory and Python dispatch; at SST-2 lengths (~25 tokens) they cost as much as the matmuls (int8
+MiniLM: matmuls 45% of the time). Inductor fuses each chain into one generated loop.
+- Only the encoder is compiled, in place, with dynamic batch and sequence axes: a new length reuses the code.
+- The first call compiles (10 to 40 s on 2 cores); later processes reuse inductor's disk cache. It needs a C++
+  compiler at run time: where compiling fails, loading stops with a ConfigError that says so.
+- Dynamo keeps at most 8 compiled variants per process (`recompile_limit`), then warns and runs eagerly; one or a
+  few compiled pipelines per process are well inside it.
 """
 
 from __future__ import annotations

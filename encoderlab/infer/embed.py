@@ -1,10 +1,5 @@
-"""Sentence embeddings of a loaded encoder, and cosine similarity.
-
-Mean pooling over non-padding tokens followed by normalization is what sentence-transformers does for
-all-MiniLM-L6-v2 (its 1_Pooling/config.json: pooling_mode_mean_tokens; modules.json ends in Normalize), so the
-vectors match its `encode`. A folder's own choice is read by encoderlab.engine.settings; `pipeline("embed", folder)`
-follows it. Pooling, normalisation and batching are the engine's (encoderlab.engine), as for every other path.
-"""
+"""Sentence embeddings of a loaded encoder through the engine, and cosine similarity (mean pooling and
+normalization reproduce sentence-transformers' all-MiniLM-L6-v2 `encode`; a folder's own choice is in its settings)."""
 
 from __future__ import annotations
 
@@ -22,8 +17,7 @@ from encoderlab.tokenizer import Tokenizer
 
 
 def default_max_length(model_folder: Path | None, model: nn.Module) -> int:
-    """The sequence limit: the folder's (sentence_bert_config.json's max_seq_length, ...) if it has one, else the
-    model's."""
+    """The sequence limit: the folder's (sentence_bert_config.json's max_seq_length, ...), else the model's."""
     limit = model.config.max_position_embeddings
     return min(limit, (settings(model_folder).max_length or limit) if model_folder else limit)
 

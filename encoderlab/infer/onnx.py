@@ -1,27 +1,16 @@
 """ONNX export of encoders and fine-tuned task models, int8 dynamic quantization, and an onnxruntime runner.
 
-What an exported file computes from input_ids, attention_mask, token_type_ids (int64, each (B, T), both axes dynamic):
+An exported file takes input_ids, attention_mask, token_type_ids (int64 (B, T), both axes dynamic) and gives: a
+checkpoint's last_hidden_state (B, T, H) and pooled (B, H) with a pooler (with kind="mlm", logits (B, T, V)); a
+fine-tuned folder's logits: classify (B, L), ner (B, T, L), qa start_logits and end_logits (B, T); an embed folder's as
+a checkpoint. Beside FILE.onnx go FILE.onnx.json (task, labels, output names, max_length, pooling, task.json) and the
+tokenizer files, so the folder runs on its own: `OnnxRunner(FILE.onnx)`.
 
-| source                                   | outputs                                                        |
-|------------------------------------------|----------------------------------------------------------------|
-| checkpoint folder or alias (`minilm`)    | last_hidden_state (B, T, H), and pooled (B, H) with a pooler   |
-| the same with kind="mlm"                 | logits (B, T, V)                                               |
-| fine-tuned classify folder               | logits (B, L)                                                  |
-| fine-tuned ner folder                    | logits (B, T, L)                                               |
-| fine-tuned qa folder                     | start_logits, end_logits (B, T)                                |
-| fine-tuned embed folder                  | as a checkpoint; the sidecar names its pooling                 |
-
-Beside FILE.onnx go FILE.onnx.json (task, labels, output names, max_length, pooling, the folder's task.json) and
-the tokenizer files, so that folder runs on its own: `OnnxRunner(FILE.onnx)`.
-
-Exporter: the TorchScript one (`dynamo=False`). On torch 2.13 both exporters give a correct graph for these
-models with dynamic batch and sequence axes (MiniLM, 32 x 40 batch with padding: max |diff| 3e-6 TorchScript,
-4e-6 dynamo), but the dynamo one needs the extra package onnxscript, took 8 s instead of 3 s to export MiniLM,
-and its graph ran ~15% slower in onnxruntime. TorchScript export is deprecated since torch 2.9; moving means
-`dynamo=True` and `dynamic_shapes` with `Dim("sequence", max=max_position_embeddings)` instead of `dynamic_axes`.
-F.scaled_dot_product_attention with our boolean (B, 1, 1, T) mask exports as it is (opset >= 14:
-Where(mask, 0, -inf) + Softmax, all-masked rows zeroed), so the model code needs no export-only path.
-"""
+Exporter: TorchScript (`dynamo=False`). On torch 2.13 both give a correct graph with dynamic axes (MiniLM 32 x 40 with
+padding: max |diff| 3e-6, dynamo 4e-6), but dynamo needs onnxscript, took 8 s against 3 s and its graph ran ~15% slower
+in onnxruntime. TorchScript export is deprecated since torch 2.9; moving means `dynamo=True` and `dynamic_shapes` with
+`Dim("sequence", max=max_position_embeddings)`. SDPA with our boolean mask exports as it is (opset >= 14: Where(mask, 0,
+-inf) + Softmax), so the model code needs no export-only path."""
 
 from __future__ import annotations
 
@@ -40,7 +29,7 @@ from torch import nn
 from encoderlab.checkpoint import load_model, read_task_info, resolve_model_path, settings
 from encoderlab.engine import Engine, Output, check_texts, sentence_vectors
 from encoderlab.errors import CheckpointError, ConfigError, InputError
-from encoderlab.io import atomic_write, atomic_write_text
+from encoderlab.io import atomic_write, atomic_write_text, read_json_file
 from encoderlab.nn import model as kinds
 from encoderlab.nn.bilstm import BiLSTMClassifier
 from encoderlab.tokenizer import Tokenizer
@@ -152,11 +141,9 @@ def _write_graph(module: nn.Module, fields: dict, vocab_size: int, path: Path, o
 
 def _quantize(src: Path, dst: Path) -> None:
     """Dynamic int8 quantization: MatMul weights and the embedding tables (Gather) to int8, activations at run time.
-
-    Per-channel weight scales: on MiniLM and 64 SST-2 dev sentences, one scale per tensor gave a mean embedding
-    cosine of 0.957 to fp32, one per output channel 0.992. ORT's shape-inference pre-processing is skipped:
-    it fails on this graph ("Incomplete symbolic shape inference") and dynamic quantization does not need it.
-    """
+    Per-channel weight scales: on MiniLM and 64 SST-2 dev sentences, one scale per tensor gave a mean embedding cosine
+    of 0.957 to fp32, one per output channel 0.992. ORT's shape-inference pre-processing is skipped: it fails on this
+    graph ("Incomplete symbolic shape inference") and dynamic quantization does not need it."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     disabled = logging.root.manager.disable
@@ -191,11 +178,8 @@ def _copy_tokenizer(folder: Path, dest: Path) -> bool:
 
 def export_onnx(model_name_or_path: str | os.PathLike, out_path: str | os.PathLike, int8: bool = False,
                 kind: str = "base", opset: int = DEFAULT_OPSET) -> dict:
-    """Export a checkpoint, alias or fine-tuned folder to ONNX (int8 if asked), plus sidecar and tokenizer.
-
-    Every file is written atomically. Returns what was written: paths, sizes, outputs, and (fp32) the largest
-    |torch - onnxruntime| difference on a batch of a shape the export did not see.
-    """
+    """Export a checkpoint, alias or fine-tuned folder to ONNX (int8 if asked), plus sidecar and tokenizer, each file
+    atomically; what was written: paths, sizes, outputs and (fp32) the largest |torch - onnxruntime| difference."""
     out = Path(out_path)
     if out.suffix != ".onnx" or out.is_dir():
         raise ConfigError(f"{out}: expected a file name ending in .onnx")
@@ -286,9 +270,4 @@ class OnnxRunner:
 def _read_sidecar(path: Path) -> dict:
     """FILE.onnx.json, or {} when the file was exported elsewhere."""
     sidecar = sidecar_path(path)
-    if not sidecar.is_file():
-        return {}
-    try:
-        return json.loads(sidecar.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{sidecar}: not valid UTF-8 JSON ({err})") from None
+    return read_json_file(sidecar) if sidecar.is_file() else {}
