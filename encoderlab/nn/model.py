@@ -329,14 +329,16 @@ class SpanExtractor(Model):
         """labels (B, 2): the answer's start and end token; one outside the window carries no loss."""
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         logits = self.qa_outputs(hidden.last_hidden_state)  # (B, T, 2)
-        return ModelOutput(logits, hidden, {} if labels is None else {"qa": lambda: _span_loss(logits, labels)})
+        return ModelOutput(logits, hidden, {} if labels is None else {"qa": lambda: span_loss(logits, labels)})
 
 
-def _span_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean of the start and end cross-entropies; positions past the window are ignored, as in transformers."""
+def span_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Half the start and end cross-entropies of logits (B, T, 2) for positions (B, 2) (BERT paper, section 4.2);
+    positions past the window are ignored, as in transformers."""
     T = logits.shape[1]
     positions = labels.clamp(0, T)  # (B, 2)
-    return sum(F.cross_entropy(logits[..., i].float(), positions[:, i], ignore_index=T) for i in (0, 1)) / 2
+    return sum(F.cross_entropy(logits[..., i].float(), positions[:, i], ignore_index=T, reduction=reduction)
+               for i in (0, 1)) / 2
 
 
 # checkpoint.load_model builds these kinds by name; they are registered there (checkpoint sits below nn).

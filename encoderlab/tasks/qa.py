@@ -1,16 +1,12 @@
 """Extractive question answering (SQuAD v1.1 / v2.0): start and end logits over the context tokens.
 
-Each question is paired with windows of its context as the tokenizer lays out a pair: `[CLS] question [SEP]
-window [SEP]` (RoBERTa's BPE: `<s> question </s></s> window </s>`, one token type), windows of max_length
-tokens that overlap by doc_stride tokens (transformers' `stride` meaning), so an answer near a window's edge
-is whole in a neighbour. A training window whose answer is not wholly inside it (and every window of an
-unanswerable question) points at the first token, [CLS] or <s>, as in the BERT paper (section 4.3).
-
-Decoding (BERT's run_squad.py): in every window take the n_best highest start and end logits over context
-tokens, keep pairs with start <= end and at most max_answer_length tokens, score start + end logit; the best
-over all windows is mapped back to characters through the token offsets. When the model learned
-unanswerable questions (SQuAD 2.0 training data), the answer is "" if the [CLS] score (its lowest over the
-windows) beats the best span.
+Each question is paired with windows of its context as the tokenizer lays out a pair (`[CLS] question [SEP] window
+[SEP]`), max_length tokens overlapping by doc_stride (transformers' `stride`), so an answer near an edge is whole in a
+neighbour. A training window without the whole answer (and every window of an unanswerable question) points at the
+first token, as in the BERT paper (section 4.3). Decoding (BERT's run_squad.py): per window the n_best start and end
+logits over context tokens, pairs with start <= end and at most max_answer_length tokens, scored start + end; the best
+over all windows is mapped back to characters through the offsets. A model that learned unanswerable questions
+answers "" when the [CLS] score (its lowest over the windows) beats the best span.
 """
 
 from __future__ import annotations
@@ -23,11 +19,11 @@ from typing import Any
 import numpy as np
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import ConfigError
 from encoderlab.engine import Encoded, Engine, encode, forward
+from encoderlab.nn.model import span_loss
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import squad_metrics
 from encoderlab.tasks.readers import QAExample
@@ -75,12 +71,6 @@ def answer_tokens(spans: list[tuple[int, int] | None], char_start: int, char_end
     start = next(i for i in inside if spans[i][1] > char_start)
     end = next(i for i in reversed(inside) if spans[i][0] < char_end)
     return (start, end) if start <= end else None
-
-
-def span_loss(start: torch.Tensor, end: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
-    """Half the summed cross-entropies of start and end logits (B, T) for the gold positions (B,) (BERT, 4.2)."""
-    return (F.cross_entropy(start.float(), starts, reduction="sum")
-            + F.cross_entropy(end.float(), ends, reduction="sum")) / 2
 
 
 class QATask(Task):
@@ -146,8 +136,8 @@ class QATask(Task):
         return batch
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        return span_loss(out.start_logits, out.end_logits, batch["start"], batch["end"])  # (B, T) each
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, T, 2)
+        return span_loss(logits, torch.stack([batch["start"], batch["end"]], dim=1), reduction="sum")
 
     def predict(self, model: nn.Module, examples: list[QAExample]) -> list[str]:
         """The answer text of each question ("" for no answer when null answers were learned)."""
