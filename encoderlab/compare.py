@@ -143,11 +143,6 @@ def sorted_batches(inputs: Sequence[list[int]], batch_size: int, pad_id: int) ->
     return [{"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]} for b in batches]
 
 
-def build_model(preset: str) -> EncoderModel:
-    """A randomly initialized `EncoderModel` of a preset, in eval mode."""
-    return EncoderModel(EncoderConfig.from_preset(preset)).eval()
-
-
 def embedding_parameters(model: EncoderModel) -> int:
     """Parameters of the input embedding tables and their norm (`model.encoder.embeddings`)."""
     return sum(p.numel() for p in model.encoder.embeddings.parameters())
@@ -173,11 +168,12 @@ class _Subject:
 
 
 def _prepare(presets: Sequence[str], settings: Settings) -> tuple[list[_Subject], list[list[int]]]:
-    """Build each model and its batches from one shared set of token ids; return them and the ids."""
+    """Each model (random weights, eval mode) with its batches of one shared set of token ids; and the ids."""
     configs = [EncoderConfig.from_preset(name) for name in presets]
     inputs = sample_inputs(configs, settings.sequences, settings.seed)
-    subjects = [_Subject(name, build_model(name), sorted_batches(inputs, settings.batch_size, config.pad_token_id),
-                         [], []) for name, config in zip(presets, configs)]
+    subjects = [_Subject(name, EncoderModel(config).eval(),
+                         sorted_batches(inputs, settings.batch_size, config.pad_token_id), [], [])
+                for name, config in zip(presets, configs)]
     return subjects, inputs
 
 
@@ -258,10 +254,8 @@ def _relative(row: Row, reference: Row) -> Row:
 
 # ---- SST-2 accuracy from bench results --------------------------------------------------------------
 def sst2_accuracies(files: Sequence[str | Path] | None = None) -> dict[str, dict[str, Any]]:
-    """Preset name -> {"sst2_accuracy", "sst2_source"} from bench result files (default: bench/results/*.json). A result
-    counts when its task key is `sst2` or starts with `sst2-` and its `preset` or `model` field names the preset
-    (bench/finetune.py writes `model`). Explicit files come first; by default full runs are read before `*_quick.json`
-    ones, and the first match wins."""
+    """Preset name -> {"sst2_accuracy", "sst2_source"} from bench result files (default: bench/results/*.json), their
+    `sst2` or `sst2-*` records whose `preset` or `model` names it; the first match wins, full runs before quick ones."""
     if files is None:
         found = sorted(RESULTS.glob("*.json")) if RESULTS.is_dir() else []
         paths = sorted(found, key=lambda path: path.stem.endswith("_quick"))
