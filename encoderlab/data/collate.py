@@ -1,11 +1,9 @@
 """MaskingCollator: pad examples into a batch and mask it for MLM, with fresh masks on every call.
 
-BERT's recipe (Devlin et al., 2019, section 3.1 and appendix A.1): choose mlm_probability of the tokens;
-of those, 80% become [MASK], 10% a random token, 10% stay unchanged; predict the originals. Each token is
-chosen independently (as transformers' DataCollatorForLanguageModeling), so the rate holds in expectation.
-With whole_word, a word is chosen as a unit: every word is drawn with probability mlm_probability and all
-its tokens are masked (BERT's whole-word-masking release); the 80/10/10 choice stays per token, as there.
-Words come from the word-start flags that prepare stores, not from a "##" spelling.
+BERT's recipe (Devlin et al., 2019, section 3.1, appendix A.1): of the mlm_probability chosen tokens, 80% become
+[MASK], 10% a random token, 10% stay; predict the originals. Tokens are chosen independently (as transformers'
+DataCollatorForLanguageModeling). With whole_word, each word is drawn as a unit and all its tokens masked (BERT's
+whole-word-masking release), the 80/10/10 choice per token; words come from prepare's word-start flags.
 """
 
 from __future__ import annotations

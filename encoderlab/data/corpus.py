@@ -1,10 +1,9 @@
 """Raw-text corpora as a stream of documents: plain text, JSONL, WikiExtractor output, each optionally gzipped.
 
-A document is a list of paragraphs (non-blank lines, trailing whitespace removed). The format is detected
-per file: gzip from its magic bytes; JSONL from a .jsonl/.ndjson/.json name or a first line that is a JSON
-object with "text"; WikiExtractor from a first line `<doc ...>`; anything else is plain text with documents
-separated by blank lines (the format of BERT's sample_text.txt). Files are read line by line in binary and
-decoded strictly, so memory stays flat and a bad byte is reported with its line.
+A document is a list of paragraphs (non-blank lines, right-stripped). The format is detected per file: gzip by its
+magic bytes; JSONL by a .jsonl/.ndjson/.json name or a first line that is a JSON object with "text"; WikiExtractor
+by a first line `<doc ...>`; else plain text, documents separated by blank lines (BERT's sample_text.txt). Files are
+read line by line and decoded strictly: memory stays flat and a bad byte is reported with its line.
 """
 
 from __future__ import annotations

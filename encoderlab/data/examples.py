@@ -1,21 +1,20 @@
 """Pretraining examples from token shards, deterministic in (seed, epoch, index) so a run resumes exactly.
 
-Three objectives share one layout, `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` (the tokenizer's own special
-tokens and pair middle: RoBERTa's is `<s> A </s></s> B </s>`, all type 0), and never cross a document:
-- "mlm": whole sentences of one document packed up to max_length, a long sentence cut into pieces; no B.
-  This is RoBERTa's DOC-SENTENCES input (Liu et al., 2019, section 4.2). The packing is the same every
-  epoch; only the order changes.
-- "nsp": BERT's segment pairs, after create_instances_from_document in google-research/bert
-  create_pretraining_data.py: sentences are gathered up to a target length (max_length - 3, or with
-  probability short_seq_prob a uniform length in [2, max_length - 3]); A is a random prefix of them; B is
-  the rest (label 0) or, half the time and always when there is a single sentence, a span from a random
-  other document (label 1), whose unused sentences go back to the pool; the longer of A and B is then
-  trimmed one token at a time from a random end. One departure: the short target is drawn for every
-  example rather than once per document, so short_seq_prob is the rate per example. Pairs are redrawn
-  each epoch, as BERT's dupe_factor copies are.
-- "sop": ALBERT's sentence-order prediction (Lan et al., 2019, section 3.1): the same chunks, B always the
-  true continuation, A and B swapped half the time (label 1 = swapped). A single-sentence chunk is cut at a
-  random token so it still makes a pair.
+Three objectives share one layout, `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` (the tokenizer's own special tokens and
+pair middle: RoBERTa's is `<s> A </s></s> B </s>`, all type 0), and never cross a document:
+- "mlm": whole sentences of one document packed up to max_length, a long sentence cut into pieces; no B. This is
+  RoBERTa's DOC-SENTENCES input (Liu et al., 2019, section 4.2). The packing is the same every epoch; only the order
+  changes.
+- "nsp": BERT's segment pairs, after create_instances_from_document in google-research/bert create_pretraining_data.py:
+  sentences are gathered up to a target length (max_length - 3, or with probability short_seq_prob a uniform length in
+  [2, max_length - 3]); A is a random prefix of them; B is the rest (label 0) or, half the time and always when there is
+  a single sentence, a span from a random other document (label 1), whose unused sentences go back to the pool; the
+  longer of A and B is then trimmed one token at a time from a random end. One departure: the short target is drawn for
+  every example rather than once per document, so short_seq_prob is the rate per example. Pairs are redrawn each epoch,
+  as BERT's dupe_factor copies are.
+- "sop": ALBERT's sentence-order prediction (Lan et al., 2019, section 3.1): the same chunks, B always the true
+  continuation, A and B swapped half the time (label 1 = swapped). A single-sentence chunk is cut at a random token so
+  it still makes a pair.
 """
 
 from __future__ import annotations
@@ -49,11 +48,9 @@ class Example:
 
 
 class PretrainingExamples:
-    """The examples of one split for an objective ("mlm" | "nsp" | "sop"), shuffled anew every epoch.
-
-    The plan of an epoch (example spans and labels, ~33 bytes per example) is built on first use and the
-    last two epochs' plans are cached; build it before forking DataLoader workers so they share it.
-    """
+    """The examples of one split for an objective ("mlm" | "nsp" | "sop"), shuffled anew every epoch. The plan of an
+    epoch (example spans and labels, ~33 bytes per example) is built on first use and the last two epochs' plans are
+    cached; build it before forking DataLoader workers so they share it."""
 
     def __init__(self, shards: TokenShards, objective: str, max_length: int, seed: int, short_seq_prob: float = 0.1):
         if objective not in OBJECTIVES:
@@ -122,8 +119,7 @@ class PretrainingExamples:
 
     def _fill(self, input_ids: np.ndarray, word_starts: np.ndarray, at: int, shard: int, start: int,
               length: int) -> None:
-        """Copy a span of tokens and word starts; its first token starts a word (it may be mid-word after
-        trimming), so no word spans two segments."""
+        """Copy a span of tokens and word starts; its first token starts a word, so no word spans two segments."""
         source = self.shards.shards[shard]
         input_ids[at:at + length] = source.tokens[start:start + length]
         word_starts[at:at + length] = source.word_starts[start:start + length]
@@ -203,9 +199,7 @@ class _PairMaker:
     def target_length(self) -> int:
         """max_tokens, or with probability short_seq_prob a uniform length in [2, max_tokens]: pretraining
         on some short sequences narrows the gap to short fine-tuning inputs (BERT's comment on this)."""
-        if self.rng.random() < self.short_seq_prob:
-            return self.rng.randint(2, self.max_tokens)
-        return self.max_tokens
+        return self.rng.randint(2, self.max_tokens) if self.rng.random() < self.short_seq_prob else self.max_tokens
 
     def document(self, shard: int, document: int, ends: list[int]) -> None:
         """Add the pairs of one document; `ends` are its k+1 sentence token offsets."""
@@ -231,8 +225,7 @@ class _PairMaker:
             i += 1
 
     def random_span(self, document: int, target_b: int) -> tuple[int, int, int]:
-        """Whole sentences of a random other document from a random one on, until target_b tokens (at least
-        one sentence)."""
+        """Sentences of a random other document from a random one on, up to target_b tokens (one at least)."""
         other = self.rng.randrange(self.shards.num_documents - 1)
         other += other >= document  # uniform over the other documents, no retry loop
         shard = self.document_shard[other]

@@ -1,13 +1,10 @@
 """`prepare`: a raw-text corpus to memory-mapped token shards with sentence, document and word boundaries.
 
-The main process reads and parses the files (cheap) and cuts the documents into chunks of about a megabyte;
-worker processes split sentences and tokenize (the expensive part, Rust batch encoding); results come back
-in submission order and are appended to the shards, so the output does not depend on the worker count. At
-most two chunks per worker are in flight, so memory stays flat however large the corpus is.
-
-Held-out documents are chosen by a hash of their text: a document goes to "valid" when its hash, read as a
-number in [0, 1), falls below a threshold. The choice is deterministic, needs no second pass for a fraction,
-and sends duplicated documents to the same side, so valid never repeats a training document verbatim.
+The main process parses the files (cheap) and cuts the documents into ~1 MB chunks; workers split sentences and
+tokenize (the expensive part); results are appended in submission order, so the output does not depend on the
+worker count, and at most two chunks per worker are in flight, so memory stays flat.
+Held-out documents are chosen by a hash of their text falling below a threshold: deterministic, one pass, and
+duplicated documents land on the same side, so valid never repeats a training document verbatim.
 """
 
 from __future__ import annotations
@@ -42,11 +39,8 @@ _OUTPUTS = ("meta.json", "train", "valid", "tokenizer")  # what prepare writes, 
 def prepare(corpus: list[str | os.PathLike], tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike,
             holdout: float = 0.0, workers: int | None = None, shard_tokens: int = DEFAULT_SHARD_TOKENS,
             progress: bool | None = None) -> dict:
-    """Tokenize the corpus into out_dir (train split, and valid when holdout > 0); return the statistics.
-
-    holdout: a fraction (< 1) of documents, or a number (>= 1) of documents, held out as "valid".
-    workers: processes that tokenize (default: every core); 1 tokenizes in this process.
-    """
+    """Tokenize the corpus into out_dir's train split, and the valid one for holdout (a fraction < 1 or a number of
+    documents); workers: processes (default: every core; 1 tokenizes here). Returns the statistics."""
     started = time.perf_counter()
     files = corpus_files(corpus)
     workers = _check_options(holdout, workers, shard_tokens)
@@ -202,8 +196,7 @@ class DocumentEncoder:
 
 
 def _word_starts(word_ids: list[list[int | None]], lengths: np.ndarray) -> np.ndarray:
-    """(N,) bool: a token starts a word when its word index differs from the previous token's, or it
-    starts a sentence (indices restart at 0 in each sentence)."""
+    """(N,) bool: a token starts a word when its word index differs from the previous token's, or starts a sentence."""
     total = int(lengths.sum())
     try:
         words = np.fromiter(itertools.chain.from_iterable(word_ids), np.int64, total)
@@ -216,8 +209,7 @@ def _word_starts(word_ids: list[list[int | None]], lengths: np.ndarray) -> np.nd
 
 
 def _drop_empty_sentences(docs: EncodedDocuments) -> EncodedDocuments:
-    """Remove sentences that became zero tokens (only characters the normalizer deletes), and any document
-    left without sentences."""
+    """Without sentences of zero tokens (only characters the normalizer deletes) and documents left empty."""
     kept = docs.sentence_lengths > 0
     if kept.all():
         return docs

@@ -1,10 +1,8 @@
-"""A small rule-based sentence splitter for paragraphs of English-like text.
-
-The rule is the core of the Moses `split-sentences.perl` heuristic (Koehn et al., 2007): a sentence ends
-at `.`, `!` or `?` (optionally followed by closing quotes or brackets) when whitespace and then an
-uppercase letter, digit or opening quote follow, unless the word before the period is a single capital
-(an initial, "J. R. R.") or a common abbreviation ("Dr.", "e.g."). It errs toward fewer splits, which only
-makes some segments longer; BERT's segment pairs need plausible sentence boundaries, not perfect ones.
+"""A small rule-based sentence splitter for paragraphs of English-like text: the core of the Moses
+`split-sentences.perl` heuristic (Koehn et al., 2007). A sentence ends at `.`, `!` or `?` (and closing quotes or
+brackets) followed by whitespace and an uppercase letter, digit or opening quote, unless the word before the period is
+a single capital ("J. R. R.") or a common abbreviation ("Dr."). It errs toward fewer splits: BERT's segment pairs
+need plausible sentence boundaries, not perfect ones.
 """
 
 from __future__ import annotations

@@ -145,12 +145,8 @@ class Shard:
 
 
 def write_meta(folder: Path, dtype: np.dtype, tokenizer_ids: dict, shards: dict[str, list[dict]], **extra) -> None:
-    """meta.json, written last and atomically: its presence means the shards are complete.
-
-    tokenizer_ids: vocab_size, pad_id, unk_id, cls_id, sep_id, mask_id, special_ids, pair_middle_ids,
-    pair_b_type_id (what readers need).
-    shards: split -> the list ShardWriter.close returned.
-    """
+    """meta.json, written last and atomically: its presence means the shards are complete. tokenizer_ids: the
+    special and pair ids readers need; shards: split -> the list ShardWriter.close returned."""
     splits = {split: {"shards": items, **{key: sum(s[key] for s in items) for key in ("documents", "sentences",
                                                                                       "tokens")}}
               for split, items in shards.items()}

@@ -1,8 +1,5 @@
-"""Train a tokenizer on a raw corpus in any format `corpus.py` reads, streaming its documents to the trainer.
-
-The trainer sees paragraphs, never the files' markup: WikiExtractor's `<doc ...>` tags and JSONL keys would
-otherwise become vocabulary entries.
-"""
+"""Train a tokenizer on a raw corpus in any format `corpus.py` reads, streaming its paragraphs to the trainer (never
+the files' markup: WikiExtractor's `<doc ...>` tags and JSONL keys would become vocabulary entries)."""
 
 from __future__ import annotations
 
@@ -32,8 +29,8 @@ def corpus_paragraphs(corpus: list[str | os.PathLike], progress: bool = False) -
 def train_tokenizer(corpus: list[str | os.PathLike], kind: str = "wordpiece", vocab_size: int = 30522,
                     out_dir: str | os.PathLike | None = None, lowercase: bool | None = None,
                     min_frequency: int = 2, progress: bool = False) -> Tokenizer:
-    """Train a `kind` ("wordpiece" | "bpe" | "unigram") vocabulary of at most vocab_size tokens on the corpus;
-    save it to out_dir when given. lowercase=None: the kind's default (uncased BERT/ALBERT, cased RoBERTa)."""
+    """Train a `kind` vocabulary of at most vocab_size tokens on the corpus, saved to out_dir when given; lowercase
+    None: the kind's default (uncased BERT/ALBERT, cased RoBERTa)."""
     counter = _Counter(corpus_paragraphs(corpus, progress))
     tokenizer = Tokenizer.train_from_iterator(kind, counter, vocab_size, lowercase=lowercase,
                                               min_frequency=min_frequency, show_progress=progress)
