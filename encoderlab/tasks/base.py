@@ -1,9 +1,5 @@
-"""What every task provides to the one training loop, and the helpers they share.
-
-A task turns examples into features (token ids and targets, unpadded), features into padded batches, a
-batch into a summed loss and its counts, and examples into predictions and metrics. Its objective
-(encoderlab.tasks.objective) gives the loop (encoderlab.train.loop) nothing else.
-"""
+"""What every task gives the one training loop, and the helpers they share: examples -> features (unpadded token
+ids and targets) -> padded batches -> a summed loss and its counts; examples -> predictions and metrics."""
 
 from __future__ import annotations
 
@@ -23,11 +19,8 @@ log = logging.getLogger(__name__)
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator,
                            group: int = 50) -> list[list[int]]:
-    """Random batches of similar length: shuffle, sort within groups of `group` batches, shuffle the batches.
-
-    Little compute goes to padding, and every epoch still sees the data in a new random order.
-    group=1 gives plain random batches.
-    """
+    """Random batches of similar length (little padding, a new order every epoch): shuffle, sort within groups of
+    `group` batches (1: plain random batches), shuffle the batches."""
     order = torch.randperm(len(lengths), generator=generator).tolist()
     batches = []
     span = batch_size * max(group, 1)

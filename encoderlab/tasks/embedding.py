@@ -1,15 +1,11 @@
-"""Sentence embeddings: a bi-encoder trained on pairs, scored by cosine similarity.
-
-Losses (sentence-transformers' names):
-- mnrl: MultipleNegativesRanking (Henderson et al. 2017, arXiv:1705.00652): for (anchor, positive[, negative])
-  rows, each anchor must pick its positive among every positive and negative of the batch; cross-entropy
-  over cosine similarities times `scale` (20).
-- cosent: for pairs with a gold score (Su 2022, "CoSENT"): log(1 + sum over pairs i, j with score_i > score_j
-  of exp(scale * (cos_j - cos_i))); only the order of the scores matters, so any scale of score works.
+"""Sentence embeddings: a bi-encoder trained on pairs, scored by cosine similarity. Losses (sentence-transformers'):
+- mnrl: MultipleNegativesRanking (Henderson et al. 2017, arXiv:1705.00652): each anchor of (anchor, positive[,
+  negative]) rows must pick its positive among every text of the batch; cross-entropy over cosines times `scale`.
+- cosent: for pairs with a gold score (Su 2022, "CoSENT"): log(1 + sum over score_i > score_j of exp(scale *
+  (cos_j - cos_i))); only the order of the scores matters.
 - cosine: mean squared error between the cosine and the score divided by the training data's largest score.
-
-Evaluation: with gold scores, Pearson and Spearman of the pairs' cosines (the STS benchmark protocol);
-without, retrieval of each pair's second text among all second texts (recall@1 and MRR).
+Evaluation: with gold scores, Pearson and Spearman of the cosines (the STS benchmark protocol); without, retrieval
+of each pair's second text among all second texts (recall@1 and MRR).
 """
 
 from __future__ import annotations
@@ -45,10 +41,8 @@ def cosent_loss(cosines: torch.Tensor, scores: torch.Tensor, scale: float) -> to
 
 def embedding_loss(name: str, vectors: list[torch.Tensor], labels: torch.Tensor, scale: float,
                    score_max: float | None) -> torch.Tensor:
-    """The batch's loss times its pairs: vectors (B, H) per text column, labels (B,) gold scores.
-
-    mnrl and cosent compare the pairs of the batch with each other, so the batch is their unit: their mean loss
-    times B is what a sum over the pairs would be (the loop divides by the step's pairs)."""
+    """The batch's loss times its pairs (the loop divides by the step's pairs): vectors (B, H) per text column, labels
+    (B,) gold scores. mnrl and cosent compare the batch's pairs with each other: their unit is the batch."""
     vectors = [v.float() for v in vectors]
     if name == "mnrl":
         return mnrl_loss(vectors[0], torch.cat(vectors[1:]), scale) * len(labels)

@@ -1,7 +1,6 @@
 """Fine-tune a model on a task (one run per seed, the best checkpoint kept) and score a fine-tuned model.
 
-What `encoderlab finetune` and `encoderlab evaluate` run, with typed arguments: the CLI only parses them.
-"""
+What `encoderlab finetune` and `encoderlab evaluate` run, with typed arguments: the CLI only parses them."""
 
 from __future__ import annotations
 

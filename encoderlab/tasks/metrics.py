@@ -1,10 +1,8 @@
 """Evaluation metrics: classification (scikit-learn), correlation (scipy), entities (seqeval), SQuAD EM/F1.
 
-SQuAD exact match and F1 follow the official evaluation script, evaluate-v1.1.py
-(https://rajpurkar.github.io/SQuAD-explorer/, also used unchanged for the answerable part of v2.0):
-answers are lowercased, stripped of punctuation and of the articles a/an/the, and whitespace-collapsed;
-F1 counts shared tokens; a prediction scores the best over the gold answers; totals are percentages.
-For SQuAD 2.0 an unanswerable question's gold answer is the empty string (evaluate-v2.0.py).
+SQuAD EM and F1 follow the official evaluate-v1.1.py (https://rajpurkar.github.io/SQuAD-explorer/): answers are
+lowercased, stripped of punctuation and the articles a/an/the, and whitespace-collapsed; F1 counts shared tokens;
+the best over the gold answers counts; totals are percentages. Unanswerable questions have gold "" (v2.0).
 """
 
 from __future__ import annotations
@@ -78,10 +76,8 @@ def token_f1(prediction: str, truth: str) -> float:
 
 
 def squad_metrics(predictions: dict[str, str], gold: dict[str, list[str]]) -> dict[str, float]:
-    """exact_match and f1 in percent over the gold questions, each the best over that question's answers.
-
-    A question without a prediction scores 0; unanswerable questions have gold [""].
-    """
+    """exact_match and f1 in percent over the gold questions, each the best over that question's answers. A question
+    without a prediction scores 0; unanswerable questions have gold [""]."""
     em = f1 = 0.0
     for qid, truths in gold.items():
         truths = truths or [""]

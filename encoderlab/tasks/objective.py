@@ -1,16 +1,12 @@
 """Fine-tuning as an objective of the one training loop (encoderlab.train.loop).
 
-The standard recipe (Devlin et al. 2019, section 4 and appendix A.3; the defaults of transformers' Trainer):
-AdamW (betas 0.9/0.999, eps 1e-8) with weight decay 0.01 except on biases and LayerNorm weights, the peak
-learning rate reached linearly over the first 10% of steps and then decayed linearly to 0, gradients clipped
-to norm 1. After each epoch (or every `eval_every` steps) the loop's evaluation hook scores the model on the
-eval set and saves it when its metric is the best so far, so the folder always holds the best checkpoint.
-
-Like pretraining, a run gets gradient accumulation, bf16 autocast, DDP under torchrun and an exactly resumable
-state in RUN/checkpoints. A task's loss is a sum over the micro-batch divided by the count of the whole step
-(sequences; labelled tokens for NER), so k micro-batches or k ranks give the gradient of one batch. The
-contrastive embedding losses (mnrl, cosent) compare the texts of one micro-batch with each other: each
-micro-batch's loss is weighted by its share of the step's pairs, and its texts are the negatives.
+The standard recipe (Devlin et al. 2019, section 4 and appendix A.3; transformers' Trainer defaults): AdamW (betas
+0.9/0.999, eps 1e-8), weight decay 0.01 except on biases and LayerNorm weights, linear warmup over 10% of steps then
+linear decay to 0, gradients clipped to norm 1. After each epoch (or every `eval_every` steps) the model is scored
+on the eval set and saved when its metric is the best so far, so the folder always holds the best checkpoint.
+A task's loss is a sum over the micro-batch divided by the count of the whole step (sequences; labelled tokens for
+NER), so micro-batches and ranks give the gradient of one batch. The contrastive embedding losses (mnrl, cosent)
+compare the texts of one micro-batch: its loss is weighted by its share of the step's pairs.
 """
 
 from __future__ import annotations
@@ -120,10 +116,9 @@ class TaskObjective(Objective):
 
 
 class FeatureBatches:
-    """The loop's data (encoderlab.train.loop.StepData): each epoch the features in a new order of batches
-    (of similar length unless the task says otherwise) from one generator seeded once; step n's batch is split
-    into grad_accum pieces per rank. A resumed run replays the orders of the epochs before its step (a
-    permutation per epoch, cheap), so it sees the batches an uninterrupted run sees."""
+    """The loop's StepData: each epoch the features in a new order of batches (of similar length unless the task says
+    otherwise) from one generator seeded once, a step's batch split into grad_accum pieces per rank. A resumed run
+    replays the orders of the epochs before its step (cheap), so it sees the batches an uninterrupted run sees."""
 
     def __init__(self, task: Task, features: list[dict[str, Any]], batch_size: int, seed: int) -> None:
         self.task, self.features, self.batch_size, self.seed = task, features, batch_size, seed
@@ -163,13 +158,11 @@ def train(model: nn.Module, task: Task, features: list[dict[str, Any]], options:
           evaluate: Callable[[nn.Module], dict[str, float]] | None = None, metric: str | None = None,
           save: Callable[[nn.Module], None] | None = None, on_eval: Callable[[RunResult], None] | None = None,
           run_dir: Path | None = None, resume: bool = False) -> RunResult:
-    """Fine-tune `model` on `features`; evaluate and keep the best by `metric` (higher is better).
-
-    Without `evaluate`, the model is saved once, at the end. With `run_dir`, metrics.csv and a resumable
-    training state are kept there (after each epoch, every options.save_every steps, and on Ctrl-C, which then
-    raises KeyboardInterrupt); `resume` continues from it to the result an uninterrupted run gives. Under
-    torchrun each rank trains its share of every batch; rank 0 evaluates and saves.
-    """
+    """Fine-tune `model` on `features`; evaluate and keep the best by `metric` (higher is better). Without `evaluate`,
+    the model is saved once, at the end. With `run_dir`, metrics.csv and a resumable training state are kept there
+    (after each epoch, every options.save_every steps, and on Ctrl-C, which then raises KeyboardInterrupt); `resume`
+    continues from it to the result an uninterrupted run gives. Under torchrun each rank trains its share of every
+    batch; rank 0 evaluates and saves."""
     options.validate()
     if not features:
         raise ConfigError("no training features")

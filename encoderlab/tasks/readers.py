@@ -1,13 +1,9 @@
 """Readers for fine-tuning data: GLUE-style TSV/CSV, JSONL, CoNLL column files, SQuAD v1.1/v2.0 JSON.
 
-Every reader is strict: a malformed row raises InputError naming the file and line (or the SQuAD question
-id), bytes that are not UTF-8 name their line, and nothing is dropped silently. A UTF-8 byte-order mark is
-accepted everywhere.
-
-Quoting. A .csv file follows RFC 4180 (quoted fields may hold commas, doubled quotes and newlines). A .tsv
-file follows GLUE, whose files keep quote characters as text (`"Would you like to?"` is a sentence with
-its quotes); a field is unquoted only where a writer must have quoted it: wrapped in quotes with a doubled
-quote or a tab inside, as pandas writes such fields.
+Every reader is strict: a malformed row or a byte that is not UTF-8 raises InputError naming the file and line (or
+the SQuAD question id); nothing is dropped silently; a BOM is accepted. A .csv follows RFC 4180. A .tsv follows
+GLUE, whose files keep quote characters as text (`"Would you like to?"`); a field is unquoted only where a writer
+must have quoted it: wrapped in quotes with a doubled quote or a tab inside, as pandas writes such fields.
 """
 
 from __future__ import annotations
@@ -86,9 +82,7 @@ def _delimiter(path: Path, first_line: str) -> str:
     suffix = path.suffix.lower()
     if suffix == ".csv":
         return ","
-    if suffix == ".tsv" or "\t" in first_line:
-        return "\t"
-    return ","
+    return "\t" if suffix == ".tsv" or "\t" in first_line else ","
 
 
 def _unquote_tsv(value: str) -> str:

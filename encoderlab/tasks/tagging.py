@@ -1,10 +1,8 @@
-"""Token classification (NER): one tag per word, learned on each word's first sub-token.
+"""Token classification (NER): one tag per word, learned on each word's first sub-token (BERT paper, section 5.3).
 
-Words are joined with spaces and tokenized once; each token is assigned to the word its character offset
-falls in. The first token of a word carries the word's tag, every other token -100 (no loss), as in the
-BERT paper's NER setup (section 5.3). Predictions are read back at the same first tokens, so each word
-gets exactly one tag; a word left without tokens (cut off by max_length, or made of characters the
-tokenizer drops) is predicted "O" and counted in a warning. Scored with seqeval (entity-level F1).
+Words are joined with spaces and tokenized once; each token belongs to the word its offset falls in. A word's first
+token carries its tag, the others -100 (no loss); predictions are read at the same tokens. A word left without
+tokens (cut by max_length, or only characters the tokenizer drops) is predicted "O" and counted in a warning.
 """
 
 from __future__ import annotations
@@ -36,10 +34,8 @@ def tag_set(sentences: list[TaggedSentence]) -> list[str]:
 
 def first_token_of_words(words: list[str], offsets: list[tuple[int, int]],
                          sequence_ids: list[int | None]) -> list[int | None]:
-    """For each word, the index of its first token in the encoded text (None when it has no token).
-
-    The text is `" ".join(words)`, so word i starts at character sum(len(w) + 1 for w in words[:i]).
-    """
+    """For each word, the index of its first token in the encoded text (None when it has no token); the text is
+    `" ".join(words)`, so word i starts at character sum(len(w) + 1 for w in words[:i])."""
     starts, position = [], 0
     for word in words:
         starts.append(position)
