@@ -1,11 +1,9 @@
-"""Hugging Face checkpoint folders in both directions: config.json + model.safetensors (or a
-pytorch_model.bin read with weights_only=True), converted through each family's declarative weight map.
+"""Hugging Face checkpoint folders both ways: config.json + model.safetensors (or a pytorch_model.bin read with
+weights_only=True), converted through each family's declarative weight map.
 
-One loader for every model: config.json's `architectures` picks the class (`architectures()`); encoderlab's own
-extras (task.json: task, columns, max_length, pooling, labels) are read beside it. Every mismatch is reported by
-tensor name: missing, unexpected, or of the wrong shape. This module sits below nn/: the model classes register
-themselves in MODEL_CLASSES (nn/model.py, nn/bilstm.py), so a model can save itself.
-"""
+One loader for every model: config.json's `architectures` picks the class; task.json (task, columns, max_length,
+pooling, labels) is read beside it. Every mismatch is named by tensor: missing, unexpected or misshapen. This module
+sits below nn/: the model classes register in MODEL_CLASSES (nn/model.py, nn/bilstm.py) to save themselves."""
 
 from __future__ import annotations
 
@@ -140,10 +138,8 @@ def normalize_hf_state(spec: FamilySpec, state: dict[str, torch.Tensor]) -> dict
 
 def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: nn.Module, source: str,
                fresh: bool = False) -> dict[str, torch.Tensor]:
-    """Convert normalized HF tensors into `model`'s state dict; raise CheckpointError naming every problem.
-
-    fresh: the checkpoint holds no weights for this model's head (a new task head): its tensors are drawn anew.
-    """
+    """Convert normalized HF tensors into `model`'s state dict; raise CheckpointError naming every problem. fresh: the
+    checkpoint holds no weights for this model's head (a new task head): its tensors are drawn anew."""
     rules, expected = _rules(spec, model), model.state_dict()
     converted, missing, mismatched = {}, [], []
     for key, target in expected.items():
@@ -174,8 +170,7 @@ def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: nn.Mo
 
 
 def _fresh_tensor(key: str, target: torch.Tensor, std: float) -> torch.Tensor:
-    """A new head tensor as BERT initialises one (N(0, std) weights, zero biases); a module given to the
-    model already built (not on the meta device) keeps its own."""
+    """A new head tensor as BERT initialises one (N(0, std) weights, zero biases); a user's module keeps its own."""
     if target.device.type != "meta":
         return target
     tensor = torch.empty(target.shape, dtype=torch.float32)
@@ -308,12 +303,10 @@ def _optional_json(path: Path, kind: type) -> Any:
 # ---- public API --------------------------------------------------------------------------------------
 def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dtype | None = None,
                **options: Any) -> nn.Module:
-    """Load a checkpoint folder or alias, in eval mode and fp32 unless `dtype` is given.
-
-    The class is the one config.json's `architectures` names, or `kind` (see encoderlab.nn.model): another kind's
-    head is left out, and a task head the checkpoint lacks starts fresh (fine-tuning from a pretrained encoder).
-    options go to the class: num_labels, regression, head (a SequenceClassifier's own output module), pooling.
-    """
+    """Load a checkpoint folder or alias, in eval mode and fp32 unless `dtype` is given. The class is the one
+    config.json's `architectures` names, or `kind` (see encoderlab.nn.model): another kind's head is left out, and a
+    task head the checkpoint lacks starts fresh (fine-tuning from a pretrained encoder). options go to the class:
+    num_labels, regression, head (a SequenceClassifier's own output module), pooling."""
     folder = resolve_model_path(name)
     raw = read_config(folder)
     if (raw.get("architectures") or [None])[0] == BILSTM:
@@ -364,8 +357,7 @@ def init_from(model: nn.Module, name: str | os.PathLike) -> list[str]:
 
 def _class_options(cls: type[nn.Module], spec: FamilySpec, hf_state: dict[str, torch.Tensor], raw: dict,
                    folder: Path, new_head: bool, options: dict[str, Any]) -> dict[str, Any]:
-    """The constructor arguments: what the checkpoint fixes (a pooler, its head's size, its pooling), then
-    `options` (those that are not None)."""
+    """The constructor arguments: what the checkpoint fixes (pooler, head size, pooling), then `options` not None."""
     given = {k: v for k, v in options.items() if v is not None}
     if cls.kind in ("base", "embed"):
         pooling = {"pooling": settings(folder).pooling}
@@ -385,11 +377,8 @@ def _class_options(cls: type[nn.Module], spec: FamilySpec, hf_state: dict[str, t
 
 
 def save_pretrained(model: nn.Module, folder: str | os.PathLike, tokenizer=None, info: dict | None = None) -> None:
-    """Write config.json and model.safetensors that transformers loads as the matching class, and beside them
-    the tokenizer and task.json when given; each file atomically.
-
-    Only model.safetensors changes between the epochs of a run, so a crash leaves the previous best whole.
-    """
+    """Write config.json and model.safetensors that transformers loads as the matching class, the tokenizer and
+    task.json when given, each atomically (a crash between epochs leaves the previous best whole)."""
     folder = Path(folder)
     if model.kind == "bilstm":
         tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}

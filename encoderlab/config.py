@@ -1,12 +1,8 @@
 """EncoderConfig: the one config system, a typed dataclass that maps to and from Hugging Face config.json.
 
-Our field names are short and plain (`num_layers`, `num_heads`); the Hugging Face names
-(`num_hidden_layers`, `num_attention_heads`, ...) are translated only here, at the boundary.
-
-Every switch that changes the computation is a field, so the models read the config and nothing else. A family
-(encoderlab.models) supplies its defaults, presets and config.json names through `register_family`, called when
-encoderlab.models is imported: this module imports nothing of encoderlab but errors and io.
-"""
+Our field names are plain (`num_layers`); the Hugging Face names (`num_hidden_layers`) are translated only here. Every
+switch that changes the computation is a field, so the models read the config and nothing else. A family
+(encoderlab.models) registers its defaults, presets and config.json names with `register_family` on import."""
 
 from __future__ import annotations
 
@@ -24,15 +20,11 @@ from encoderlab.io import atomic_write_text
 ACTIVATION_NAMES = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 # Our field name -> Hugging Face config.json name, where they differ.
-_HF_NAMES = {
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "hidden_dropout": "hidden_dropout_prob",
-    "attention_dropout": "attention_probs_dropout_prob",
-}
+_HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+             "hidden_dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob"}
 
-# Keys that transformers writes into every config.json but that carry nothing our models use.
-# They are accepted and dropped; any other unknown key is an error that names it.
+# Keys transformers writes into every config.json that carry nothing our models use: accepted and dropped (any
+# other unknown key is an error that names it).
 _HF_BOOKKEEPING = frozenset({
     "_name_or_path", "architectures", "transformers_version", "dtype", "torch_dtype", "use_cache",
     "gradient_checkpointing", "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
@@ -44,11 +36,8 @@ _HF_BOOKKEEPING = frozenset({
 })
 
 # Keys we accept only with the value we implement: anything else would silently change the maths.
-_HF_REQUIRED_VALUES = {
-    "position_embedding_type": ("absolute",),
-    "is_decoder": (False,),
-    "add_cross_attention": (False,),
-}
+_HF_REQUIRED_VALUES = {"position_embedding_type": ("absolute",), "is_decoder": (False,),
+                       "add_cross_attention": (False,)}
 
 
 @dataclass
@@ -117,15 +106,13 @@ class EncoderConfig:
 
     def validate(self) -> None:
         """Raise ConfigError naming the first field that is out of range or inconsistent."""
-        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                    "max_position_embeddings")
-        for name in positive:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "max_position_embeddings"):
             value = getattr(self, name)
             if not _is_int(value) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if self.hidden_size % self.num_heads:
-            raise ConfigError(f"hidden_size ({self.hidden_size}) must be divisible by "
-                              f"num_heads ({self.num_heads})")
+            raise ConfigError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
         for name in ("model_type", "hidden_act"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
@@ -194,10 +181,7 @@ class EncoderConfig:
     # ---- Hugging Face config.json -----------------------------------------------------------
     @classmethod
     def from_hf_dict(cls, data: dict[str, Any], source: str = "config.json") -> "EncoderConfig":
-        """Build from a Hugging Face config dict; unknown keys or unsupported values raise ConfigError.
-
-        The switches config.json has no key for take the family's values.
-        """
+        """Build from a Hugging Face config dict (other switches: the family's); ConfigError for unknown keys/values."""
         model_type = data.get("model_type", "bert")
         if not isinstance(model_type, str) or model_type not in _FAMILIES:
             raise ConfigError(f"{source}: model_type {model_type!r} is not one of {sorted(_FAMILIES)}")
@@ -228,11 +212,8 @@ class EncoderConfig:
             raise ConfigError(f"{source}: {err}") from None
 
     def to_hf_dict(self, architecture: str) -> dict[str, Any]:
-        """The Hugging Face config.json dict for this config and model class name.
-
-        A field (a switch) the family's config.json cannot hold must keep the family's value, or the file would lie:
-        transformers' class for the family could not compute this model.
-        """
+        """The Hugging Face config.json dict for this config and model class name; a switch the family's config.json
+        cannot hold must keep the family's value, or the file would lie (transformers could not compute this model)."""
         spec = _FAMILIES[self.model_type]
         out: dict[str, Any] = {"architectures": [architecture]}
         for name, hf in _hf_names(spec).items():
@@ -351,5 +332,5 @@ def _is_default_labels(labels: list[str] | None) -> bool:
     return labels is not None and all(label == f"LABEL_{i}" for i, label in enumerate(labels))
 
 
-__all__ = ["ACTIVATION_NAMES", "ConfigError", "EncoderConfig", "FamilyConfig", "field_names", "presets",
+__all__ = ["ACTIVATION_NAMES", "EncoderConfig", "FamilyConfig", "field_names", "presets",
            "register_family"]

@@ -1,17 +1,13 @@
 """The one inference engine: encode once, cut length-sorted index batches, pad each batch once, forward, and put
-the results back in input order. Every pipeline, task prediction and evaluation, `embed`, `serve`, the ONNX runner
-and `compare` run through it, and all of them read a model folder's settings from `encoderlab.checkpoint.settings`,
-so every command gives the same answer for the same input.
+the results back in input order. Every pipeline, task, `embed`, `serve`, the ONNX runner and `compare` run
+through it and read a folder's settings from `checkpoint.settings`, so all give the same answer for an input.
 
     engine = Engine(tokenizer, max_length=256, batch_size=32)
     vectors = engine.rows(engine.encode(texts), lambda batch: sentence_vectors(
         forward(model, batch), batch["attention_mask"], "mean", normalize=True))
 
-Sorting by token count before cutting batches keeps padding small (SST-2 dev in file order, batches of 32: 1.9x
-the real tokens; sorted: 1.04x). The batch is filled in numpy and handed to torch once: a torch op per row costs
-more than the row's data at these sizes.
-
-It sits below `tasks` and `infer` (both use it) and above `nn`, `checkpoint` and `tokenizer`.
+Sorting by length keeps padding small (SST-2 dev, batches of 32: 1.9x the real tokens in file order, 1.04x
+sorted). A batch is filled in numpy and handed to torch once: a torch op per row costs more than its data.
 """
 
 from __future__ import annotations
@@ -142,9 +138,8 @@ class Output:
 
 
 def forward(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor | None = None) -> Output:
-    """The one place a torch model is called at inference: its output, whatever its class returns, as an Output.
-
-    labels (B, T), for a masked-LM model: logits (N, V) at the N labelled positions only (-100 elsewhere)."""
+    """The one place a torch model is called at inference: its output, whatever its class returns, as an Output. labels
+    (B, T), for a masked-LM model: logits (N, V) at the N labelled positions only (-100 elsewhere)."""
     extra = {} if labels is None else {"labels": labels}
     out = model(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"), **extra)  # ModelOutput
     if out.embedding is not None:  # a sentence embedder pools its own vectors
@@ -164,9 +159,7 @@ def sentence_vectors(output: Output, attention_mask: torch.Tensor, pooling: str,
 def autocast(precision: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
     """bf16 autocast on CPU or CUDA when asked for, else nothing (training and inference both use this one)."""
     device = torch.device(device)
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
 
 # ---- the engine ------------------------------------------------------------------------------------------------

@@ -19,11 +19,8 @@ LOW_SPACE = 1 << 20  # bytes free below which a failed write is put down to a fu
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call write(tmp) on a temp file beside `path`, fsync it, then rename it over `path`.
-
-    A crash or a full disk leaves either the old file or the new one under `path`, never a torn one. Any
-    failure removes the temp file and raises OSError naming `path` (chained to the writer's own error).
-    """
+    """write(tmp) a temp file beside `path`, fsync, rename it over `path`: a crash or full disk leaves the old file or
+    the new one, never a torn one. A failure removes the temp file and raises OSError naming `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
@@ -46,11 +43,8 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 
 def write_error(path: Path, err: Exception) -> OSError:
-    """An OSError naming `path` for a failed write.
-
-    torch.save reports a full disk as a RuntimeError ("unexpected pos ...") and safetensors as a
-    SafetensorError, so a failure that is not an OSError is put down to a full disk when little space is left.
-    """
+    """An OSError naming `path` for a failed write; torch.save and safetensors report a full disk as their own errors,
+    so another error is put down to a full disk when little space is left."""
     if isinstance(err, OSError):
         return OSError(err.errno or errno.EIO, err.strerror or str(err), str(path))
     reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
@@ -108,11 +102,8 @@ def line_number(before: bytes) -> int:
 
 
 def split_lines(text: str, path: str | os.PathLike) -> list[str]:
-    """The lines of a text, each ended by LF, CRLF or a lone CR (mixed freely); InputError names a NUL's line.
-
-    Only those three end a line, so line numbers are the ones an editor shows: a form feed or U+2028 inside
-    a line is text, as it is to csv, json and the tokenizer.
-    """
+    """The lines of a text, each ended by LF, CRLF or a lone CR, so numbers are the ones an editor shows (a form feed or
+    U+2028 is text, as to csv, json and the tokenizer); InputError names a NUL's line."""
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()  # the final line ending ends the last line; it does not start another
@@ -123,11 +114,8 @@ def split_lines(text: str, path: str | os.PathLike) -> list[str]:
 
 
 def read_lines(path: str | os.PathLike, allow_empty_lines: bool = False) -> list[str]:
-    """The lines of a UTF-8 text file, one text per line, with clear errors.
-
-    Raises InputError for a missing or empty file, bytes that are not UTF-8 (with the line number),
-    NUL bytes, or (unless allowed) a blank line, naming the file and line.
-    """
+    """The lines of a UTF-8 text file, one text per line; InputError naming file and line for a missing or empty file,
+    bytes that are not UTF-8, NUL bytes or (unless allowed) a blank line."""
     path = Path(path)
     lines = split_lines(read_text(path), path)
     if not any(line.strip() for line in lines):

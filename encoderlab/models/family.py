@@ -10,9 +10,8 @@ from encoderlab.config import EncoderConfig, FamilyConfig
 
 @dataclass(frozen=True)
 class ClassifierHead:
-    """The layout of a family's sequence-classification head (transformers' XForSequenceClassification). BERT and ALBERT
-    classify the pooled [CLS] vector; the others put a dense layer and an activation on the first token's vector
-    instead, under their own tensor names."""
+    """The layout of a family's XForSequenceClassification head: BERT and ALBERT classify the pooled [CLS]; the others
+    a dense layer and an activation on the first token, under their own tensor names."""
 
     dense: str | None = None
     """Hugging Face name prefix of the dense layer on the first token ("classifier.dense."); None: the head

@@ -120,9 +120,8 @@ class Tokenizer:
         return self._backend.post_processor.num_special_tokens_to_add(pair)
 
     def pair_layout(self) -> tuple[list[int], int]:
-        """The special ids between text A and text B of a pair (BERT's [SEP], RoBERTa's </s></s>) and B's type id. Every
-        kind wraps a single text as [CLS] A [SEP] (cls_id, sep_id) and ends a pair with sep_id; only the middle and the
-        type ids differ, so this is all that builders of pairs by hand need to know."""
+        """The special ids between texts A and B of a pair (BERT's [SEP], RoBERTa's </s></s>) and B's type id: all that
+        differs between kinds (each wraps [CLS] A [SEP] ... and ends with sep_id) for builders of pairs by hand."""
         with self._lock:  # another thread may have truncation set for the moment
             encoding = self._backend.encode(["a"], ["b"], is_pretokenized=True)
         sequence = encoding.sequence_ids
@@ -181,9 +180,8 @@ class Tokenizer:
             return [e.ids for e in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]
 
     def encode_words(self, texts: list[str]) -> tuple[list[list[int]], list[list[int | None]]]:
-        """Ids and word index of each token of each text, no special tokens or truncation (for whole-word masking). Word
-        indices come from the pre-tokenizer's split, so they mark words for any model kind, not only WordPiece's "##"
-        pieces. (encode_batch_fast is not used: it leaves word indices empty.)"""
+        """Ids and word index of each token, no special tokens or truncation (whole-word masking): words of the
+        pre-tokenizer's split, for any kind, not only "##" pieces (encode_batch_fast leaves word indices empty)."""
         with self._lock:
             encodings = self._backend.encode_batch(list(texts), add_special_tokens=False)
         return [e.ids for e in encodings], [e.word_ids for e in encodings]

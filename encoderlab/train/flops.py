@@ -1,9 +1,7 @@
-"""Training FLOPs per token: the compute measure behind MFU figures and equal-compute comparisons.
-
-The count follows Kaplan et al. 2020 ("Scaling Laws for Neural Language Models", section 2.1): a weight used
-once per token costs 2 FLOPs forward and 4 backward, so 6 N for N weights; attention adds QK^T and AV,
-2 x 2 T H per layer forward, 12 L T H with the backward (PaLM, Chowdhery et al. 2022, appendix B; nanoGPT's
-estimate_mfu uses the same). Embedding lookups, LayerNorm, softmax and the optimizer are left out, as there.
+"""Training FLOPs per token, behind MFU figures and equal-compute comparisons (Kaplan et al. 2020, "Scaling Laws",
+section 2.1): a weight costs 2 FLOPs per token forward and 4 backward, 6 N for N weights; attention adds QK^T and AV,
+12 L T H with the backward (PaLM, Chowdhery et al. 2022, appendix B; nanoGPT's estimate_mfu). Embedding lookups,
+LayerNorm, softmax and the optimizer are left out, as there.
 """
 
 from __future__ import annotations
@@ -12,11 +10,8 @@ from encoderlab.config import EncoderConfig
 
 
 def encoder_flops_per_token(config: EncoderConfig, seq_len: int) -> float:
-    """Forward + backward FLOPs of the encoder for one token of a seq_len-long sequence.
-
-    A shared-layer model (ALBERT) computes as many layers as an unshared one; a factorized model pays for the
-    embedding projection (E x H).
-    """
+    """Forward + backward FLOPs of the encoder for one token of a seq_len-long sequence. A shared-layer model (ALBERT)
+    computes as many layers as an unshared one; a factorized model pays for the embedding projection (E x H)."""
     L, H, I, E = config.num_layers, config.hidden_size, config.intermediate_size, config.embedding_width
     block_weights = L * (4 * H * H + 2 * H * I)  # qkv + out, up + down
     projection = E * H if E != H else 0
@@ -24,8 +19,7 @@ def encoder_flops_per_token(config: EncoderConfig, seq_len: int) -> float:
 
 
 def mlm_flops_per_token(config: EncoderConfig, seq_len: int, masked_fraction: float) -> float:
-    """Encoder plus the MLM head, which runs only on the masked fraction of tokens: transform (H x E) and
-    the tied decoder (E x V)."""
+    """Encoder plus the MLM head's transform (H x E) and tied decoder (E x V) on the masked fraction of tokens."""
     H, E, V = config.hidden_size, config.embedding_width, config.vocab_size
     return encoder_flops_per_token(config, seq_len) + masked_fraction * 6 * (H * E + E * V)
 

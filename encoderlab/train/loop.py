@@ -1,10 +1,7 @@
-"""The one training loop: every objective, pretraining (encoderlab.objectives) and fine-tuning
-(encoderlab.tasks.objective) alike.
-
-What it gives each of them: bf16 autocast, gradient accumulation, DDP under torchrun (gloo on CPU, NCCL on
-CUDA), gradient clipping, the optimizer and schedule step, metrics.csv, an evaluation hook (every N steps and
-at each epoch's end, keeping the best model by a metric), resumable checkpoints in RUN/checkpoints, and Ctrl-C
-or SIGTERM turned into a checkpoint at the next step boundary.
+"""The one training loop of every objective, pretraining (encoderlab.objectives) and fine-tuning
+(encoderlab.tasks.objective): bf16 autocast, gradient accumulation, DDP under torchrun (gloo on CPU, NCCL on
+CUDA), clipping, optimizer and schedule, metrics.csv, an evaluation hook that keeps the best model, resumable
+checkpoints in RUN/checkpoints, and Ctrl-C or SIGTERM turned into a checkpoint at the next step boundary.
 
 Exactness rests on three rules:
 - a step's data is a function of the step alone (`StepData`: a cursor or a step count in its state_dict), the
@@ -62,8 +59,7 @@ class StepData(Protocol):
 
 @dataclass
 class LoopOptions:
-    """How the loop runs: length, accumulation, precision, and when it logs, evaluates and saves (the recipes,
-    PretrainConfig and TrainOptions, check the values)."""
+    """How the loop runs: length, accumulation, precision, when it logs, evaluates and saves (the recipes check)."""
 
     max_steps: int
     """Optimizer steps of the whole run."""
@@ -104,12 +100,8 @@ class LoopOptions:
 
 @dataclass
 class Evaluation:
-    """The evaluation hook: at due steps record the train loss since the last record and the eval metrics,
-    and keep the best model by `metric` (higher is better).
-
-    evaluate() returns metrics named eval_*; metric names one without the prefix (None: the first reported).
-    save_best() is called when a record is the best yet; on_record(self) after each record.
-    """
+    """The evaluation hook: at due steps, record the train loss since the last record and evaluate()'s eval_* metrics,
+    calling save_best() when `metric` (unprefixed; None: the first reported) is the highest yet, then on_record(self)."""
 
     evaluate: Callable[[], dict[str, float]] | None = None
     metric: str | None = None
@@ -156,11 +148,8 @@ class LoopResult:
 def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimizer, scheduler: Any,
              options: LoopOptions, run_dir: Path | None, dist: distributed.Dist, resume: bool = False,
              stop_after: int | None = None, evaluation: Evaluation | None = None) -> LoopResult:
-    """Train `objective` (on dist.device) to options.max_steps, or stop_after steps with a checkpoint.
-
-    run_dir None: no logs and no checkpoints. Ctrl-C and SIGTERM finish the current step, save a checkpoint
-    and raise KeyboardInterrupt (Terminated for SIGTERM).
-    """
+    """Train `objective` to options.max_steps, or stop_after steps, logging and checkpointing in run_dir if given;
+    Ctrl-C and SIGTERM finish the step, save a checkpoint and raise KeyboardInterrupt (Terminated)."""
     if run_dir is not None:
         _open_run_dir(Path(run_dir), resume, options.discard_old, dist)
     step, seconds = _restore(run_dir, objective, optimizer, scheduler, data, evaluation) if resume else (0, 0.0)
@@ -241,8 +230,7 @@ def _train_step(model: torch.nn.Module, data: StepData, optimizer: torch.optim.O
 
 
 def step_counts(objective: Objective, batches: list[dict[str, Any]], dist: distributed.Dist) -> dict[str, torch.Tensor]:
-    """The objective's counts (masked tokens, real tokens, sequences, ...) of a whole step: all micro-batches,
-    summed over ranks (each at least 1); DUMMY micro-batches count nothing."""
+    """The objective's counts of a whole step, all micro-batches (DUMMY ones count nothing) and ranks; each >= 1."""
     counts = [objective.counts(b) for b in batches]
     keys = sorted(counts[0])
     local = torch.stack([sum(c[k] * (0 if b.get(DUMMY) else 1) for b, c in zip(batches, counts)) for k in keys])
@@ -251,10 +239,9 @@ def step_counts(objective: Objective, batches: list[dict[str, Any]], dist: distr
 
 def optimizer_step(model: torch.nn.Module, micro_batches: list[dict[str, Any]], optimizer: torch.optim.Optimizer,
                    scheduler: Any, clip_norm: float, precision: str, dist: distributed.Dist) -> dict[str, float]:
-    """Forward and backward over the micro-batches, clip, step; the loss is normalised over the whole step.
-
-    `model` is an Objective (or a DDP wrapper of one): it returns the micro-batch's share of the loss.
-    A DUMMY micro-batch runs at weight 0: it lets a rank without examples meet the others in DDP's all-reduce."""
+    """Forward and backward over the micro-batches, clip, step; the loss is normalised over the whole step. `model` is
+    an Objective (or a DDP wrapper of one): it returns the micro-batch's share of the loss. A DUMMY micro-batch runs at
+    weight 0: it lets a rank without examples meet the others in DDP's all-reduce."""
     objective = model.module if isinstance(model, DistributedDataParallel) else model
     micro_batches = [to_device(b, dist.device) for b in micro_batches]
     counts = step_counts(objective, micro_batches, dist)
@@ -279,8 +266,7 @@ def optimizer_step(model: torch.nn.Module, micro_batches: list[dict[str, Any]], 
 
 def _restore(run_dir: Path | None, objective: Objective, optimizer: torch.optim.Optimizer, scheduler: Any,
              data: StepData, evaluation: Evaluation | None) -> tuple[int, float]:
-    """Load the latest checkpoint into everything that trains, the data stream and the hook; its step and
-    seconds (0, 0.0 when the run has no checkpoint yet, e.g. killed in its first steps)."""
+    """Load the latest checkpoint into the training state, data stream and hook; its step and seconds (or 0, 0.0)."""
     folder = latest_checkpoint(Path(run_dir)) if run_dir is not None else None
     if folder is None:
         return 0, 0.0

@@ -1,14 +1,10 @@
 """Training checkpoints: written atomically, loaded with weights_only=True, enough to resume exactly.
 
-Layout of RUN/checkpoints/step-000200/:
-  config.json, model.safetensors   the model, loadable by encoderlab and transformers
-  trainer_state.pt                 optimizer, scheduler, RNG states, step and data position
-RUN/checkpoints/latest names the newest complete one. A step folder is built under a temporary name
-(.step-000200.RANDOM.tmp) and renamed into place, and an old one is renamed away before it is deleted, so a
-kill or a full disk never leaves a half-written or half-deleted checkpoint under a final name, and `latest`
-always names a complete one; a run starts by removing the temporaries a killed one left (remove_leftovers).
-The one training loop (encoderlab.train.loop) saves here for every objective, pretraining and fine-tuning, and
-turns Ctrl-C and SIGTERM into a checkpoint at the next step boundary (DeferredInterrupt).
+RUN/checkpoints/step-000200/ holds config.json and model.safetensors (loadable by encoderlab and transformers) and
+trainer_state.pt (optimizer, scheduler, RNG states, step and data position); RUN/checkpoints/latest names the newest.
+A step folder is built under a temporary name and renamed into place, and an old one renamed away before it is
+deleted, so a kill or a full disk never leaves a partial checkpoint under a final name; a run starts by removing
+the temporaries a killed one left (remove_leftovers). Ctrl-C and SIGTERM become a checkpoint (DeferredInterrupt).
 """
 
 from __future__ import annotations
@@ -51,7 +47,8 @@ def seed_everything(seed: int) -> None:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what rng_state() captured."""
-    random.setstate(_as_python_random_state(state["python"]))
+    version, internal, gauss = state["python"]  # weights_only unpickling made the inner tuple a list
+    random.setstate((version, tuple(internal), gauss))
     n = state["numpy"]
     np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     torch.set_rng_state(state["torch"])
@@ -59,19 +56,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _as_python_random_state(state: Any) -> tuple:
-    """weights_only unpickling turns the inner tuple of random.getstate() into a list; undo that."""
-    version, internal, gauss = state
-    return (version, tuple(internal), gauss)
-
-
 def save_checkpoint(run_dir: Path, step: int, save_model: Callable[[Path], None], trainer_state: dict[str, Any],
                     keep: int) -> Path:
-    """Write checkpoints/step-NNNNNN atomically, point `latest` at it, prune to the newest `keep`.
-
-    save_model(folder) writes the weights there. On any failure (a full disk) the half-built folder is
-    removed and OSError names the checkpoint; `latest` and the checkpoint it names are left as they were.
-    """
+    """Write checkpoints/step-NNNNNN atomically (weights by save_model(folder)), point `latest` at it, keep the newest
+    `keep`. On a failure (a full disk) OSError names the checkpoint; `latest` and its checkpoint stay as they were."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
@@ -105,8 +93,7 @@ def _remove_folder(folder: Path) -> None:
 
 
 def remove_leftovers(run_dir: Path, *folders: Path) -> None:
-    """Temporary files and folders (.NAME.RANDOM.tmp) a killed run left in run_dir, its checkpoints/ and the
-    other folders given. Call it before a run writes anything."""
+    """Remove the temporaries (.NAME.RANDOM.tmp) a killed run left in run_dir, its checkpoints/ and `folders`."""
     for folder in (Path(run_dir), Path(run_dir) / "checkpoints", *folders):
         for path in Path(folder).glob(f".*{TEMP_SUFFIX}"):
             if path.is_dir():
@@ -142,15 +129,10 @@ def load_trainer_state(folder: Path) -> dict[str, Any]:
 
 
 class DeferredInterrupt:
-    """Within `with`, Ctrl-C (SIGINT) and SIGTERM set `requested` instead of raising, so a loop can stop between
-    steps; `stop()` is then the exception to raise (KeyboardInterrupt, or Terminated for SIGTERM).
-
-    Raising mid-step would leave the model, optimizer and data position out of step with each other, and a
-    checkpoint of that state would not resume exactly. A second signal raises at once. SIGTERM matters as much
-    as Ctrl-C: it is what Slurm, Kubernetes, `docker stop` and torchrun send before they kill a job.
-    It does nothing outside the main thread (signals cannot be caught there), and leaves an ignored signal
-    ignored.
-    """
+    """Within `with`, Ctrl-C and SIGTERM (what Slurm, Kubernetes, `docker stop` and torchrun send before a kill) set
+    `requested` instead of raising, so a loop stops between steps and raises `stop()`: mid-step, the model, optimizer
+    and data position would be out of step and the checkpoint would not resume exactly. A second signal raises at
+    once. Nothing happens outside the main thread (signals cannot be caught there); an ignored signal stays ignored."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -1,9 +1,6 @@
-"""Attention maps: the softmax(QK^T / sqrt(d)) probabilities of every head, as tensors, heat-maps and JSON.
-
-The probabilities come from the encoder's own eager attention path (`output_attentions=True`), run once in
-eval mode and without autocast, so they are exactly what the model computes; they match transformers'
-`output_attentions=True` with `attn_implementation="eager"` (tests/test_attention.py).
-"""
+"""Attention maps: the softmax(QK^T / sqrt(d)) probabilities of every head, as tensors, heat-maps and JSON. They come
+from the encoder's eager attention (`output_attentions=True`) in eval mode without autocast, so they match
+transformers' with `attn_implementation="eager"` (tests/test_attention.py)."""
 
 from __future__ import annotations
 
@@ -94,9 +91,7 @@ def attention_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
 
 def _resolve_layers(layers: list[int] | None, num_layers: int) -> list[int]:
     """Layer indexes made non-negative (all layers for None); InputError for one out of range."""
-    if layers is None:
-        return list(range(num_layers))
-    return [_check_index(layer, num_layers, "layer") for layer in layers]
+    return list(range(num_layers)) if layers is None else [_check_index(layer, num_layers, "layer") for layer in layers]
 
 
 def attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, pair: str | None = None,
