@@ -124,11 +124,9 @@ class Int8Linear(nn.Module):
 
 class FbgemmInt8Linear(nn.Module):
     """y = x W^T + b by fbgemm's dynamic int8 linear, W int8 per output channel, x per token: (..., K) -> (..., N).
-    Weights in 7 bits ([-63, 63]), activations in 8: fbgemm multiplies u8 activations by s8 weights with vpmaddubsw on
-    AVX2, which adds each pair of products into an int16 with saturation (Intel SDM vol. 2, PMADDUBSW), and 255 * 63 * 2
-    < 32768 cannot saturate. torch's default drops the activations' bit instead (reduce_range); on MiniLM that cost more
-    (SST-2 cosine to fp32 0.9942 mean, 0.964 min, against 0.9955 and 0.983 here); full 8-bit weights saturated on random
-    layers (token cosine 0.977)."""
+    Weights in 7 bits, activations in 8: AVX2's vpmaddubsw adds pairs of u8 x s8 products into a saturating int16
+    (Intel SDM vol. 2, PMADDUBSW) and 255 * 63 * 2 < 32768. torch's reduce_range (7-bit activations) cost more on
+    MiniLM (SST-2 cosine to fp32 0.9942 mean, 0.964 min, against 0.9955, 0.983); 8-bit weights saturated (0.977)."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
