@@ -1,6 +1,4 @@
-"""ALBERT (Lan et al. 2019, arXiv:1909.11942): BERT with far fewer parameters.
-
-Departures from BERT (section 3.1), each a switch:
+"""ALBERT (Lan et al. 2019, arXiv:1909.11942): BERT with far fewer parameters. Departures (section 3.1), each a switch:
 - factorized embeddings: tables of width `embedding_size` (128) projected up to hidden_size; transformers
   always has that projection, even when the widths are equal;
 - cross-layer sharing: one block's weights used by all layers (`shared_layers`);

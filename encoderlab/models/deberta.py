@@ -1,8 +1,5 @@
-"""DeBERTa-v3 (He et al. 2021, arXiv:2111.09543) on DeBERTa's disentangled attention (He et al. 2021,
-arXiv:2006.03654); transformers' model_type "deberta-v2". "v2 notes" below: the "New in v2" list of the
-microsoft/DeBERTa README, repeated in transformers' deberta-v2 model doc.
-
-Departures from BERT, each a switch or a module chosen by one:
+"""DeBERTa-v3 (He et al. 2021, arXiv:2111.09543) on DeBERTa's disentangled attention (arXiv:2006.03654); transformers'
+model_type "deberta-v2"; "v2 notes": the "New in v2" list of the microsoft/DeBERTa README. Departures from BERT:
 - disentangled attention over relative positions in every block (`relative_attention`, nn/disentangled.py):
   content-to-position and position-to-content terms (arXiv:2006.03654, section 3.1) projected with the
   content's own query and key matrices (share_att_key, v2 notes), distances log-bucketed into 2 x 256 rows

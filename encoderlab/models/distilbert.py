@@ -1,6 +1,4 @@
-"""DistilBERT (Sanh et al. 2019, arXiv:1910.01108): a 6-layer BERT distilled from a 12-layer teacher.
-
-Departures from BERT:
+"""DistilBERT (Sanh et al. 2019, arXiv:1910.01108): a 6-layer BERT distilled from a 12-layer teacher. Departures:
 - half the layers, no token types and no pooler (section 3: "the token-type embeddings and the pooler
   are removed"); the student starts from every other layer of the teacher (objective `distill`);
 - its own weight and config.json names (`dim`, `n_layers`, `q_lin`, `sa_layer_norm`, ...); the LayerNorm

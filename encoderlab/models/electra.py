@@ -1,6 +1,4 @@
-"""ELECTRA (Clark et al. 2020, arXiv:2003.10555): a discriminator trained to spot replaced tokens.
-
-Departures from BERT:
+"""ELECTRA (Clark et al. 2020, arXiv:2003.10555): a discriminator trained to spot replaced tokens. Departures from BERT:
 - embeddings of width `embedding_size` projected to hidden_size where the two differ (`embeddings_project`);
   the generator and the discriminator share the embedding tables (section 3.2);
 - no pooler; the discriminator head (`rtd`, HF ElectraForPreTraining) scores each token as replaced;

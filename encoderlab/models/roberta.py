@@ -1,6 +1,4 @@
-"""RoBERTa (Liu et al. 2019, arXiv:1907.11692): BERT trained longer on more data, without NSP.
-
-Departures from BERT, each a switch or a name:
+"""RoBERTa (Liu et al. 2019, arXiv:1907.11692): BERT trained longer on more data, without NSP. Departures from BERT:
 - positions count from pad_token_id + 1 and padding takes position pad_token_id (`positions_after_pad`,
   fairseq's make_positions), so the table has 514 rows for 512 tokens;
 - one token type; LayerNorm epsilon 1e-5; byte-level BPE vocabulary of 50,265 (section 4.4);

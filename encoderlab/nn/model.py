@@ -12,9 +12,7 @@
 | SpanExtractor         | qa          | each token -> linear -> start, end    | XForQuestionAnswering               | mean CE of start, end  |
 
 Every model returns a ModelOutput. A family changes the config and the weight-name map, not these classes;
-`ARCHITECTURES` names every class of every family, and encoderlab.checkpoint loads and saves them all (the head
-tensors' transformers names are there too, in checkpoint.head_rules).
-"""
+`ARCHITECTURES` names every class of every family; encoderlab.checkpoint loads and saves them all (head_rules)."""
 
 from __future__ import annotations
 
