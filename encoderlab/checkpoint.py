@@ -238,8 +238,7 @@ def read_task_info(name: str | os.PathLike) -> dict:
 
 
 def stored_kind(folder: Path, raw: dict) -> str | None:
-    """Our kind for the class config.json's `architectures` names (None: one we do not mirror); without one,
-    "base", or "embed" for a sentence-embedding folder."""
+    """Our kind for config.json's `architectures` (None: not mirrored; none named: base, or embed for an embedder)."""
     architecture, known = (raw.get("architectures") or [None])[0], architectures()
     if architecture is not None and architecture not in known:
         return None

@@ -150,8 +150,7 @@ def forward(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tens
 
 
 def sentence_vectors(output: Output, attention_mask: torch.Tensor, pooling: str, normalize: bool) -> torch.Tensor:
-    """(B, H) float32 sentence vectors of a forward pass: pooled hidden states (an embedder pooled its own),
-    L2-normalised if asked (as sentence-transformers' Normalize module)."""
+    """(B, H) float32 sentence vectors, pooled (an embedder pools its own) and L2-normalised if asked."""
     vectors = output.logits if output.hidden is None else pool(output.hidden.float(), attention_mask, pooling)
     return F.normalize(vectors.float(), dim=-1) if normalize else vectors.float()
 

@@ -257,8 +257,7 @@ class _PairMaker:
 
 
 def trim_lengths(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:
-    """Tokens to drop from A and from B so that they fit max_tokens, trimming the longer one first (B on a
-    tie), one token at a time: truncate_seq_pair's result in closed form."""
+    """Tokens to drop from A and B to fit max_tokens, longer first (B on a tie): truncate_seq_pair in closed form."""
     excess = len_a + len_b - max_tokens
     if excess <= 0:
         return 0, 0

@@ -82,8 +82,7 @@ class RelativeEmbeddings(nn.Module):
 
 
 class DisentangledAttention(SelfAttention):
-    """(B, T, H) -> (B, T, H), plus the probabilities (B, heads, T, T) on the eager path; SelfAttention's weights,
-    whose query and key parts of `qkv` also project the relative embeddings (shared keys)."""
+    """SelfAttention whose `qkv` query and key parts also project the relative embeddings (shared keys, v2 notes)."""
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, position_dropout: float) -> None:
         super().__init__(hidden_size, num_heads, dropout)

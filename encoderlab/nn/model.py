@@ -331,8 +331,7 @@ class SpanExtractor(Model):
 
 
 def span_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Half the start and end cross-entropies of logits (B, T, 2) for positions (B, 2) (BERT paper, section 4.2);
-    positions past the window are ignored, as in transformers."""
+    """Half the start and end cross-entropies (BERT 4.2) of logits (B, T, 2) at positions (B, 2) inside the window."""
     T = logits.shape[1]
     positions = labels.clamp(0, T)  # (B, 2)
     return sum(F.cross_entropy(logits[..., i].float(), positions[:, i], ignore_index=T, reduction=reduction)

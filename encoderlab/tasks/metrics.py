@@ -76,8 +76,7 @@ def token_f1(prediction: str, truth: str) -> float:
 
 
 def squad_metrics(predictions: dict[str, str], gold: dict[str, list[str]]) -> dict[str, float]:
-    """exact_match and f1 in percent over the gold questions, each the best over that question's answers. A question
-    without a prediction scores 0; unanswerable questions have gold [""]."""
+    """exact_match and f1 in percent over the gold questions, each the best over its answers (no prediction: 0)."""
     em = f1 = 0.0
     for qid, truths in gold.items():
         truths = truths or [""]
