@@ -309,16 +309,11 @@ def _numbered(model: torch.nn.Module) -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def _load_for_evaluation(job: EvaluateJob) -> torch.nn.Module:
-    """The fine-tuned model (for embed: the encoder under any head, pooled as asked) on its device."""
-    # embed: the encoder under any head, pooled as job.pooling says (default: the folder's, else mean)
-    model = load_model(job.model, **({"kind": "embed", "pooling": job.pooling} if job.task == "embed" else {}))
-    return model.to(resolve_device(job.device))
-
-
 def evaluate(job: EvaluateJob) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled data file: task, model, data, examples and metrics."""
-    model = _load_for_evaluation(job)
+    # embed: the encoder under any head, pooled as job.pooling says (default: the folder's, else mean)
+    model = load_model(job.model, **({"kind": "embed", "pooling": job.pooling} if job.task == "embed" else {}))
+    model = model.to(resolve_device(job.device))
     info = read_task_info(job.model)
     task = task_for_model(job, model, info, Tokenizer.from_pretrained(job.model))
     regression = job.task == "classify" and model.regression
