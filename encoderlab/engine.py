@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -159,6 +159,17 @@ def autocast(precision: str, device: torch.device | str = "cpu") -> contextlib.A
     """bf16 autocast on CPU or CUDA when asked for, else nothing (training and inference both use this one)."""
     device = torch.device(device)
     return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """The model in eval mode (dropout off) inside the block, then back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 # ---- the engine ------------------------------------------------------------------------------------------------

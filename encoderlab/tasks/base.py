@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from encoderlab.engine import Engine, pad_batch
+from encoderlab.engine import Engine, eval_mode, pad_batch
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -100,12 +100,8 @@ class Task(ABC):
 
     def evaluate(self, model: nn.Module, examples: list) -> dict[str, float]:
         """Predict, then score; the model is left in the mode it was in."""
-        was_training = model.training
-        model.eval()
-        try:
+        with eval_mode(model):
             return self.score(examples, self.predict(model, examples))
-        finally:
-            model.train(was_training)
 
     def info(self) -> dict[str, Any]:
         """What task.json records so `encoderlab evaluate` can read data as the model was trained."""

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import ConfigError, InputError
-from encoderlab.engine import encode, forward, sentence_vectors
+from encoderlab.engine import encode, eval_mode, forward, sentence_vectors
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import correlation_metrics
 from encoderlab.tasks.readers import TextExample
@@ -126,12 +126,8 @@ class EmbedTask(Task):
     def evaluate(self, model: nn.Module, examples: list[TextExample]) -> dict[str, float]:
         if all(isinstance(e.label, float) for e in examples):
             return super().evaluate(model, examples)
-        was_training = model.training
-        model.eval()
-        try:
+        with eval_mode(model):
             return self.retrieval(model, examples)
-        finally:
-            model.train(was_training)
 
     def retrieval(self, model: nn.Module, examples: list[TextExample]) -> dict[str, float]:
         """Each first text ranks all second texts: recall@1 and mean reciprocal rank of its own."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from encoderlab.engine import eval_mode
 from encoderlab.errors import InputError
 from encoderlab.io import atomic_write
 from encoderlab.nn.encoder import Encoder
@@ -77,15 +78,10 @@ def attention_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
     encoder = find_encoder(model)
     picked = _resolve_layers(layers, len(encoder.layers))
     device = next(encoder.parameters()).device
-    was_training = encoder.training
-    encoder.eval()  # attention dropout off: the probabilities of inference
-    try:
-        # No autocast: an fp32 model keeps its fp32 softmax even when the caller runs under bf16 autocast.
-        with torch.inference_mode(), torch.autocast(device.type, enabled=False):
-            out = encoder(*(t if t is None else t.to(device) for t in (input_ids, attention_mask, token_type_ids)),
-                          output_attentions=True)
-    finally:
-        encoder.train(was_training)
+    # Eval mode: attention dropout off. No autocast: an fp32 model keeps its fp32 softmax under a caller's bf16.
+    with eval_mode(encoder), torch.inference_mode(), torch.autocast(device.type, enabled=False):
+        out = encoder(*(t if t is None else t.to(device) for t in (input_ids, attention_mask, token_type_ids)),
+                      output_attentions=True)
     return torch.stack([out.attentions[i] for i in picked]).float().cpu()  # (layers, B, heads, T, T)
 
 
