@@ -10,7 +10,8 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from encoderlab.cli.options import MODEL_HELP, add_json, add_model, add_precision, add_threads, apply_threads
+from encoderlab.cli.options import (MODEL_HELP, add_json, add_model, add_options, add_precision, add_threads,
+                                    apply_threads)
 from encoderlab.tasks.finetune import (BATCH_SIZE, BILSTM, MAX_LENGTH, TASKS, EvaluateJob, FinetuneJob, Head,
                                        Reading, evaluate, finetune)
 from encoderlab.tasks.objective import TrainOptions
@@ -100,56 +101,44 @@ def _add_device(parser: argparse.ArgumentParser) -> None:
 def _reader_options(parser: argparse.ArgumentParser, task: str | None) -> None:
     """Options that say how to read a data file (task None: all of them, for evaluate)."""
     if task in (None, "classify", "embed"):
-        parser.add_argument("--text-cols", metavar="A[,B]",
-                            help="text column(s) by header name or 0-based index (default: detected from names such "
-                                 "as sentence, sentence1/sentence2, question/sentence, premise/hypothesis)")
-        parser.add_argument("--label-col", metavar="COL",
-                            help="label (or score) column by name or index (default: label, score, gold_label, ...)")
-        parser.add_argument("--no-header", action="store_true",
-                            help="the table has no header row: name columns by index")
+        add_options(parser, (
+            ("--text-cols", None, None, "A[,B]", "text column(s) by header name or 0-based index (default: detected "
+             "from names such as sentence, sentence1/sentence2, question/sentence, premise/hypothesis)"),
+            ("--label-col", None, None, "COL",
+             "label (or score) column by name or index (default: label, score, gold_label, ...)"),
+            ("--no-header", bool, None, None, "the table has no header row: name columns by index")))
     if task in (None, "ner"):
-        parser.add_argument("--tag-col", type=int, default=None, metavar="I",
-                            help="column of the tags in a CoNLL file (default: -1, the last)")
-        parser.add_argument("--token-col", type=int, default=None, metavar="I",
-                            help="column of the words in a CoNLL file (default: 0)")
+        add_options(parser, (
+            ("--tag-col", int, None, "I", "column of the tags in a CoNLL file (default: -1, the last)"),
+            ("--token-col", int, None, "I", "column of the words in a CoNLL file (default: 0)")))
 
 
 def _training_options(parser: argparse.ArgumentParser, task: str) -> None:
     """The recipe: optimizer, schedule, epochs, batch, seeds, precision."""
-    parser.add_argument("--lr", type=float, default=None, metavar="LR",
-                        help="peak learning rate (default: 2e-5; 1e-3 for --model bilstm)")
-    parser.add_argument("--weight-decay", type=float, default=0.01, metavar="WD",
-                        help="AdamW weight decay, not on biases and LayerNorm (default: 0.01)")
-    parser.add_argument("--warmup-ratio", type=float, default=0.1, metavar="F",
-                        help="fraction of steps of linear warmup before the linear decay to 0 (default: 0.1)")
-    parser.add_argument("--epochs", type=float, default=3.0, metavar="E",
-                        help="passes over the training data; fractions allowed (default: 3)")
-    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
-                        help=f"examples per step (default: {BATCH_SIZE[task]})")
-    parser.add_argument("--max-length", type=int, default=None, metavar="T",
-                        help=f"tokens per input; longer ones are truncated (default: {MAX_LENGTH[task]})")
-    parser.add_argument("--seed", type=int, default=42, metavar="S", help="random seed (default: 42)")
-    parser.add_argument("--seeds", type=int, default=1, metavar="K",
-                        help="train K runs with seeds S, S+1, ... into OUT/seed-S and report the median and spread "
-                             "of the best eval metrics (default: 1)")
-    parser.add_argument("--grad-accum", type=int, default=1, metavar="K",
-                        help="split each step's batch into K micro-batches (per rank): the same step in less "
-                             "memory (default: 1)")
+    add_options(parser, (
+        ("--lr", float, None, "LR", "peak learning rate (default: 2e-5; 1e-3 for --model bilstm)"),
+        ("--weight-decay", float, 0.01, "WD", "AdamW weight decay, not on biases and LayerNorm (default: 0.01)"),
+        ("--warmup-ratio", float, 0.1, "F",
+         "fraction of steps of linear warmup before the linear decay to 0 (default: 0.1)"),
+        ("--epochs", float, 3.0, "E", "passes over the training data; fractions allowed (default: 3)"),
+        ("--batch-size", int, None, "N", f"examples per step (default: {BATCH_SIZE[task]})"),
+        ("--max-length", int, None, "T", f"tokens per input; longer ones are truncated (default: {MAX_LENGTH[task]})"),
+        ("--seed", int, 42, "S", "random seed (default: 42)"),
+        ("--seeds", int, 1, "K", "train K runs with seeds S, S+1, ... into OUT/seed-S and report the median and "
+         "spread of the best eval metrics (default: 1)"),
+        ("--grad-accum", int, 1, "K",
+         "split each step's batch into K micro-batches (per rank): the same step in less memory (default: 1)")))
     add_precision(parser, training=True)
-    parser.add_argument("--metric", default=None, metavar="NAME",
-                        help="eval metric that selects the best checkpoint (default: accuracy for classes, "
-                             "spearman for scores, f1 for ner and qa)")
-    parser.add_argument("--eval-every", type=int, default=0, metavar="N",
-                        help="also evaluate (and keep the best) every N steps (default: only after each epoch)")
-    parser.add_argument("--save-every", type=int, default=0, metavar="N",
-                        help="save the resumable training state (OUT/checkpoints) every N steps as well as after "
-                             "each epoch; Ctrl-C saves it too (default: after each epoch)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from OUT/checkpoints to the result an uninterrupted run gives")
-    parser.add_argument("--max-train", type=int, default=None, metavar="N",
-                        help="train on a fixed random subset of N examples (default: all)")
-    parser.add_argument("--max-eval", type=int, default=None, metavar="N",
-                        help="evaluate on a fixed random subset of N examples (default: all)")
+    add_options(parser, (
+        ("--metric", None, None, "NAME", "eval metric that selects the best checkpoint (default: accuracy for "
+         "classes, spearman for scores, f1 for ner and qa)"),
+        ("--eval-every", int, 0, "N", "also evaluate (and keep the best) every N steps (default: only after each "
+         "epoch)"),
+        ("--save-every", int, 0, "N", "save the resumable training state (OUT/checkpoints) every N steps as well "
+         "as after each epoch; Ctrl-C saves it too (default: after each epoch)"),
+        ("--resume", bool, None, None, "continue from OUT/checkpoints to the result an uninterrupted run gives"),
+        ("--max-train", int, None, "N", "train on a fixed random subset of N examples (default: all)"),
+        ("--max-eval", int, None, "N", "evaluate on a fixed random subset of N examples (default: all)")))
     _add_device(parser)
     add_threads(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -161,25 +150,21 @@ def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
     if task == "classify":
         parser.add_argument("--task-type", choices=("classification", "regression"), default="classification",
                             help="classes (cross-entropy) or a score (MSE, e.g. STS-B) (default: classification)")
-        parser.add_argument("--labels", type=_names, metavar="A,B,...",
-                            help="class names in id order (default: those of the training file, numeric or sorted)")
-        parser.add_argument("--tokenizer", metavar="T",
-                            help="tokenizer folder or alias (default: the model's; minilm for --model bilstm)")
-        parser.add_argument("--embed-dim", type=int, default=300, metavar="N",
-                            help="BiLSTM baseline: embedding width (default: 300)")
-        parser.add_argument("--lstm-hidden", type=int, default=256, metavar="N",
-                            help="BiLSTM baseline: hidden width per direction (default: 256)")
+        add_options(parser, (
+            ("--labels", _names, None, "A,B,...",
+             "class names in id order (default: those of the training file, numeric or sorted)"),
+            ("--tokenizer", None, None, "T",
+             "tokenizer folder or alias (default: the model's; minilm for --model bilstm)"),
+            ("--embed-dim", int, 300, "N", "BiLSTM baseline: embedding width (default: 300)"),
+            ("--lstm-hidden", int, 256, "N", "BiLSTM baseline: hidden width per direction (default: 256)")))
     else:
         parser.set_defaults(tokenizer=None)
     if task == "qa":
-        parser.add_argument("--doc-stride", type=int, default=128, metavar="N",
-                            help="tokens shared by neighbouring windows of a long context (default: 128)")
-        parser.add_argument("--max-query-length", type=int, default=64, metavar="N",
-                            help="questions are cut to N tokens (default: 64)")
-        parser.add_argument("--max-answer-length", type=int, default=30, metavar="N",
-                            help="longest answer considered, in tokens (default: 30)")
-        parser.add_argument("--n-best", type=int, default=20, metavar="N",
-                            help="start and end candidates per window in decoding (default: 20)")
+        add_options(parser, (
+            ("--doc-stride", int, 128, "N", "tokens shared by neighbouring windows of a long context (default: 128)"),
+            ("--max-query-length", int, 64, "N", "questions are cut to N tokens (default: 64)"),
+            ("--max-answer-length", int, 30, "N", "longest answer considered, in tokens (default: 30)"),
+            ("--n-best", int, 20, "N", "start and end candidates per window in decoding (default: 20)")))
     if task == "embed":
         parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
                             help="token vectors -> sentence vector (default: mean)")
@@ -218,14 +203,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     _reader_options(evaluate, None)
     evaluate.add_argument("--pooling", choices=("mean", "cls"), default=None,
                           help="embed: pooling (default: the model's, else mean)")
-    evaluate.add_argument("--batch-size", type=int, default=None, metavar="N", help="inputs per forward pass")
-    evaluate.add_argument("--max-length", type=int, default=None, metavar="T",
-                          help="tokens per input (default: what the model was trained with)")
+    add_options(evaluate, (
+        ("--batch-size", int, None, "N", "inputs per forward pass"),
+        ("--max-length", int, None, "T", "tokens per input (default: what the model was trained with)")))
     add_precision(evaluate, training=True)
-    evaluate.add_argument("--max-eval", type=int, default=None, metavar="N",
-                          help="score a fixed random subset of N examples (default: all)")
-    evaluate.add_argument("--predictions", metavar="FILE",
-                          help="also write the predictions (qa: SQuAD's {id: answer} JSON; else one JSON value a line)")
+    add_options(evaluate, (
+        ("--max-eval", int, None, "N", "score a fixed random subset of N examples (default: all)"),
+        ("--predictions", None, None, "FILE",
+         "also write the predictions (qa: SQuAD's {id: answer} JSON; else one JSON value a line)")))
     _add_device(evaluate)
     add_threads(evaluate)
     add_json(evaluate, "print the metrics as JSON")

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from encoderlab.checkpoint import load_model, resolve_model_path
-from encoderlab.cli.options import add_inference_options, add_json, add_model, add_threads, load_pipeline
+from encoderlab.cli.options import add_inference_options, add_json, add_model, add_options, add_threads, load_pipeline
 from encoderlab.compare import FAMILY_PRESETS, QUICK, REFERENCE, Settings, compare, render_json, render_markdown
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import InputError
@@ -144,13 +144,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--reference", default=REFERENCE, metavar="NAME",
                         help=f"preset the ratios are to; always measured, as the first row (default: {REFERENCE})")
     add_threads(parser, default=Settings.threads)
-    parser.add_argument("--sequences", type=int, default=None, metavar="N",
-                        help=f"token-id sequences timed per pass (default: {Settings.sequences}; "
-                             f"--quick: {QUICK.sequences})")
-    parser.add_argument("--repeats", type=int, default=None, metavar="N",
-                        help=f"timed passes per model, median taken (default: {Settings.repeats}; "
-                             f"--quick: {QUICK.repeats})")
-    parser.add_argument("--quick", action="store_true", help="fewer sequences and repeats: a rough table, fast")
+    add_options(parser, (
+        ("--sequences", int, None, "N",
+         f"token-id sequences timed per pass (default: {Settings.sequences}; --quick: {QUICK.sequences})"),
+        ("--repeats", int, None, "N",
+         f"timed passes per model, median taken (default: {Settings.repeats}; --quick: {QUICK.repeats})"),
+        ("--quick", bool, None, None, "fewer sequences and repeats: a rough table, fast")))
     parser.add_argument("--sst2-results", nargs="+", metavar="FILE", default=None,
                         help="bench result JSON files to read SST-2 accuracy from (default: bench/results/*.json)")
     parser.add_argument("--out", metavar="FILE", default=None, help="also write the output to FILE (atomically)")

@@ -19,6 +19,15 @@ COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on
                 "first load compiles for 10-40 s; needs a C++ compiler")
 
 
+def add_options(parser: argparse.ArgumentParser, rows: tuple[tuple, ...]) -> None:
+    """Options given as (flag, type, default, metavar, help) rows; type bool: a store_true flag, None: a string."""
+    for flag, kind, default, metavar, help in rows:
+        if kind is bool:
+            parser.add_argument(flag, action="store_true", help=help)
+        else:
+            parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=help)
+
+
 def add_model(parser: argparse.ArgumentParser, help: str = MODEL_HELP, metavar: str = "M",
               default: str | None = None) -> None:
     """--model: the checkpoint (required unless a default is given)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from encoderlab.checkpoint import load_model, resolve_model_path
-from encoderlab.cli.options import MODEL_HELP, add_inference_options, add_json, add_model, load_pipeline
+from encoderlab.cli.options import MODEL_HELP, add_inference_options, add_json, add_model, add_options, load_pipeline
 from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import qa_inputs
 from encoderlab.io import read_lines, read_text
@@ -183,24 +183,24 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     qa = subparsers.add_parser("qa", help="extractive question answering", description=cmd_qa.__doc__)
     add_pipeline_options(qa, inputs=False)
     qa.add_argument("--question", nargs="+", metavar="Q", help="one or more questions about the context")
-    qa.add_argument("--context", metavar="TEXT", help="the passage to answer from")
-    qa.add_argument("--context-file", metavar="FILE", help="read the passage from a UTF-8 file")
-    qa.add_argument("--input", metavar="FILE.jsonl", help='one {"question": ..., "context": ...} per line')
-    qa.add_argument("--doc-stride", type=int, default=None, metavar="N",
-                    help="tokens shared by consecutive windows of a long context (default: the model's, else 128)")
+    add_options(qa, (
+        ("--context", None, None, "TEXT", "the passage to answer from"),
+        ("--context-file", None, None, "FILE", "read the passage from a UTF-8 file"),
+        ("--input", None, None, "FILE.jsonl", 'one {"question": ..., "context": ...} per line'),
+        ("--doc-stride", int, None, "N",
+         "tokens shared by consecutive windows of a long context (default: the model's, else 128)")))
     qa.set_defaults(func=cmd_qa)
 
     parser = subparsers.add_parser("attention", help="heat-map of a layer's attention for one text",
                                    description=cmd_attention.__doc__)
     add_model(parser, "checkpoint folder (bare, MLM or fine-tuned), or the alias 'minilm'")
     parser.add_argument("text", metavar="TEXT", help="the text to look at")
-    parser.add_argument("--pair", metavar="TEXT", default=None, help="a second text, encoded as [CLS] A [SEP] B [SEP]")
-    parser.add_argument("--layer", type=int, default=-1, metavar="L",
-                        help="layer to draw, from 0; negative counts from the last (default: -1, the last)")
-    parser.add_argument("--head", type=int, default=None, metavar="H",
-                        help="one head to draw, from 0; negative counts from the last (default: a grid of all)")
+    add_options(parser, (
+        ("--pair", None, None, "TEXT", "a second text, encoded as [CLS] A [SEP] B [SEP]"),
+        ("--layer", int, -1, "L", "layer to draw, from 0; negative counts from the last (default: -1, the last)"),
+        ("--head", int, None, "H", "one head to draw, from 0; negative counts from the last (default: a grid of all)")))
     parser.add_argument("--out", required=True, metavar="FILE.png", help="where to write the PNG")
-    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS_SHOWN, metavar="N",
-                        help=f"draw at most the first N tokens (default: {MAX_TOKENS_SHOWN})")
+    add_options(parser, (("--max-tokens", int, MAX_TOKENS_SHOWN, "N",
+                          f"draw at most the first N tokens (default: {MAX_TOKENS_SHOWN})"),))
     add_json(parser, "print tokens, the drawn map(s) and each head's entropy as JSON")
     parser.set_defaults(func=cmd_attention)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from encoderlab.cli.options import add_inference_options, add_model, apply_threads
+from encoderlab.cli.options import add_inference_options, add_model, add_options, apply_threads
 from encoderlab.infer.limits import TASKS, Limits
 
 
@@ -31,15 +31,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tasks", nargs="+", choices=TASKS, metavar="TASK",
                    help=f"endpoints to offer, of {', '.join(TASKS)} (default: every one the model supports)")
     add_inference_options(p)
-    p.add_argument("--max-batch", type=int, default=Limits.max_batch, metavar="N",
-                   help=f"most texts in one request, and in one micro-batch (default: {Limits.max_batch})")
-    p.add_argument("--max-text-chars", type=int, default=Limits.max_text_chars, metavar="N",
-                   help=f"most characters in one text (default: {Limits.max_text_chars})")
-    p.add_argument("--max-body-bytes", type=int, default=Limits.max_body_bytes, metavar="N",
-                   help=f"largest request body; larger gets 413 (default: {Limits.max_body_bytes})")
-    p.add_argument("--batch-wait-ms", type=float, default=Limits.batch_wait_ms, metavar="MS",
-                   help=f"how long a request waits for others to batch with (default: {Limits.batch_wait_ms})")
-    p.add_argument("--body-timeout-s", type=float, default=Limits.body_timeout_s, metavar="S",
-                   help=f"most seconds a client may take to send its body; slower gets 408 "
-                        f"(default: {Limits.body_timeout_s:g})")
+    add_options(p, (
+        ("--max-batch", int, Limits.max_batch, "N",
+         f"most texts in one request, and in one micro-batch (default: {Limits.max_batch})"),
+        ("--max-text-chars", int, Limits.max_text_chars, "N",
+         f"most characters in one text (default: {Limits.max_text_chars})"),
+        ("--max-body-bytes", int, Limits.max_body_bytes, "N",
+         f"largest request body; larger gets 413 (default: {Limits.max_body_bytes})"),
+        ("--batch-wait-ms", float, Limits.batch_wait_ms, "MS",
+         f"how long a request waits for others to batch with (default: {Limits.batch_wait_ms})"),
+        ("--body-timeout-s", float, Limits.body_timeout_s, "S",
+         f"most seconds a client may take to send its body; slower gets 408 (default: {Limits.body_timeout_s:g})")))
     p.set_defaults(func=cmd_serve)
