@@ -43,12 +43,17 @@ class Pipeline:
     task: ClassVar[str]
     model_kind: ClassVar[str | None] = None  # the kind load_model is asked for; None: what the folder holds
     default_model: ClassVar[str | None] = None  # what pipeline(task) loads when given no model; None: one is needed
+    model_class: ClassVar[type[nn.Module]] = nn.Module  # what the model must be; `needs` says how to get one
+    needs: ClassVar[str] = ""
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", batch_size: int = 32,
                  max_length: int | None = None, device: str | torch.device = "cpu", compile: bool = False,
                  settings: Settings | None = None, model_name: str = "") -> None:
         """settings: the folder's (encoderlab.engine.settings); compile: torch.compile the encoder in place and
         warm it up here (encoderlab.infer.compiled); model_name: the folder or alias it came from."""
+        if not isinstance(model, self.model_class):
+            raise InputError(f"{self.task} needs {self.needs}, not a {type(model).__name__}")
+        self.labels = list(model.config.labels or [])
         self.settings, self.model_name = settings or Settings(), model_name
         self.device = torch.device(device)
         self.tokenizer, self.batch_size = tokenizer, batch_size
@@ -180,13 +185,11 @@ class Embed(Pipeline):
     """Texts -> sentence vectors: pooled as the folder says, L2-normalised when it says so (or as asked)."""
 
     task = "embed"
+    model_class, needs = SentenceEmbedder, "a sentence embedder (load_model(folder, kind='embed'))"
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", pooling: str | None = None,
                  normalize: bool | None = None, **options: Any) -> None:
         """pooling, normalize: None follows the folder's settings."""
-        if not isinstance(model, SentenceEmbedder):
-            raise InputError(f"embed needs a sentence embedder (load_model(folder, kind='embed')), "
-                             f"not a {type(model).__name__}")
         super().__init__(model, tokenizer, precision, **options)
         self.pooling = model.pooling = pooling or model.pooling  # the embedder pools as asked
         self.normalize = self.settings.normalize if normalize is None else normalize
@@ -217,14 +220,11 @@ class Classify(Pipeline):
     """Texts (or [text, pair] items) -> label and class probabilities; a regression model gives a score."""
 
     task = "classify"
+    model_class, needs = SequenceClassifier, "a sequence-classification checkpoint (encoderlab finetune classify)"
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", **options: Any) -> None:
-        if not isinstance(model, SequenceClassifier):
-            raise InputError(f"classify needs a sequence-classification checkpoint "
-                             f"(encoderlab finetune classify), not a {type(model).__name__}")
         super().__init__(model, tokenizer, precision, **options)
         self.regression = model.regression
-        self.labels = list(model.config.labels or [])
 
     def __call__(self, inputs: Sequence[str | Sequence[str]]) -> list[dict[str, Any]]:
         texts, pairs = split_pairs(inputs)
@@ -266,13 +266,7 @@ class NER(Pipeline):
     """
 
     task = "ner"
-
-    def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", **options: Any) -> None:
-        if not isinstance(model, TokenClassifier):
-            raise InputError(f"ner needs a token-classification checkpoint (encoderlab finetune ner), "
-                             f"not a {type(model).__name__}")
-        super().__init__(model, tokenizer, precision, **options)
-        self.labels = list(model.config.labels or [])
+    model_class, needs = TokenClassifier, "a token-classification checkpoint (encoderlab finetune ner)"
 
     def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         texts = check_texts(texts)
@@ -372,13 +366,11 @@ class QA(Pipeline):
     """
 
     task = "qa"
+    model_class, needs = SpanExtractor, "a question-answering checkpoint (encoderlab finetune qa)"
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", doc_stride: int | None = None,
                  max_answer_length: int | None = None, **options: Any) -> None:
         """doc_stride, max_answer_length: None follows the folder's settings."""
-        if not isinstance(model, SpanExtractor):
-            raise InputError(f"qa needs a question-answering checkpoint (encoderlab finetune qa), "
-                             f"not a {type(model).__name__}")
         super().__init__(model, tokenizer, precision, **options)
         given = self.settings
         # A window this short (tiny test models) still fits a question, a stride and some context.

@@ -235,33 +235,24 @@ class Batcher:
         for job in jobs:
             groups.setdefault(job.key, []).append(job)
         loop = asyncio.get_running_loop()
-        for key, group in groups.items():
+        for key, group in groups.items():  # a job whose client has gone (future done) is handed nothing
             self.stats["batches"] += 1
             items = [item for job in group for item in job.items]
             try:
                 results = await loop.run_in_executor(self.executor, self.run, items, key)
             except Exception as err:  # noqa: BLE001 -- settled on the jobs; their endpoints answer 422 or 500
-                if len(group) == 1:
-                    _settle(group[0], error=err)
-                    continue
-                for job in group:
-                    await self._run([job])
+                if len(group) > 1:
+                    for job in group:
+                        await self._run([job])
+                elif not group[0].future.done():
+                    group[0].future.set_exception(err)
                 continue
             for job in group:
-                _settle(job, results[:len(job.items)])
+                if not job.future.done():
+                    job.future.set_result(results[:len(job.items)])
                 results = results[len(job.items):]
             self.stats["requests"] += len(group)
             self.stats["texts"] += sum(len(job.items) for job in group)
-
-
-def _settle(job: Job, results: list[dict[str, Any]] | None = None, error: BaseException | None = None) -> None:
-    """Hand a job its results or error, unless its client has gone."""
-    if job.future.done():
-        return
-    if error is not None:
-        job.future.set_exception(error)
-    else:
-        job.future.set_result(results)
 
 
 def pipeline_runner(pipe: Pipeline) -> Callable[[list[Any], Hashable], list[dict[str, Any]]]:

@@ -104,11 +104,6 @@ def _stack(rows: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.
     return out
 
 
-def build_model(cfg: PretrainConfig, tokenizer: Tokenizer) -> Model:
-    """A freshly initialised model of an mlm / mlm+nsp / mlm+sop recipe's preset, sized to the tokenizer."""
-    return build_objective(cfg, tokenizer).model
-
-
 @torch.no_grad()
 def evaluate(model: Objective | Model, batches: Batches, cfg: PretrainConfig, micro: int,
              device: torch.device) -> dict[str, float]:
