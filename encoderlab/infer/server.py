@@ -66,9 +66,8 @@ def request_models(limits: Limits) -> dict[str, type[BaseModel]]:
         texts: list[Text | Annotated[list[Text], Field(min_length=2, max_length=2)]] = Field(
             description="texts, or [text, pair] items (all of one kind)", **many)
 
-    class NERRequest(BaseModel):
-        model_config = strict
-        texts: list[Text] = Field(description=f"1 to {limits.max_batch} non-blank texts", **many)
+    class NERRequest(EmbedRequest):  # the same body under its own name in /docs
+        pass
 
     class FillMaskRequest(BaseModel):
         model_config = strict
@@ -351,11 +350,6 @@ def _replay(body: bytes, receive: Callable) -> Callable:
     return replay
 
 
-def _brief(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Validation errors without the echoed input (which may be a megabyte of text)."""
-    return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in errors]
-
-
 def _key(task: str, body: BaseModel) -> Hashable:
     """What must match for two requests to share a pipeline call."""
     if task == "fill-mask":
@@ -390,7 +384,8 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
             worker.cancel()
         executor.shutdown(wait=False, cancel_futures=True)
 
-    endpoints = ", ".join(_by(task, pipe, model) for task, pipe in pipelines.items())
+    endpoints = ", ".join(f"{task} (by {pipe.model_name})" if pipe.model_name and pipe.model_name != model else task
+                          for task, pipe in pipelines.items())  # the model behind a task where it is not the server's
     app = FastAPI(title="encoderlab", lifespan=lifespan,
                   description=f"Model **{model or '?'}**: {endpoints}. Limits: {limits.max_batch} texts "
                               f"a request, {limits.max_text_chars} characters a text, {limits.max_body_bytes} bytes "
@@ -415,11 +410,6 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
         else:
             _add_missing(app, task, (unavailable or {}).get(task, "not loaded"), model)
     return app
-
-
-def _by(task: str, pipe: Pipeline, model: str) -> str:
-    """The task, and the model behind it where that is not the server's own."""
-    return f"{task} (by {pipe.model_name})" if pipe.model_name and pipe.model_name != model else task
 
 
 def _add_endpoint(app: FastAPI, task: str, request: type[BaseModel], batchers: dict[str, Batcher],
@@ -457,7 +447,8 @@ def _add_error_handlers(app: FastAPI) -> None:
     """422 with brief reasons for invalid requests; 500 with one line for anything unforeseen."""
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": _brief(err.errors())}, status_code=422)
+        brief = [{"loc": list(e.get("loc", ()))} | {k: e.get(k, "") for k in ("msg", "type")} for e in err.errors()]
+        return JSONResponse({"detail": brief}, status_code=422)  # without the echoed input: it may be a megabyte
 
     @app.exception_handler(StarletteHTTPException)
     async def unparsable(request: Request, err: StarletteHTTPException) -> Response:
@@ -470,7 +461,6 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def failed(request: Request, err: Exception) -> JSONResponse:
         log.error("%s %s failed", request.method, request.url.path, exc_info=err)
         return JSONResponse({"detail": f"internal error ({type(err).__name__}); see the server log"}, status_code=500)
-
 
 
 # ---- loading and serving ----------------------------------------------------------------------------
