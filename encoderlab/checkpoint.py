@@ -110,12 +110,6 @@ def _sources(rules: Rules, our_key: str) -> tuple[str, ...]:
     raise KeyError(f"no weight-map rule for {our_key!r}")
 
 
-def _head_hf_name(spec: FamilySpec, hf_key: str) -> bool:
-    """Whether this (unprefixed) Hugging Face name belongs to a head (pooler, MLM, NSP) a model may leave unused."""
-    return any(_rule_regex(t).match(hf_key) for ours, theirs in spec.weight_map
-               if not ours.startswith("encoder.") for t in theirs)
-
-
 def normalize_hf_state(spec: FamilySpec, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Strip the backbone prefix, rename old names (gamma/beta, aliases), drop buffers and tied copies."""
     out: dict[str, torch.Tensor] = {}
@@ -157,9 +151,11 @@ def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: nn.Mo
             mismatched.append(f"{shapes} (expected {tuple(target.shape)} in total)")
             continue
         converted[key] = tensor
-    # Every backbone tensor must be used: a layer the config does not have is an error, not silently dropped.
+    # Every backbone tensor must be used: a layer the config does not have is an error, not silently dropped;
+    # a head's (pooler, MLM, NSP) may be left unused.
     used = {name for key in expected for name in _sources(rules, key)}
-    unexpected = [k for k in hf_state if k not in used and not _head_hf_name(spec, k)]
+    heads = [_rule_regex(t) for ours, theirs in spec.weight_map if not ours.startswith("encoder.") for t in theirs]
+    unexpected = [k for k in hf_state if k not in used and not any(head.match(k) for head in heads)]
     problems = [f"{what}: {sep.join(names)}" for what, sep, names in (
         ("missing tensors", ", ", missing), ("unexpected tensors", ", ", unexpected),
         ("shape mismatch", "; ", mismatched)) if names]
@@ -175,11 +171,6 @@ def _fresh_tensor(key: str, target: torch.Tensor, std: float) -> torch.Tensor:
         return target
     tensor = torch.empty(target.shape, dtype=torch.float32)
     return nn.init.normal_(tensor, std=std) if key.endswith("weight") else nn.init.zeros_(tensor)
-
-
-def has_pooler(spec: FamilySpec, hf_state: dict[str, torch.Tensor]) -> bool:
-    """Whether a checkpoint holds the family's pooler (an MLM-only BERT checkpoint has none)."""
-    return spec.pooler and all(name in hf_state for name in _sources(spec.weight_map, "pooler.dense.weight"))
 
 
 def ours_to_hf(spec: FamilySpec, model: nn.Module) -> dict[str, torch.Tensor]:
@@ -360,7 +351,9 @@ def _class_options(cls: type[nn.Module], spec: FamilySpec, hf_state: dict[str, t
     given = {k: v for k, v in options.items() if v is not None}
     if cls.kind in ("base", "embed"):
         pooling = {"pooling": settings(folder).pooling}
-        return {"pooler": has_pooler(spec, hf_state)} | (pooling if cls.kind == "embed" else {}) | given
+        # A pooler only where the checkpoint holds one (an MLM-only BERT checkpoint has none).
+        pooler = spec.pooler and all(n in hf_state for n in _sources(spec.weight_map, "pooler.dense.weight"))
+        return {"pooler": pooler} | (pooling if cls.kind == "embed" else {}) | given
     if new_head or cls.kind not in ("classify", "ner"):
         return given
     out = f"{spec.classifier_head.out if cls.kind == 'classify' else 'classifier.'}weight"

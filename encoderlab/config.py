@@ -204,7 +204,8 @@ class EncoderConfig:
         if missing:
             raise ConfigError(f"{source}: {missing[0]} is missing; without it transformers builds a {model_type} we "
                               f"do not support (expected {missing[0]}={required[missing[0]][0]!r})")
-        if _is_default_labels(kwargs.get("labels")):
+        labels = kwargs.get("labels")  # transformers writes LABEL_0, LABEL_1 when no head was trained: not real names
+        if labels is not None and all(label == f"LABEL_{i}" for i, label in enumerate(labels)):
             kwargs.pop("labels")
         try:
             return cls(**kwargs)
@@ -325,11 +326,6 @@ def _hf_names(spec: FamilyConfig) -> dict[str, str | None]:
 def field_names() -> list[str]:
     """All EncoderConfig field names, for error messages and `--set` validation."""
     return [f.name for f in dataclasses.fields(EncoderConfig)]
-
-
-def _is_default_labels(labels: list[str] | None) -> bool:
-    """transformers writes LABEL_0, LABEL_1 when no head was trained: that is not a real label set."""
-    return labels is not None and all(label == f"LABEL_{i}" for i, label in enumerate(labels))
 
 
 __all__ = ["ACTIVATION_NAMES", "EncoderConfig", "FamilyConfig", "field_names", "presets",

@@ -13,7 +13,7 @@ from typing import Any
 from encoderlab.cli.options import (MODEL_HELP, add_json, add_model, add_options, add_precision, add_threads,
                                     apply_threads)
 from encoderlab.tasks.finetune import (BATCH_SIZE, BILSTM, MAX_LENGTH, TASKS, EvaluateJob, FinetuneJob, Head,
-                                       Reading, evaluate, finetune)
+                                       Reading, evaluate, finetune, split_names)
 from encoderlab.tasks.objective import TrainOptions
 from encoderlab.train import distributed
 
@@ -90,10 +90,6 @@ def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---- parser --------------------------------------------------------------------------------------------------
-def _names(value: str) -> list[str] | None:
-    return [part.strip() for part in value.split(",")] if value else None
-
-
 def _add_device(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, metavar="D", help="cpu, cuda or cuda:N (default: cuda if present)")
 
@@ -151,7 +147,7 @@ def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
         parser.add_argument("--task-type", choices=("classification", "regression"), default="classification",
                             help="classes (cross-entropy) or a score (MSE, e.g. STS-B) (default: classification)")
         add_options(parser, (
-            ("--labels", _names, None, "A,B,...",
+            ("--labels", split_names, None, "A,B,...",
              "class names in id order (default: those of the training file, numeric or sorted)"),
             ("--tokenizer", None, None, "T",
              "tokenizer folder or alias (default: the model's; minilm for --model bilstm)"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import html
+import itertools
 import json
 import os
 import re
@@ -34,7 +35,8 @@ def corpus_files(paths: list[str | os.PathLike]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p.relative_to(path)))
+            found = sorted(p for p in path.rglob("*") if p.is_file()  # hidden: .git, .DS_Store, editor temp files
+                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
             if not found:
                 raise InputError(f"{path}: the folder holds no files")
             files.extend(found)
@@ -43,11 +45,6 @@ def corpus_files(paths: list[str | os.PathLike]) -> list[Path]:
         else:
             raise InputError(f"{path}: no such file or folder")
     return list(dict.fromkeys(files))  # a file named twice is read once
-
-
-def _hidden(relative: Path) -> bool:
-    """True when any part of the path starts with a dot (.git, .DS_Store, editor temp files)."""
-    return any(part.startswith(".") for part in relative.parts)
 
 
 def iter_documents(path: str | os.PathLike) -> Iterator[list[str]]:
@@ -82,7 +79,7 @@ class DocumentReader:
             return
         self.format = _detect(self.path, first[1])
         parse = {"plain": _plain, "jsonl": _jsonl, "wikiextractor": _wikiextractor}[self.format]
-        yield from parse(self.path, _chain(first, lines))
+        yield from parse(self.path, itertools.chain([first], lines))
 
     def _lines(self) -> Iterator[tuple[int, str]]:
         """(line number, text without the newline) for every line, decoded as strict UTF-8."""
@@ -119,11 +116,6 @@ def _decode(path: Path, number: int, data: bytes) -> str:
     if "\x00" in text:
         raise InputError(f"{path}:{number}: contains a NUL byte; is it a binary file?")
     return text.rstrip("\r\n")
-
-
-def _chain(first: tuple[int, str], rest: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
-    yield first
-    yield from rest
 
 
 def _detect(path: Path, first_line: str) -> str:

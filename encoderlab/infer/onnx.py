@@ -213,7 +213,8 @@ class OnnxRunner:
         self.path = Path(path)
         if not self.path.is_file():
             raise InputError(f"{self.path}: no such ONNX file")
-        self.info = _read_sidecar(self.path)
+        sidecar = sidecar_path(self.path)
+        self.info = read_json_file(sidecar) if sidecar.is_file() else {}  # {}: exported elsewhere
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
@@ -265,9 +266,3 @@ class OnnxRunner:
         """A padded batch of CPU tensors through the session, as the engine reads a forward pass."""
         out = self.run(batch["input_ids"].numpy(), batch["attention_mask"].numpy(), batch["token_type_ids"].numpy())
         return Output(hidden=torch.from_numpy(out["last_hidden_state"]))
-
-
-def _read_sidecar(path: Path) -> dict:
-    """FILE.onnx.json, or {} when the file was exported elsewhere."""
-    sidecar = sidecar_path(path)
-    return read_json_file(sidecar) if sidecar.is_file() else {}

@@ -31,7 +31,9 @@ class Encoder(nn.Module):
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
-        self.project = _projection(config)
+        # A factorized model projects embeddings to the hidden width; equal widths need none, unless always_project.
+        widths_differ = config.embedding_width != config.hidden_size or config.always_project
+        self.project = nn.Linear(config.embedding_width, config.hidden_size) if widths_differ else None
         # ALBERT shares one block among all layers (Lan et al. 2019, section 3.1): it is applied num_layers times.
         self.layers = nn.ModuleList(Block(config) for _ in range(1 if config.shared_layers else config.num_layers))
         self.relative = RelativeEmbeddings(config) if config.relative_attention else None
@@ -59,13 +61,6 @@ class Encoder(nn.Module):
             if attentions is not None:
                 attentions.append(probs)
         return EncoderOutput(x, None, hidden_states, attentions)
-
-
-def _projection(config: EncoderConfig) -> nn.Linear | None:
-    """The embedding-to-hidden projection of a factorized model; None when the widths agree, unless always_project."""
-    if config.embedding_width == config.hidden_size and not config.always_project:
-        return None
-    return nn.Linear(config.embedding_width, config.hidden_size)
 
 
 def init_weights(module: nn.Module, std: float) -> None:

@@ -123,7 +123,8 @@ class EvaluateJob:
 
 
 # ---- reading data ---------------------------------------------------------------------------------------------
-def _split(value: str | None) -> list[str] | None:
+def split_names(value: str | None) -> list[str] | None:
+    """"a, b" -> ["a", "b"]; None or "" -> None."""
     return [part.strip() for part in value.split(",")] if value else None
 
 
@@ -140,7 +141,7 @@ def read_examples(task: str, path: str, reading: Reading, info: dict | None = No
     if task == "qa":
         return readers.read_squad(path)
     header = reading.header and info.get("header", True)
-    text_cols, label_col = _split(option("text_cols")), option("label_col")
+    text_cols, label_col = split_names(option("text_cols")), option("label_col")
     if task == "embed":
         return readers.read_texts(path, text_cols, label_col, regression=True, header=header, need_label=False)
     return readers.read_texts(path, text_cols, label_col, regression=regression, header=header)

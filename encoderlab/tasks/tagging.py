@@ -50,11 +50,6 @@ def first_token_of_words(words: list[str], offsets: list[tuple[int, int]],
     return first
 
 
-def tagging_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of logits (B, T, L) summed over the tokens with a tag in labels (B, T) (others IGNORE_INDEX)."""
-    return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
-
-
 class TagTask(Task):
     """Token classification with word-level tags (IOB2)."""
 
@@ -104,8 +99,10 @@ class TagTask(Task):
         return super().counts(batch) | {"targets": (batch["labels"] != IGNORE_INDEX).sum()}
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        """Cross-entropy summed over the tokens with a tag (the others are IGNORE_INDEX)."""
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, T, L)
-        return tagging_loss(logits, batch["labels"])
+        return F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX,
+                               reduction="sum")
 
     def predict(self, model: nn.Module, sentences: list[TaggedSentence]) -> list[list[str]]:
         """One tag per word of each sentence."""

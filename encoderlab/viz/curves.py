@@ -8,12 +8,6 @@ from pathlib import Path
 from encoderlab.io import atomic_write
 
 
-def _series(rows: list[dict[str, str]], key: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of one column, skipping rows where it is empty."""
-    points = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in (None, "")]
-    return [p[0] for p in points], [p[1] for p in points]
-
-
 # (metrics.csv column, label, panel): every objective's terms; a run draws the columns it logged.
 CURVES = (
     ("mlm_loss", "train MLM loss", "loss"), ("eval_mlm_loss", "held-out MLM loss", "loss"),
@@ -37,8 +31,9 @@ def plot_metrics(csv_path: str | Path, out_path: str | Path, title: str | None =
         rows = list(csv.DictReader(handle))
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for key, label, side in CURVES:
-        steps, values = _series(rows, key)
-        if steps:
+        points = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in (None, "")]
+        if points:
+            steps, values = zip(*points)
             axis = left if side == "loss" else right
             axis.plot(steps, values, marker="o" if key.startswith("eval") else None, markersize=3, label=label)
     left.set(xlabel="step", ylabel="loss", title="loss")
