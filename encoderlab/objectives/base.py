@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from encoderlab.checkpoint import init_from, load_weights, save_pretrained
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.nn.model import IGNORE_INDEX
 from encoderlab.paths import resolve_model_path
@@ -17,7 +18,8 @@ Counts = dict[str, torch.Tensor]
 
 
 class Objective(nn.Module):
-    """Base of the objectives: forward(batch, counts) -> (loss, sums); metrics from summed sums; save/load/export."""
+    """Base of the objectives: forward(batch, counts) -> (loss, sums); metrics from summed sums; save/load/export,
+    by default of the one model kept, `self.model`."""
 
     unused_parameters = False  # whether forward may leave some parameters without a gradient (DDP must know)
     new_tensors: list[str] = []  # with init_from: the tensors the checkpoint did not hold (start_from's answer)
@@ -38,19 +40,19 @@ class Objective(nn.Module):
     def start_from(self, name: str) -> list[str]:
         """Continued pretraining: load a checkpoint's weights into the trained model in place; return the
         names of the tensors it did not hold (fresh heads, a generator), which keep their initialisation."""
-        raise NotImplementedError
+        return init_from(self.model, name)
 
     def save(self, folder: Path) -> None:
         """Write the trained weights into a checkpoint folder (exactly enough to resume)."""
-        raise NotImplementedError
+        save_pretrained(self.model, folder)
 
     def load(self, folder: Path) -> None:
         """Load what save() wrote, in place."""
-        raise NotImplementedError
+        load_weights(self.model, folder)
 
     def export(self, folder: Path, tokenizer: Tokenizer) -> None:
         """The final model(s) as Hugging Face folders with the tokenizer."""
-        raise NotImplementedError
+        save_pretrained(self.model, folder, tokenizer)
 
 
 def check_vocabulary(tokenizer: Tokenizer, data: str, name: str, role: str) -> None:

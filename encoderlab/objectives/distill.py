@@ -17,12 +17,10 @@ teacher's embeddings (minus token types) and MLM head.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 
-from encoderlab.checkpoint import init_from, load_model, load_weights, resolve_model_path
+from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel
@@ -76,18 +74,10 @@ class Distillation(Objective):
         out["loss"] = self.alpha_ce * out["ce_loss"] + self.alpha_mlm * out["mlm_loss"] + self.alpha_cos * out["cos_loss"]
         return out
 
-    def start_from(self, name: str) -> list[str]:
-        return init_from(self.student, name)
-
-    def save(self, folder: Path) -> None:
-        self.student.save_pretrained(folder)  # the teacher is read again from its folder on resume
-
-    def load(self, folder: Path) -> None:
-        load_weights(self.student, folder)
-
-    def export(self, folder: Path, tokenizer: Tokenizer) -> None:
-        self.student.save_pretrained(folder)
-        tokenizer.save(folder)
+    @property
+    def model(self) -> MaskedLMModel:
+        """The model saved, loaded and exported: the student (the teacher is read again from its folder on resume)."""
+        return self.student
 
 
 def student_config(teacher: EncoderConfig, base: EncoderConfig, num_layers: int | None, source: str) -> EncoderConfig:

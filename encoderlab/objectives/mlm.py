@@ -7,12 +7,9 @@ the two means).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 
-from encoderlab.checkpoint import init_from, load_weights
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError
 from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel, PreTrainingModel
@@ -78,19 +75,6 @@ class MaskedLanguageModeling(Objective):
             out["nsp_accuracy"] = sums["nsp_correct"] / counts["sequences"]
             out["loss"] += out["nsp_loss"]
         return out
-
-    def start_from(self, name: str) -> list[str]:
-        return init_from(self.model, name)
-
-    def save(self, folder: Path) -> None:
-        self.model.save_pretrained(folder)
-
-    def load(self, folder: Path) -> None:
-        load_weights(self.model, folder)
-
-    def export(self, folder: Path, tokenizer: Tokenizer) -> None:
-        self.model.save_pretrained(folder)
-        tokenizer.save(folder)
 
 
 def build(cfg, tokenizer: Tokenizer) -> MaskedLanguageModeling:

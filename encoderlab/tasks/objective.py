@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from encoderlab.checkpoint import load_model, save_pretrained
+from encoderlab.checkpoint import load_model
 from encoderlab.errors import ConfigError
 from encoderlab.nn.model import SentenceEmbedder
 from encoderlab.objectives import Counts, Objective
@@ -108,10 +108,7 @@ class TaskObjective(Objective):
     def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
         return {"loss": sums["loss"] / counts[self.task.loss_per]}
 
-    def save(self, folder: Path) -> None:
-        save_pretrained(self.model, folder)
-
-    def load(self, folder: Path) -> None:
+    def load(self, folder: Path) -> None:  # load_model: a BiLSTM baseline has no family weight map
         self.model.load_state_dict(load_model(folder).state_dict())
 
 
