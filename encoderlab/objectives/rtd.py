@@ -1,22 +1,16 @@
 """Replaced-token detection (ELECTRA, Clark et al. 2020, arXiv:2003.10555), with DeBERTa-v3's
 gradient-disentangled embedding sharing (He et al. 2021, arXiv:2111.09543, section 3).
 
-A small generator (a MaskedLMModel `generator_size` times the discriminator's width, heads and feed-forward;
-section 3.2 and appendix: 1/4 to 1/2 works best; `generator_layers` times its depth) learns MLM on the masked
-positions. Its samples replace the masked tokens, and the discriminator (ReplacedTokenDetector) learns, for
-every real token, whether it was replaced. Loss = MLM + rtd_weight x discriminator BCE (section 2, lambda = 50).
-There is no gradient through the sampling, and a sample equal to the original counts as original (section 2).
+A small generator (a MaskedLMModel sized by PretrainConfig.generator_size and generator_layers, whose docstrings
+cite the sizes) learns MLM on the masked positions. Its samples replace the masked tokens, and the discriminator
+(ReplacedTokenDetector) learns, for every real token, whether it was replaced. Loss = MLM + rtd_weight x
+discriminator BCE (section 2). There is no gradient through the sampling, and a sample equal to the original counts
+as original (section 2).
 
-Embedding sharing (section 3.2: the generator and discriminator share token embeddings):
-- shared: both models hold the same `encoder.embeddings` module (token, position, segment tables and their
-  LayerNorm); each keeps its own `encoder.project`, so the widths may differ;
-- gdes: the discriminator's token table is E_D = sg(E_G) + E_delta, E_delta starting at zero, so the
-  discriminator's gradient never reaches the generator's table (DeBERTa-v3, section 3); its other
-  embedding tables are its own.
-
-DeBERTa-v3's generator is the discriminator's width at half its depth (generator_size 1.0, generator_layers
-0.5: the released RTD configs, microsoft/DeBERTa experiments/language_model/rtd_*.json). Equal widths need no
-projection, so the generator saves in a family whose config.json has no embedding_size.
+Embedding sharing (section 3.2): `shared`: both models hold the same `encoder.embeddings` module (tables and
+LayerNorm), each its own `encoder.project`, so the widths may differ; `gdes`: the discriminator's token table is
+E_D = sg(E_G) + E_delta, E_delta starting at zero, so its gradient never reaches the generator's table (DeBERTa-v3,
+section 3); its other embedding tables are its own.
 
 A family without a replaced-token-detection class in transformers (DeBERTa-v2/v3) saves its discriminator as
 the family's base model (XModel) plus the head (`rtd.dense`, `rtd.prediction`) in HEAD_FILE beside it; the
@@ -217,8 +211,7 @@ def _replace(input_ids: torch.Tensor, labels: torch.Tensor, logits: torch.Tensor
 
 
 def build(cfg, tokenizer: Tokenizer) -> ReplacedTokenDetection:
-    """Discriminator of the recipe's preset and a generator `generator_size` times its width and
-    `generator_layers` times its depth."""
+    """Discriminator of the recipe's preset and its generator (generator_config)."""
     config = model_config(cfg, tokenizer)
     return ReplacedTokenDetection(ReplacedTokenDetector(config),
                                   MaskedLMModel(generator_config(config, cfg.generator_size, cfg.generator_layers)),

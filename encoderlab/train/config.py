@@ -194,29 +194,16 @@ class PretrainConfig:
 
 
 def _coerce(name: str, value: Any, kind: Any, source: str) -> Any:
-    """Check (and gently convert) one value to the field's declared type."""
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-    elif kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)  # YAML 1.1 reads 5e-4 as a string
-            except ValueError:
-                pass
-    elif kind is str:
-        if isinstance(value, str):
-            return value
-    elif kind is dict:
-        if isinstance(value, dict):
-            return value
+    """Check (and gently convert) one value to the field's declared type (bool, int, float, str or dict)."""
+    if kind is bool and isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if kind is float and isinstance(value, str):
+        try:
+            return float(value)  # YAML 1.1 reads 5e-4 as a string
+        except ValueError:
+            pass
+    if isinstance(value, (int, float) if kind is float else kind) and (kind is bool or not isinstance(value, bool)):
+        return float(value) if kind is float else value  # True is an int to Python, not to a recipe
     raise ConfigError(f"{source}: {name} must be {kind.__name__}, got {value!r}")
 
 
