@@ -33,7 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from encoderlab.errors import EncoderlabError, InputError, MissingHeadError
@@ -55,84 +55,43 @@ def request_models(limits: Limits) -> dict[str, type[BaseModel]]:
     """The request body model of each task, with the limits written into its schema (and so into /docs)."""
     Text = Annotated[str, Field(min_length=1, max_length=limits.max_text_chars), AfterValidator(_not_blank)]
     many = {"min_length": 1, "max_length": limits.max_batch}
-    strict = ConfigDict(extra="forbid")
 
-    class EmbedRequest(BaseModel):
-        model_config = strict
-        texts: list[Text] = Field(description=f"1 to {limits.max_batch} non-blank texts", **many)
+    def request(name: str, **fields: Any) -> type[BaseModel]:
+        return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
 
-    class ClassifyRequest(BaseModel):
-        model_config = strict
-        texts: list[Text | Annotated[list[Text], Field(min_length=2, max_length=2)]] = Field(
-            description="texts, or [text, pair] items (all of one kind)", **many)
-
-    class NERRequest(EmbedRequest):  # the same body under its own name in /docs
-        pass
-
-    class FillMaskRequest(BaseModel):
-        model_config = strict
-        texts: list[Text] = Field(description="texts with one or more [MASK] (or <mask>) tokens", **many)
-        top_k: int = Field(5, ge=1, le=100, description="predictions per mask")
-
-    class QAItem(BaseModel):
-        model_config = strict
-        question: Text = Field(description="the question")
-        context: Text = Field(description="the passage to answer from; long ones are read in windows")
-
-    class QARequest(BaseModel):
-        model_config = strict
-        items: list[QAItem] = Field(description="question and context pairs", **many)
-
-    return {"embed": EmbedRequest, "classify": ClassifyRequest, "fill-mask": FillMaskRequest,
-            "ner": NERRequest, "qa": QARequest}
+    texts = (list[Text], Field(description=f"1 to {limits.max_batch} non-blank texts", **many))
+    pairs = Annotated[list[Text], Field(min_length=2, max_length=2)]
+    qa_item = request("QAItem", question=(Text, Field(description="the question")), context=(Text, Field(
+        description="the passage to answer from; long ones are read in windows")))
+    return {"embed": request("EmbedRequest", texts=texts),
+            "classify": request("ClassifyRequest", texts=(list[Text | pairs], Field(
+                description="texts, or [text, pair] items (all of one kind)", **many))),
+            "fill-mask": request("FillMaskRequest", texts=(list[Text], Field(
+                description="texts with one or more [MASK] (or <mask>) tokens", **many)),
+                top_k=(int, Field(5, ge=1, le=100, description="predictions per mask"))),
+            "ner": request("NERRequest", texts=texts),
+            "qa": request("QARequest", items=(list[qa_item], Field(description="question and context pairs", **many)))}
 
 
-class EmbedResult(BaseModel):
-    embedding: list[float] = Field(description="the sentence vector (L2-normalized when the model says so)")
-
-
-class ClassifyResult(BaseModel):
-    label: str | None = Field(None, description="the most probable class (absent for regression)")
-    score: float = Field(description="its probability, or the regression value")
-    scores: dict[str, float] | None = Field(None, description="every class's probability")
-
-
-class Prediction(BaseModel):
-    token: str
-    id: int
-    score: float = Field(description="probability")
-
-
-class MaskResult(BaseModel):
-    position: int = Field(description="token position of the mask")
-    predictions: list[Prediction]
-
-
-class FillMaskResult(BaseModel):
-    text: str
-    masks: list[MaskResult] = Field(description="one entry per mask, in text order")
-    filled: str = Field(description="the text with each mask replaced by its top token")
-
-
-class Entity(BaseModel):
-    entity: str = Field(description="entity type, e.g. PER")
-    start: int = Field(description="character offset in the text")
-    end: int
-    text: str
-    score: float = Field(description="mean probability of the entity's word tags")
-
-
-class NERResult(BaseModel):
-    text: str
-    entities: list[Entity]
-
-
-class QAResult(BaseModel):
-    answer: str = Field(description="the answer span ('' when none was found)")
-    start: int = Field(description="character offset in the context")
-    end: int
-    score: float
-
+# Result models, one per task, built as tables of (type, Field) per key; their descriptions show in /docs.
+EmbedResult = create_model("EmbedResult", embedding=(list[float], Field(
+    description="the sentence vector (L2-normalized when the model says so)")))
+ClassifyResult = create_model(
+    "ClassifyResult", label=(str | None, Field(None, description="the most probable class (absent for regression)")),
+    score=(float, Field(description="its probability, or the regression value")),
+    scores=(dict[str, float] | None, Field(None, description="every class's probability")))
+Prediction = create_model("Prediction", token=str, id=int, score=(float, Field(description="probability")))
+MaskResult = create_model("MaskResult", position=(int, Field(description="token position of the mask")),
+                          predictions=list[Prediction])
+FillMaskResult = create_model(
+    "FillMaskResult", text=str, masks=(list[MaskResult], Field(description="one entry per mask, in text order")),
+    filled=(str, Field(description="the text with each mask replaced by its top token")))
+Entity = create_model("Entity", entity=(str, Field(description="entity type, e.g. PER")),
+                      start=(int, Field(description="character offset in the text")), end=int, text=str,
+                      score=(float, Field(description="mean probability of the entity's word tags")))
+NERResult = create_model("NERResult", text=str, entities=list[Entity])
+QAResult = create_model("QAResult", answer=(str, Field(description="the answer span ('' when none was found)")),
+                        start=(int, Field(description="character offset in the context")), end=int, score=float)
 
 RESULTS: dict[str, type[BaseModel]] = {"embed": EmbedResult, "classify": ClassifyResult,
                                        "fill-mask": FillMaskResult, "ner": NERResult, "qa": QAResult}
@@ -141,7 +100,7 @@ RESULTS: dict[str, type[BaseModel]] = {"embed": EmbedResult, "classify": Classif
 def response_model(task: str) -> type[BaseModel]:
     """{"results": [one result per input, in input order]} for the task."""
     item = RESULTS[task]
-    return type(f"{item.__name__}s", (BaseModel,), {"__annotations__": {"results": list[item]}})
+    return create_model(f"{item.__name__}s", results=list[item])
 
 
 class Health(BaseModel):
