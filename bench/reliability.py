@@ -61,7 +61,7 @@ def bad_input_folders(root: Path) -> Any:
                             TokenClassifier)
     from encoderlab.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer.train_wordpiece_from_iterator([" ".join(WORDS)] * 3, vocab_size=80, min_frequency=1)
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=80, min_frequency=1)
     config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=4, intermediate_size=37, num_layers=2,
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     torch.manual_seed(0)
@@ -138,7 +138,7 @@ def pretrain_argv(root: Path, steps: int) -> tuple[list[str], int]:
     docs = ["\n".join(" ".join(rng.choices(CORPUS_WORDS, k=rng.randint(4, 12))).capitalize() + "."
                       for _ in range(rng.randint(3, 8))) for _ in range(30)]
     (root / "corpus.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    Tokenizer.train_wordpiece([root / "corpus.txt"], vocab_size=100).save(root / "tokenizer")
+    Tokenizer.train("wordpiece", [root / "corpus.txt"], vocab_size=100).save(root / "tokenizer")
     prepare([str(root / "corpus.txt")], root / "tokenizer", root / "data", holdout=0.1, workers=1)
     recipe = {"data": str(root / "data"), **RECIPE, "max_steps": steps}
     (root / "tiny.yaml").write_text(json.dumps(recipe), encoding="utf-8")
@@ -152,7 +152,7 @@ def finetune_argv(root: Path, train_rows: int) -> tuple[list[str], int]:
     from encoderlab.tokenizer import Tokenizer
 
     words = POSITIVE + NEGATIVE + FILLER
-    tokenizer = Tokenizer.train_wordpiece_from_iterator([" ".join(words)] * 3, vocab_size=80, min_frequency=1)
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(words)] * 3, vocab_size=80, min_frequency=1)
     config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     torch.manual_seed(SEED)

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 # ---- tiny checkpoint folders (transformers writes them: it is the oracle, never imported by encoderlab) ---------
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    return Tokenizer.train_wordpiece_from_iterator([" ".join(WORDS)] * 3, vocab_size=80, min_frequency=1)
+    return Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=80, min_frequency=1)
 
 
 @dataclass

@@ -172,7 +172,7 @@ def test_prepare_names_the_unreadable_file(tmp_path, capsys):
 
     good = tmp_path / "good.txt"
     good.write_text("some words here\n", encoding="utf-8")
-    Tokenizer.train_wordpiece([good], vocab_size=40).save(tokenizer_dir)
+    Tokenizer.train("wordpiece", [good], vocab_size=40).save(tokenizer_dir)
     err = _run_error(["prepare", "--corpus", str(bad), "--tokenizer", str(tokenizer_dir), "--out",
                       str(tmp_path / "data")], capsys)
     assert "bad.txt" in err

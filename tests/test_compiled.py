@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 @pytest.fixture(scope="module")
 def classifier_folder(tmp_path_factory) -> Path:
     """A random 2-layer BertForSequenceClassification (hidden 64) with a tiny WordPiece tokenizer."""
-    tokenizer = Tokenizer.train_wordpiece_from_iterator([" ".join(WORDS)] * 3, vocab_size=80, min_frequency=1)
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=80, min_frequency=1)
     torch.manual_seed(0)
     model = BertForSequenceClassification(BertConfig(
         vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,

@@ -165,7 +165,7 @@ def recipe(tmp_path_factory) -> Path:
     docs = ["\n".join(" ".join(rng.choices(WORDS, k=rng.randint(4, 12))).capitalize() + "."
                       for _ in range(rng.randint(3, 8))) for _ in range(30)]
     (root / "corpus.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    Tokenizer.train_wordpiece([root / "corpus.txt"], vocab_size=100).save(root / "tokenizer")
+    Tokenizer.train("wordpiece", [root / "corpus.txt"], vocab_size=100).save(root / "tokenizer")
     prepare([str(root / "corpus.txt")], root / "tokenizer", root / "data", holdout=0.1, workers=1)
     path = root / "tiny.yaml"
     path.write_text(json.dumps({"data": str(root / "data"), **RECIPE}), encoding="utf-8")  # JSON is YAML
@@ -297,7 +297,7 @@ def classify(tmp_path_factory) -> tuple[Path, list[str]]:
     """A tiny random encoder folder and the finetune arguments for a synthetic sentiment task (60 steps)."""
     root = tmp_path_factory.mktemp("classify")
     words = POSITIVE + NEGATIVE + FILLER
-    tokenizer = Tokenizer.train_wordpiece_from_iterator([" ".join(words)] * 3, vocab_size=80, min_frequency=1)
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(words)] * 3, vocab_size=80, min_frequency=1)
     config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     torch.manual_seed(0)

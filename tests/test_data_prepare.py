@@ -119,7 +119,7 @@ def test_worker_processes_write_the_same_shards_and_documents_stay_whole(corpus,
 
 def test_vocabulary_over_65536_tokens_is_stored_as_uint32(tmp_path):
     words = [f"w{i:05d}" for i in range(70_000)]
-    tokenizer = Tokenizer.train_wordpiece_from_iterator([" ".join(words)], vocab_size=70_100, min_frequency=1)
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(words)], vocab_size=70_100, min_frequency=1)
     tokenizer.save(tmp_path / "tok")
     assert tokenizer.vocab_size > 65_536
     late = [w for w in words if tokenizer.token_to_id(w) is not None and tokenizer.token_to_id(w) >= 65_536][:50]

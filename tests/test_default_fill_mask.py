@@ -48,7 +48,7 @@ needs_the_model = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> dict[str, Path]:
     """A random 2-layer masked-LM model and a classifier (no masked-LM head), with a tiny WordPiece vocabulary."""
-    tokenizer = Tokenizer.train_wordpiece_from_iterator([" ".join(WORDS)] * 3, vocab_size=80, min_frequency=1)
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=80, min_frequency=1)
     config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     torch.manual_seed(0)

@@ -112,7 +112,7 @@ QUESTIONS = [(f"where does {who} live ?", f"{who} lives in {town} and {other} we
 def qa_folders(tmp_path_factory) -> dict[str, Path]:
     """One random QA model saved twice: with the default decoding, and with allow_null, n_best 1 and one-token
     answers (so that many questions have no valid span, whatever the random weights)."""
-    tokenizer = Tokenizer.train_wordpiece_from_iterator([" ".join(WORDS)] * 3, vocab_size=100, min_frequency=1)
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=100, min_frequency=1)
     config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     model = SpanExtractor(config).eval()

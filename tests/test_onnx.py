@@ -38,7 +38,7 @@ def tiny_config(tokenizer: Tokenizer, **changes) -> EncoderConfig:
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    return Tokenizer.train_wordpiece_from_iterator([" ".join(WORDS)] * 3, vocab_size=120, min_frequency=1)
+    return Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=120, min_frequency=1)
 
 
 @pytest.fixture(scope="module")

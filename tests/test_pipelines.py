@@ -36,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 @pytest.fixture(scope="module")
 def tokenizer_folder(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("tok")
-    tokenizer = Tokenizer.train_wordpiece_from_iterator([" ".join(WORDS)] * 3, vocab_size=120, min_frequency=1)
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=120, min_frequency=1)
     tokenizer.save(folder)
     return folder
 

@@ -49,7 +49,7 @@ def prepared(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("corpus")
     corpus = root / "corpus.txt"
     _write_corpus(corpus)
-    Tokenizer.train_wordpiece([corpus], vocab_size=120).save(root / "tokenizer")
+    Tokenizer.train("wordpiece", [corpus], vocab_size=120).save(root / "tokenizer")
     prepare([str(corpus)], root / "tokenizer", root / "data", holdout=0.1, workers=1)
     return root / "data"
 

@@ -307,7 +307,7 @@ def test_one_bad_request_fails_alone_and_crashes_give_short_500():
 @pytest.fixture(scope="module")
 def task_folders(tmp_path_factory) -> dict[str, Path]:
     """Random 2-layer, 32-wide models of every task kind, each saved with a tiny WordPiece vocabulary."""
-    tokenizer = Tokenizer.train_wordpiece_from_iterator([" ".join(WORDS)] * 3, vocab_size=120, min_frequency=1)
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=120, min_frequency=1)
     config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     torch.manual_seed(0)

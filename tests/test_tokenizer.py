@@ -174,7 +174,7 @@ def write_corpus(path: Path, lines: int = 400, seed: int = 0) -> list[str]:
 def test_train_wordpiece_save_and_load_in_transformers(tmp_path, lowercase):
     texts = write_corpus(tmp_path / "corpus.txt")
     vocab_size = 150
-    trained = Tokenizer.train_wordpiece([tmp_path / "corpus.txt"], vocab_size=vocab_size, lowercase=lowercase)
+    trained = Tokenizer.train("wordpiece", [tmp_path / "corpus.txt"], vocab_size=vocab_size, lowercase=lowercase)
     assert 5 < trained.vocab_size <= vocab_size
     specials = SPECIAL_TOKENS["wordpiece"]
     assert [trained.token_to_id(t) for t in specials.order] == list(range(len(specials.order)))
@@ -234,7 +234,7 @@ def test_training_file_not_utf8_names_file_and_line(tmp_path):
     write_corpus(tmp_path / "good.txt", lines=20)
     (tmp_path / "bad.txt").write_bytes(b"fine line\nsecond line\nbroken \xc3\x28 here\n")
     with pytest.raises(InputError, match=r"bad\.txt:3: not valid UTF-8"):
-        Tokenizer.train_wordpiece([tmp_path / "good.txt", tmp_path / "bad.txt"], vocab_size=100)
+        Tokenizer.train("wordpiece", [tmp_path / "good.txt", tmp_path / "bad.txt"], vocab_size=100)
 
 
 def test_training_file_not_utf8_past_first_chunk(tmp_path):
@@ -242,24 +242,24 @@ def test_training_file_not_utf8_past_first_chunk(tmp_path):
     line = "é" * 99 + "\n"  # 199 bytes: characters straddle chunk boundaries
     (tmp_path / "big.txt").write_bytes(line.encode() * 6000 + b"x\xff\n")
     with pytest.raises(InputError, match=r"big\.txt:6001: not valid UTF-8"):
-        Tokenizer.train_wordpiece([tmp_path / "big.txt"], vocab_size=100)
+        Tokenizer.train("wordpiece", [tmp_path / "big.txt"], vocab_size=100)
 
 
 @pytest.mark.parametrize("content", [b"", b"\n  \n\n"])
 def test_empty_training_file(tmp_path, content):
     (tmp_path / "empty.txt").write_bytes(content)
     with pytest.raises(InputError, match=r"empty\.txt: the file is empty"):
-        Tokenizer.train_wordpiece([tmp_path / "empty.txt"], vocab_size=100)
+        Tokenizer.train("wordpiece", [tmp_path / "empty.txt"], vocab_size=100)
 
 
 def test_missing_training_file_and_bad_arguments(tmp_path):
     with pytest.raises(InputError, match="absent.txt: no such file"):
-        Tokenizer.train_wordpiece([tmp_path / "absent.txt"], vocab_size=100)
+        Tokenizer.train("wordpiece", [tmp_path / "absent.txt"], vocab_size=100)
     with pytest.raises(InputError, match="no training files"):
-        Tokenizer.train_wordpiece([], vocab_size=100)
+        Tokenizer.train("wordpiece", [], vocab_size=100)
     write_corpus(tmp_path / "corpus.txt", lines=5)
     with pytest.raises(ConfigError, match="vocab_size=5"):
-        Tokenizer.train_wordpiece([tmp_path / "corpus.txt"], vocab_size=5)
+        Tokenizer.train("wordpiece", [tmp_path / "corpus.txt"], vocab_size=5)
 
 
 def test_encode_batch_argument_errors(ours):

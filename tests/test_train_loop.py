@@ -35,7 +35,7 @@ def data(tmp_path_factory) -> Path:
     """A tiny dropout-free encoder with its tokenizer, a sentiment TSV and a CoNLL file of names and cities."""
     root = tmp_path_factory.mktemp("loop")
     words = POSITIVE + NEGATIVE + FILLER + NAMES + CITIES
-    tokenizer = Tokenizer.train_wordpiece_from_iterator([" ".join(words)] * 3, vocab_size=80, min_frequency=1)
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(words)] * 3, vocab_size=80, min_frequency=1)
     config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64,
                                        hidden_dropout=0.0, attention_dropout=0.0)

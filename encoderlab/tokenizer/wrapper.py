@@ -82,18 +82,6 @@ class Tokenizer:
         backend, specials = train_on_texts(kind, texts, vocab_size, lowercase, min_frequency, show_progress)
         return cls(backend, kind, specials=specials)
 
-    @classmethod
-    def train_wordpiece(cls, files: list[PathLike], vocab_size: int, lowercase: bool = True,
-                        min_frequency: int = 2, show_progress: bool = False) -> Tokenizer:
-        """Train a BERT WordPiece vocabulary of at most `vocab_size` tokens on UTF-8 text files."""
-        return cls.train("wordpiece", files, vocab_size, lowercase, min_frequency, show_progress)
-
-    @classmethod
-    def train_wordpiece_from_iterator(cls, texts: Iterable[str], vocab_size: int, lowercase: bool = True,
-                                      min_frequency: int = 2, show_progress: bool = False) -> Tokenizer:
-        """Train a BERT WordPiece vocabulary on a stream of texts."""
-        return cls.train_from_iterator("wordpiece", texts, vocab_size, lowercase, min_frequency, show_progress)
-
     def save(self, folder: PathLike) -> None:
         """Write the files transformers loads: tokenizer.json, its config and special-token map, the vocab files."""
         with self._lock:
