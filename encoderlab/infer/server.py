@@ -318,11 +318,6 @@ def _key(task: str, body: BaseModel) -> Hashable:
     return task
 
 
-def _items(task: str, body: BaseModel) -> list[Any]:
-    """The pipeline inputs of a request body."""
-    return [item.model_dump() for item in body.items] if task == "qa" else list(body.texts)
-
-
 def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
                unavailable: dict[str, str] | None = None) -> FastAPI:
     """The FastAPI app serving these pipelines (task -> pipeline); `unavailable` says why others are missing."""
@@ -376,14 +371,15 @@ def _add_endpoint(app: FastAPI, task: str, request: type[BaseModel], batchers: d
     """POST /{task}: validate, queue for the batcher, answer the results or a short error."""
     async def endpoint(body: BaseModel) -> Any:
         batcher = batchers[task]
+        items = [item.model_dump() for item in body.items] if task == "qa" else list(body.texts)  # pipeline inputs
         try:
-            return {"results": await batcher.submit(_items(task, body), _key(task, body))}
+            return {"results": await batcher.submit(items, _key(task, body))}
         except InputError as err:
             batcher.stats["errors"] += 1
             return JSONResponse({"detail": str(err)}, status_code=422)
         except Exception as err:  # the client gets one line, the log the traceback
             batcher.stats["errors"] += 1
-            log.error("%s failed on a request of %d input(s)", task, len(_items(task, body)), exc_info=err)
+            log.error("%s failed on a request of %d input(s)", task, len(items), exc_info=err)
             return JSONResponse({"detail": f"internal error in {task} ({type(err).__name__}); see the server log"},
                                 status_code=500)
 

@@ -255,7 +255,7 @@ def _one_run(job: FinetuneJob, task: Task, tokenizer: Tokenizer, features: list,
                               "options": asdict(options), "info": info}
 
     def write_log(result) -> None:
-        atomic_write_text(out / "training.json", json.dumps(record | result.as_dict(), indent=2) + "\n")
+        atomic_write_text(out / "training.json", json.dumps(record | asdict(result), indent=2) + "\n")
 
     result = train(model, task, features, options,
                    evaluate=(lambda m: task.evaluate(m, evaluation)) if evaluation else None, metric=job.metric,
@@ -263,7 +263,7 @@ def _one_run(job: FinetuneJob, task: Task, tokenizer: Tokenizer, features: list,
                    run_dir=out, resume=job.resume)
     if distributed.is_main_process():
         write_log(result)
-    return record | result.as_dict() | {"out": str(out)}
+    return record | asdict(result) | {"out": str(out)}
 
 
 def _summarize(runs: list[dict[str, Any]], out: Path) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +85,6 @@ class RunResult:
     metric: str | None = None  # the eval metric that chose `best`
     seconds: float = 0.0
     steps: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class TaskObjective(Objective):
