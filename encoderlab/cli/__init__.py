@@ -39,12 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     try:
         args.func(args)
-    except EncoderlabError as err:
+    except (EncoderlabError, OSError) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"error: {_one_line(err)}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, EncoderlabError) else 1
     except Terminated:
         print("terminated", file=sys.stderr)
         return 143  # 128 + SIGTERM, as a shell reports it

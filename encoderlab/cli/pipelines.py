@@ -143,7 +143,11 @@ def cmd_attention(args: argparse.Namespace) -> None:
     model = load_model(folder, kind="base")  # any checkpoint: bare, MLM or fine-tuned; fp32 probabilities
     maps = attention_maps(model, Tokenizer.from_pretrained(folder), args.text, args.pair, [args.layer])
     out = plot_attention(maps, args.out, args.layer, args.head, args.max_tokens)
-    print(json.dumps(_summary(maps, args.layer, args.head, out)) if args.json else _describe(maps, args.head, out))
+    if args.json:
+        print(json.dumps(_summary(maps, args.layer, args.head, out)))
+    else:
+        what = f"head {args.head % maps.num_heads}" if args.head is not None else f"all {maps.num_heads} heads"
+        print(f"wrote {out}: layer {maps.layers[0]}, {what}, {len(maps.tokens)} tokens")
 
 
 def _summary(maps: AttentionMaps, layer: int, head: int | None, out: Path) -> dict:
@@ -154,12 +158,6 @@ def _summary(maps: AttentionMaps, layer: int, head: int | None, out: Path) -> di
             "head": None if head is None else head % maps.num_heads, "num_heads": maps.num_heads,
             "truncated": maps.truncated, "attention": selected.tolist(),  # (T, T) or (heads, T, T), rows = queries
             "entropy_nats": entropy.tolist(), "max_entropy_nats": math.log(len(maps.tokens))}
-
-
-def _describe(maps: AttentionMaps, head: int | None, out: Path) -> str:
-    """The one line printed without --json."""
-    what = f"head {head % maps.num_heads}" if head is not None else f"all {maps.num_heads} heads"
-    return f"wrote {out}: layer {maps.layers[0]}, {what}, {len(maps.tokens)} tokens"
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

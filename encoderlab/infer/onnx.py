@@ -118,17 +118,12 @@ def _example_inputs(vocab_size: int, batch: int, length: int, seed: int = 0) -> 
     return ids * mask, mask, segments * mask
 
 
-def _dynamic_axes(fields: dict) -> dict[str, dict[int, str]]:
-    """Batch and sequence axes of every input and output; pooled vectors and classify logits have no sequence."""
-    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES + tuple(fields["outputs"])}
-    for name in fields["outputs"]:
-        if name == "pooled" or fields["task"] == "classify":
-            axes[name] = {0: "batch"}
-    return axes
-
-
 def _write_graph(module: nn.Module, fields: dict, vocab_size: int, path: Path, opset: int) -> None:
     """Trace the wrapped model into an ONNX file at `path` (fp32)."""
+    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES + tuple(fields["outputs"])}
+    for name in fields["outputs"]:  # pooled vectors and classify logits have no sequence axis
+        if name == "pooled" or fields["task"] == "classify":
+            axes[name] = {0: "batch"}
     with warnings.catch_warnings(), torch.no_grad():
         # TracerWarnings: Embeddings' length check and the q, k, v unpacking are fixed at trace time, which is
         # right here (the runner truncates to max_length); the DeprecationWarning is the one discussed above.
@@ -136,7 +131,7 @@ def _write_graph(module: nn.Module, fields: dict, vocab_size: int, path: Path, o
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(module, _example_inputs(vocab_size, 2, 8), str(path), dynamo=False,
                           opset_version=opset, input_names=list(INPUT_NAMES), output_names=fields["outputs"],
-                          dynamic_axes=_dynamic_axes(fields))
+                          dynamic_axes=axes)
 
 
 def _quantize(src: Path, dst: Path) -> None:
