@@ -1,7 +1,4 @@
-"""`encoderlab finetune TASK` and `encoderlab evaluate TASK`: the options, turned into encoderlab.tasks.finetune's jobs.
-
-Handlers raise encoderlab.errors exceptions for bad input; the main CLI prints them as one line, exit 2.
-"""
+"""`encoderlab finetune TASK` and `encoderlab evaluate TASK`: the options, turned into encoderlab.tasks.finetune's jobs."""
 
 from __future__ import annotations
 

@@ -9,12 +9,10 @@ has no masked-LM head, `serve` answers /fill-mask with the shipped default model
 one second model it may load. GET /health reports the model behind each endpoint, the queue and how many
 forward batches served how many requests.
 
-Each endpoint has a micro-batching worker: requests that arrive within `batch_wait_ms` of the first
-(or until `max_batch` texts) go through the pipeline in one call, on one model thread, so the event loop
-keeps answering (/health among others) while the model runs. Bodies over `max_body_bytes` get 413 before
-any parsing, bodies not sent in full within `body_timeout_s` 408; malformed or over-limit requests 422
-naming the field and index; a pipeline's InputError 422 with its message; anything else 500 with a short
-message (the traceback goes to the log only).
+Each endpoint has a micro-batching worker: requests that arrive within `batch_wait_ms` of the first (or until
+`max_batch` texts) go through the pipeline in one call, on one model thread, so the event loop keeps answering
+(/health among others) while the model runs. Refusals: 413, 408 or 422 before parsing (BodyCheck); 422 naming the
+field and index, or with a pipeline's InputError; 500 with one line (the traceback goes to the log only).
 """
 
 from __future__ import annotations

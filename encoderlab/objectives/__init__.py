@@ -1,8 +1,6 @@
-"""Objectives: what the one loop (encoderlab.train.loop) trains, the loss of a micro-batch, metrics, checkpoints.
-
-Each objective is one nn.Module holding every model it trains (so the optimizer, DDP and gradient clipping see
-one module) and a loss normalised by the whole optimizer step's counts (`Counts`), which keeps gradient
-accumulation and DDP equal to one big batch:
+"""Objectives: what the one loop (encoderlab.train.loop) trains. Each is one nn.Module holding every model it trains
+(so the optimizer, DDP and gradient clipping see one module), its loss normalised by the whole step's `Counts`
+(so gradient accumulation and DDP equal one big batch):
 - mlm, mlm+nsp, mlm+sop (mlm.py): BERT, RoBERTa and ALBERT;
 - rtd (rtd.py): ELECTRA's generator + replaced-token detector, DeBERTa-v3's gradient-disentangled sharing;
 - distill (distill.py): DistilBERT's student taught by a frozen teacher;

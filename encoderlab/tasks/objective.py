@@ -152,11 +152,8 @@ def train(model: nn.Module, task: Task, features: list[dict[str, Any]], options:
           evaluate: Callable[[nn.Module], dict[str, float]] | None = None, metric: str | None = None,
           save: Callable[[nn.Module], None] | None = None, on_eval: Callable[[RunResult], None] | None = None,
           run_dir: Path | None = None, resume: bool = False) -> RunResult:
-    """Fine-tune `model` on `features`; evaluate and keep the best by `metric` (higher is better). Without `evaluate`,
-    the model is saved once, at the end. With `run_dir`, metrics.csv and a resumable training state are kept there
-    (after each epoch, every options.save_every steps, and on Ctrl-C, which then raises KeyboardInterrupt); `resume`
-    continues from it to the result an uninterrupted run gives. Under torchrun each rank trains its share of every
-    batch; rank 0 evaluates and saves."""
+    """Fine-tune `model` on `features` by the one loop (run_loop: checkpoints in `run_dir`, `resume`, DDP); evaluate
+    and keep the best by `metric` (higher is better). Without `evaluate`, the model is saved once, at the end."""
     options.validate()
     if not features:
         raise ConfigError("no training features")
