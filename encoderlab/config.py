@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from encoderlab.errors import ConfigError
-from encoderlab.io import atomic_write_text
+from encoderlab.io import atomic_write_text, read_json_file
 
 # hidden_act / head_activation names as in Hugging Face config.json; nn/mlp.py maps each to its function.
 ACTIVATION_NAMES = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
@@ -235,15 +235,7 @@ class EncoderConfig:
     def from_json(cls, path: str | os.PathLike) -> "EncoderConfig":
         """Read a Hugging Face config.json file."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such file") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ConfigError(f"{path}: not valid UTF-8 JSON ({err})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
-        return cls.from_hf_dict(data, source=str(path))
+        return cls.from_hf_dict(read_json_file(path, dict, ConfigError), source=str(path))
 
     def save_json(self, path: str | os.PathLike, architecture: str) -> None:
         """Write a Hugging Face config.json (atomically)."""

@@ -130,13 +130,15 @@ def read_lines(path: str | os.PathLike, allow_empty_lines: bool = False) -> list
     return out
 
 
-def read_json_file(path: Path, kind: type = dict) -> Any:
-    """A checkpoint folder's JSON file whose top level is a `kind` (dict or list); CheckpointError naming it."""
+def read_json_file(path: Path, kind: type = dict, error: type[Exception] = CheckpointError) -> Any:
+    """A JSON file whose top level is a `kind` (dict or list); `error` (a checkpoint folder's files: CheckpointError)
+    naming it when it is missing, not UTF-8 JSON or of another kind."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
     except (UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{path}: not valid UTF-8 JSON ({err})") from None
+        raise error(f"{path}: not valid UTF-8 JSON ({err})") from None
     if not isinstance(data, kind):
-        raise CheckpointError(f"{path}: expected a JSON {'object' if kind is dict else 'array'}, "
-                              f"got {type(data).__name__}")
+        raise error(f"{path}: expected a JSON {'object' if kind is dict else 'array'}, got {type(data).__name__}")
     return data
