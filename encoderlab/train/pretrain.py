@@ -14,6 +14,7 @@ import logging
 import math
 import sys
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from encoderlab.data.collate import MaskingCollator
 from encoderlab.data.examples import PretrainingExamples
 from encoderlab.data.shards import TokenShards
+from encoderlab.engine import eval_mode
 from encoderlab.errors import InputError
 from encoderlab.io import atomic_write_text
 from encoderlab.models import FAMILIES
@@ -110,21 +112,16 @@ def evaluate(model: Objective | Model, batches: Batches, cfg: PretrainConfig, mi
     """The objective's figures on the first examples of the held-out split, prefixed eval_: MLM loss, accuracy
     and perplexity, plus the NSP/SOP, replaced-token-detection or distillation terms."""
     objective = model if isinstance(model, Objective) else MaskedLanguageModeling(model)
-    was_training = objective.training
-    objective.eval()
-    sums: dict[str, float] = {}
-    counts: dict[str, float] = {}
+    sums, counts = Counter(), Counter()  # summed over the batches
     count = min(cfg.eval_batches * micro, batches.examples.num_examples(0))
-    for start in range(0, count, micro):
-        batch = to_device(batches.make([(0, i) for i in range(start, min(start + micro, count))]), device)
-        batch_counts = objective.counts(batch)
-        with autocast(cfg.precision, device):
-            _, parts = objective(batch, {key: torch.tensor(1.0, device=device) for key in batch_counts})
-        for key, value in batch_counts.items():
-            counts[key] = counts.get(key, 0.0) + float(value)
-        for key, value in parts.items():
-            sums[key] = sums.get(key, 0.0) + float(value)
-    objective.train(was_training)
+    with eval_mode(objective):
+        for start in range(0, count, micro):
+            batch = to_device(batches.make([(0, i) for i in range(start, min(start + micro, count))]), device)
+            batch_counts = objective.counts(batch)
+            with autocast(cfg.precision, device):
+                _, parts = objective(batch, {key: torch.tensor(1.0, device=device) for key in batch_counts})
+            counts.update({key: float(value) for key, value in batch_counts.items()})
+            sums.update({key: float(value) for key, value in parts.items()})
     result = {f"eval_{k}": v for k, v in objective.metrics(sums, counts).items()}
     result["eval_perplexity"] = math.exp(min(result["eval_mlm_loss"], 50.0))
     return result
