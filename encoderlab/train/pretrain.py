@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from encoderlab.data.collate import MaskingCollator
 from encoderlab.data.examples import PretrainingExamples
 from encoderlab.data.shards import TokenShards
-from encoderlab.engine import eval_mode
+from encoderlab.engine import eval_mode, pad
 from encoderlab.errors import InputError
 from encoderlab.io import atomic_write_text
 from encoderlab.models import FAMILIES
@@ -94,16 +93,9 @@ def _mix(*values: int) -> int:
 
 def _stack(rows: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
     """Concatenate single-example batches, right-padding sequence tensors to the longest (multiple of 8)."""
-    length = max(row["input_ids"].shape[1] for row in rows)
-    length = -(-length // 8) * 8
     fill = {"input_ids": pad_id, "labels": IGNORE_INDEX}
-    out = {}
-    for key in rows[0]:
-        if rows[0][key].ndim == 2:
-            out[key] = torch.cat([F.pad(r[key], (0, length - r[key].shape[1]), value=fill.get(key, 0)) for r in rows])
-        else:
-            out[key] = torch.cat([r[key] for r in rows])
-    return out
+    return {key: pad([r[key][0].tolist() for r in rows], fill.get(key, 0), multiple_of=8) if rows[0][key].ndim == 2
+            else torch.cat([r[key] for r in rows]) for key in rows[0]}
 
 
 @torch.no_grad()
