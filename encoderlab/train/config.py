@@ -5,7 +5,6 @@ YAML is parsed with `yaml.safe_load`: a recipe is data, never code.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import typing
 from dataclasses import dataclass, field
@@ -187,10 +186,6 @@ class PretrainConfig:
         if self.batch_size % per_pass:
             raise ConfigError(f"batch_size {self.batch_size} is not divisible by grad_accum x ranks = {per_pass}")
         return self.batch_size // per_pass
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict, for saving beside a run."""
-        return dataclasses.asdict(self)
 
 
 def _coerce(name: str, value: Any, kind: Any, source: str) -> Any:

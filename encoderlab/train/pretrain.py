@@ -15,7 +15,7 @@ import math
 import sys
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +171,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
                 module.compile()
     options = LoopOptions(cfg.max_steps, cfg.grad_accum, cfg.precision, cfg.clip_norm, cfg.log_every, cfg.eval_every,
                           cfg.save_every, keep_checkpoints=cfg.keep_checkpoints, progress=progress, name="pretrain",
-                          recipe=cfg.to_dict())
+                          recipe=asdict(cfg))
     result = run_loop(model, data, optimizer, scheduler, options, run_dir, dist, resume, stop_after, evaluation)
     if dist.is_main and result.step == cfg.max_steps:
         _export_final(run_dir, model, tokenizer)
