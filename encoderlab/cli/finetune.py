@@ -33,17 +33,14 @@ def reading(args: argparse.Namespace) -> Reading:
     return Reading(**_given(args, Reading), header=not getattr(args, "no_header", False))
 
 
-def head(args: argparse.Namespace) -> Head:
-    """The head options of a finetune command line (defaults for those its task has no options for)."""
-    return Head(**_given(args, Head), regression=getattr(args, "task_type", None) == "regression")
-
-
 def finetuning(args: argparse.Namespace) -> FinetuneJob:
     """The FinetuneJob a `finetune TASK` command line asks for."""
     defaults = {"lr": args.lr or (1e-3 if args.model == BILSTM else 2e-5),
                 "batch_size": args.batch_size or BATCH_SIZE[args.task], "progress": not args.no_progress}
     options = TrainOptions(**_given(args, TrainOptions) | defaults)
-    return FinetuneJob(**_given(args, FinetuneJob), options=options, reading=reading(args), head=head(args))
+    # The head: defaults for the options its task has none for.
+    head = Head(**_given(args, Head), regression=getattr(args, "task_type", None) == "regression")
+    return FinetuneJob(**_given(args, FinetuneJob), options=options, reading=reading(args), head=head)
 
 
 # ---- the commands ---------------------------------------------------------------------------------------------
