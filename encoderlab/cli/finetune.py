@@ -1,4 +1,4 @@
-"""`encoderlab finetune TASK` and `encoderlab evaluate TASK`: the options, turned into encoderlab.tasks.finetune's jobs."""
+"""`encoderlab finetune TASK` and `encoderlab evaluate TASK`: options turned into encoderlab.tasks.finetune's jobs."""
 
 from __future__ import annotations
 
