@@ -136,9 +136,7 @@ class Batcher:
     pending: deque[Job] = field(default_factory=deque)
     running: int = 0
     stats: dict[str, int] = field(default_factory=lambda: {"requests": 0, "texts": 0, "batches": 0, "errors": 0})
-
-    def __post_init__(self) -> None:
-        self.arrived = asyncio.Event()
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def submit(self, items: list[Any], key: Hashable) -> list[dict[str, Any]]:
         """The results for `items`, computed in a batch with whatever else arrives meanwhile."""
