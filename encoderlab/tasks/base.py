@@ -59,11 +59,6 @@ class Task(ABC):
         """The inference engine for predictions with `model`: this task's window, batch size and precision."""
         return Engine(self.tokenizer, self.max_length, self.batch_size, model_device(model), self.precision)
 
-    @property
-    def default_metric(self) -> str:
-        """The eval metric that selects the best checkpoint unless --metric names another."""
-        return self.metrics[0]
-
     @abstractmethod
     def features(self, examples: list) -> list[dict[str, Any]]:
         """Training features (token ids and targets, unpadded); one example may give several."""

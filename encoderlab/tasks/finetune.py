@@ -236,7 +236,7 @@ def _check_metric(metric: str | None, task: Task, evaluation: list | None) -> No
         return
     if evaluation is None:
         raise ConfigError("--metric needs --eval: the best checkpoint is chosen on the eval set")
-    allowed = task.metrics + (("recall_at_1", "mrr") if task.name == "embed" else ())
+    allowed = task.metrics + task.other_metrics
     if metric not in allowed:
         raise ConfigError(f"--metric {metric!r}: {task.name} reports {', '.join(allowed)}")
 

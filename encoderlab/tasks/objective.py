@@ -187,5 +187,5 @@ def _evaluation(model: nn.Module, task: Task, evaluate: Callable | None, metric:
             on_eval(RunResult(hook.history, hook.best, hook.metric if evaluate else None, steps=steps))
 
     return Evaluation(evaluate=(lambda: {f"eval_{k}": v for k, v in evaluate(model).items()}) if evaluate else None,
-                      metric=metric or task.default_metric, save_best=(lambda: save(model)) if save else None,
+                      metric=metric or task.metrics[0], save_best=(lambda: save(model)) if save else None,
                       on_record=report)
