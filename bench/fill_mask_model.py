@@ -59,6 +59,7 @@ from encoderlab.paths import DEFAULT_FILL_MASK_MODEL  # noqa: E402
 from encoderlab.objectives import build_objective  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 from encoderlab.train.config import PretrainConfig, load_recipe  # noqa: E402
+from encoderlab.train.logger import sittings  # noqa: E402
 from encoderlab.train.pretrain import evaluate, heldout_batches, pretrain  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,19 +114,6 @@ def heldout(folder: Path, cfg: PretrainConfig, quick: bool) -> dict[str, Any]:
 
 
 # ---- the learning curve ----------------------------------------------------------------------------------------
-def sittings(rows: list[dict[str, str]]) -> list[tuple[int, float]]:
-    """(first step, seconds) of each stretch of a resumed run: elapsed_s starts again from 0 at each --resume."""
-    out: list[tuple[int, float]] = []
-    previous = math.inf
-    for row in rows:
-        elapsed = float(row["elapsed_s"])
-        if elapsed < previous:
-            out.append((int(row["step"]), 0.0))
-        out[-1] = (out[-1][0], elapsed)
-        previous = elapsed
-    return out
-
-
 def learning_curve(folder: Path, cfg: PretrainConfig) -> dict[str, Any] | None:
     """Held-out accuracy and loss by step, the sittings and the compute, from folder/metrics.csv."""
     path = folder / "metrics.csv"

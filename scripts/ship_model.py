@@ -32,22 +32,12 @@ from encoderlab.checkpoint import load_model, save_pretrained  # noqa: E402
 from encoderlab.data.shards import read_meta  # noqa: E402
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL, PACKAGE_ALIASES  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
+from encoderlab.train.logger import sittings  # noqa: E402
 from encoderlab.train.state import latest_checkpoint  # noqa: E402
 
 LIMIT_MB = 60
 RESULTS = ROOT / "bench" / "results" / "fill_mask_model.json"
 RECORDS = ("metrics.csv", "recipe.yaml", "init_from.json")
-
-
-def sittings(rows: list[dict]) -> list[float]:
-    """Wall seconds of each sitting: elapsed_s restarts at 0 when a run is resumed."""
-    out, previous = [], 0.0
-    for row in rows:
-        elapsed = float(row["elapsed_s"])
-        if elapsed < previous:
-            out.append(previous)
-        previous = elapsed
-    return out + [previous]
 
 
 def run_record(run: Path, step: int) -> dict:
@@ -62,7 +52,7 @@ def run_record(run: Path, step: int) -> dict:
     data = {split: {key: sum(shard[key] for shard in splits[split]["shards"]) for key in ("documents", "tokens")}
             for split in ("train", "valid")}
     start = json.loads((run / "init_from.json").read_text(encoding="utf-8")) if (run / "init_from.json").is_file() else None
-    return {"recipe": recipe, "steps": step, "tokens": tokens, "sittings": sittings(rows), "curve": curve,
+    return {"recipe": recipe, "steps": step, "tokens": tokens, "sittings": [seconds for _, seconds in sittings(rows)], "curve": curve,
             "data": data, "start": start}
 
 

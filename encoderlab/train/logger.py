@@ -90,3 +90,16 @@ class RunLogger:
         if self.tb is not None:
             self.tb.close()
         return plot_metrics(self.csv_path, self.run_dir / "curves.png")
+
+
+def sittings(rows: list[dict[str, str]]) -> list[tuple[int, float]]:
+    """(first step, seconds) of each sitting of a run, from its metrics.csv rows: elapsed_s restarts at 0 on --resume."""
+    out: list[tuple[int, float]] = []
+    previous = float("inf")
+    for row in rows:
+        elapsed = float(row["elapsed_s"])
+        if elapsed < previous:
+            out.append((int(row["step"]), 0.0))
+        out[-1] = (out[-1][0], elapsed)
+        previous = elapsed
+    return out
