@@ -155,6 +155,13 @@ def sentence_vectors(output: Output, attention_mask: torch.Tensor, pooling: str,
     return F.normalize(vectors.float(), dim=-1) if normalize else vectors.float()
 
 
+def cosine_similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of a (N, H) with each row of b (M, H): (N, M)."""
+    a = a / np.linalg.norm(a, axis=-1, keepdims=True).clip(min=1e-12)
+    b = b / np.linalg.norm(b, axis=-1, keepdims=True).clip(min=1e-12)
+    return a @ b.T
+
+
 def autocast(precision: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
     """bf16 autocast on CPU or CUDA when asked for, else nothing (training and inference both use this one)."""
     device = torch.device(device)

@@ -6,18 +6,19 @@ import numpy as np
 import pytest
 import torch
 
-from encoderlab import load_model
+from encoderlab.engine import cosine_similarity
 from encoderlab.errors import InputError
-from encoderlab.infer.embed import cosine_similarity, default_max_length, embed
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.nn.pooling import pool
-from encoderlab.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")
 def minilm(minilm_path):
-    model = load_model(minilm_path, kind="base")
-    return model, Tokenizer.from_pretrained(minilm_path), default_max_length(minilm_path, model)
+    """The embed pipeline on minilm, unnormalized mean pooling unless a test asks otherwise."""
+    def embed(texts, batch_size=32, **options):
+        options.setdefault("normalize", False)
+        return pipeline("embed", minilm_path, batch_size=batch_size, **options).embed(texts)
+    return embed
 
 
 def test_matches_sentence_transformers_on_every_sst2_dev_sentence(minilm, minilm_path, sst2_dev_sentences):
@@ -25,9 +26,7 @@ def test_matches_sentence_transformers_on_every_sst2_dev_sentence(minilm, minilm
 
     oracle = SentenceTransformer(str(minilm_path), device="cpu")
     expected = oracle.encode(sst2_dev_sentences, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
-    model, tokenizer, max_length = minilm
-    ours = embed(model, tokenizer, sst2_dev_sentences, pooling="mean", normalize=True, batch_size=64,
-                 max_length=max_length)
+    ours = minilm(sst2_dev_sentences, pooling="mean", normalize=True, batch_size=64)
     cosines = (ours * expected).sum(-1) / (np.linalg.norm(ours, axis=-1) * np.linalg.norm(expected, axis=-1))
     assert len(cosines) == 872
     worst = int(cosines.argmin())
@@ -38,23 +37,24 @@ def test_matches_sentence_transformers_on_every_sst2_dev_sentence(minilm, minilm
     np.testing.assert_allclose(default, expected, atol=1e-5, rtol=0)
 
 
-def test_max_length_comes_from_sentence_transformers_settings(minilm):
-    assert minilm[2] == 256  # all-MiniLM-L6-v2's sentence_bert_config.json says max_seq_length 256
+def test_max_length_comes_from_sentence_transformers_settings(minilm_path):
+    # all-MiniLM-L6-v2's sentence_bert_config.json says max_seq_length 256
+    assert pipeline("embed", minilm_path).max_length == 256
 
 
 def test_mean_pooling_ignores_padding(minilm):
-    model, tokenizer, _ = minilm
+    embed = minilm
     short = "A short one."
-    alone = embed(model, tokenizer, [short], batch_size=1)
-    padded = embed(model, tokenizer, [short, "a much longer sentence " * 12], batch_size=2)
+    alone = embed([short], batch_size=1)
+    padded = embed([short, "a much longer sentence " * 12], batch_size=2)
     np.testing.assert_allclose(padded[0], alone[0], atol=1e-5, rtol=1e-5)
 
 
 def test_results_come_back_in_input_order(minilm):
-    model, tokenizer, _ = minilm
+    embed = minilm
     texts = ["one", "a somewhat longer second text", "three three", "the fourth and by far the longest text here"]
-    forward = embed(model, tokenizer, texts, batch_size=2)
-    backward = embed(model, tokenizer, texts[::-1], batch_size=2)
+    forward = embed(texts, batch_size=2)
+    backward = embed(texts[::-1], batch_size=2)
     np.testing.assert_allclose(forward, backward[::-1], atol=1e-5, rtol=1e-5)
 
 
@@ -66,8 +66,8 @@ def test_cls_pooling_takes_the_first_token():
 
 
 def test_normalized_vectors_have_unit_norm_and_cosine_ranks(minilm):
-    model, tokenizer, _ = minilm
-    vectors = embed(model, tokenizer, ["A man plays a guitar.", "Someone is playing an instrument.",
+    embed = minilm
+    vectors = embed(["A man plays a guitar.", "Someone is playing an instrument.",
                                        "Stock prices fell today."], normalize=True)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=-1), 1.0, atol=1e-5)
     scores = cosine_similarity(vectors[:1], vectors[1:])[0]
@@ -76,12 +76,12 @@ def test_normalized_vectors_have_unit_norm_and_cosine_ranks(minilm):
 
 @pytest.mark.parametrize("texts", [[], ["fine", "   "], [""]])
 def test_empty_inputs_are_refused(minilm, texts):
-    model, tokenizer, _ = minilm
+    embed = minilm
     with pytest.raises(InputError):
-        embed(model, tokenizer, texts)
+        embed(texts)
 
 
 def test_unknown_pooling_is_refused(minilm):
-    model, tokenizer, _ = minilm
+    embed = minilm
     with pytest.raises(InputError, match="pooling"):
-        embed(model, tokenizer, ["text"], pooling="max")
+        embed(["text"], pooling="max")

@@ -14,8 +14,8 @@ from hf_oracle import randomize
 
 from encoderlab import CheckpointError, ConfigError, EncoderConfig, EncoderModel, MaskedLMModel
 from encoderlab.checkpoint import load_model
+from encoderlab.infer.pipelines import Embed, pipeline
 from encoderlab.cli import main
-from encoderlab.infer.embed import embed
 from encoderlab.infer.onnx import OnnxRunner, export_onnx, sidecar_path
 from encoderlab.checkpoint import save_pretrained
 from encoderlab.nn.model import SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier
@@ -86,9 +86,9 @@ def test_encoder_parity_on_shapes_the_export_never_saw(tmp_path, tiny_folder):
 def test_runner_embed_matches_torch_in_input_order(tmp_path, tiny_folder):
     export_onnx(tiny_folder, tmp_path / "tiny.onnx")
     runner = OnnxRunner(tmp_path / "tiny.onnx", threads=1)
-    model, tokenizer = load_model(tiny_folder), Tokenizer.from_pretrained(tiny_folder)
+    model, tokenizer = load_model(tiny_folder, kind="embed"), Tokenizer.from_pretrained(tiny_folder)
     for pooling, normalize in (("mean", False), ("cls", True)):
-        expected = embed(model, tokenizer, SENTENCES, pooling, normalize, batch_size=32)
+        expected = Embed(model, tokenizer, pooling=pooling, normalize=normalize).embed(SENTENCES)
         got = runner.embed(SENTENCES, pooling, normalize, batch_size=2)  # three batches, sorted by length
         assert_close(torch.from_numpy(got), torch.from_numpy(expected), **FP32)
     assert np.abs(got[0] - got[1]).max() > 1e-2  # rows really differ, so a reordering would be caught
@@ -166,8 +166,7 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def test_minilm_fp32_embeddings_match_ours(minilm_exports, minilm_path):
-    model, tokenizer = load_model(minilm_path), Tokenizer.from_pretrained(minilm_path)
-    expected = embed(model, tokenizer, SENTENCES, normalize=True, max_length=256)  # the runner follows the folder
+    expected = pipeline("embed", minilm_path).embed(SENTENCES)  # normalized, 256 tokens: both follow the folder
     got = OnnxRunner(minilm_exports[0], threads=1).embed(SENTENCES, batch_size=4)
     assert cosines(got, expected).min() >= 0.9999
     assert_close(torch.from_numpy(got), torch.from_numpy(expected), **FP32)
@@ -178,7 +177,7 @@ def test_minilm_int8_is_small_and_close(minilm_exports, minilm_path, sst2_dev_se
     assert int8.stat().st_size < 0.4 * fp32.stat().st_size
     assert json.loads(sidecar_path(int8).read_text())["int8"] is True
     texts = sst2_dev_sentences[:64]
-    expected = embed(load_model(minilm_path), Tokenizer.from_pretrained(minilm_path), texts, max_length=256)
+    expected = pipeline("embed", minilm_path).embed(texts)
     similarity = cosines(OnnxRunner(int8, threads=1).embed(texts), expected)
     # Measured 0.992 mean, 0.983 worst (per-channel weights); one scale per tensor gave 0.957 mean. The worst
     # case moves with the batching: activations are quantized with one scale per batch.

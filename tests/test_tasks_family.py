@@ -25,8 +25,7 @@ from test_family import HF_CONFIGS, family_batch, tiny_config
 
 from encoderlab import EncoderConfig, load_model
 from encoderlab.cli.finetune import add_commands
-from encoderlab.infer.embed import embed
-from encoderlab.infer.pipelines import entities, pipeline
+from encoderlab.infer.pipelines import Embed, entities, pipeline
 from encoderlab.models import FAMILIES
 from encoderlab.checkpoint import save_pretrained
 from encoderlab.nn.model import (MaskedLMModel, ModelOutput, SentenceEmbedder, SequenceClassifier, SpanExtractor,
@@ -364,6 +363,7 @@ def test_embed_fine_tunes_with_cls_pooling_and_reloads_as_the_bare_model(tmp_pat
     texts = [polar_sentence(rng, i % 2) for i in range(6)]
     vectors = torch.tensor(pipeline("embed", tmp_path / "embed").embed(texts))
     base = load_model(tmp_path / "embed")
-    assert_close(vectors, torch.tensor(embed(base, Tokenizer.from_pretrained(folder), texts, pooling="cls")), **TOL)
+    expected = Embed(base, Tokenizer.from_pretrained(folder), pooling="cls", normalize=False).embed(texts)
+    assert_close(vectors, torch.tensor(expected), **TOL)
     plain = torch.tensor(pipeline("embed", folder).embed(texts))  # the MLM checkpoint embeds too, mean-pooled
     assert plain.shape == (6, 32) and torch.isfinite(plain).all()

@@ -14,8 +14,8 @@ from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.cli.options import add_inference_options, add_json, add_model, add_options, add_threads, load_pipeline
 from encoderlab.compare import FAMILY_PRESETS, QUICK, REFERENCE, Settings, compare, render_json, render_markdown
 from encoderlab.config import EncoderConfig
+from encoderlab.engine import cosine_similarity
 from encoderlab.errors import InputError
-from encoderlab.infer.embed import cosine_similarity
 from encoderlab.infer.pipelines import Pipeline
 from encoderlab.io import atomic_write, atomic_write_text, read_lines
 from encoderlab.models import PRESETS
