@@ -111,7 +111,7 @@ def masked_batches(num_batches: int, shape: Shape) -> tuple[list[dict[str, torch
     count, seq = num_batches * shape.batch, shape.seq
     if shape.real_data and WIKI.is_dir() and any(WIKI.glob("wiki_0*.gz")):
         texts = wiki_texts(WIKI, max_chars=count * seq * 8)  # ~4 characters a token, twice over for dropped tails
-        seqs = pack(tokenizer.encode_plain(texts), tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, count, seq)
+        seqs = pack(tokenizer.encode_words(texts)[0], tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, count, seq)
         source = {"data": f"wikipedia {WIKI.resolve()}/wiki_0*.gz, {len(texts)} articles, MiniLM tokenizer"}
     else:
         generator = torch.Generator().manual_seed(SEED)

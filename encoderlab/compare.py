@@ -99,7 +99,7 @@ class Row:
     hidden_size: int
     num_heads: int
     parameters: int
-    embedding_parameters: int
+    embedding_parameters: int  # of the input embedding tables and their norm (`model.encoder.embeddings`)
     latency_ms: float
     throughput: float
     size_vs_reference: float = math.nan
@@ -141,11 +141,6 @@ def sorted_batches(inputs: Sequence[list[int]], batch_size: int, pad_id: int) ->
     batches = [pad_batch(rows[i:i + batch_size], [[0] * len(ids) for ids in rows[i:i + batch_size]], pad_id)
                for i in range(0, len(rows), batch_size)]
     return [{"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]} for b in batches]
-
-
-def embedding_parameters(model: EncoderModel) -> int:
-    """Parameters of the input embedding tables and their norm (`model.encoder.embeddings`)."""
-    return sum(p.numel() for p in model.encoder.embeddings.parameters())
 
 
 # ---- timing ----------------------------------------------------------------------------------------
@@ -207,7 +202,7 @@ def _row(subject: _Subject, sequences: int) -> Row:
     """The figures of one measured model."""
     config = subject.model.config
     return Row(subject.preset, config.model_type, config.num_layers, config.hidden_size, config.num_heads,
-               subject.model.num_parameters(), embedding_parameters(subject.model),
+               subject.model.num_parameters(), sum(p.numel() for p in subject.model.encoder.embeddings.parameters()),
                latency_ms=1e3 * statistics.median(subject.latencies),
                throughput=sequences / statistics.median(subject.passes))
 
@@ -295,7 +290,7 @@ def claim_sentences(rows: Sequence[Row]) -> list[str]:
     reference = rows[0]
     sentences = []
     for row in rows[1:]:
-        sentence = (f"{row.preset}: {_millions(row.parameters)} parameters ({_millions(row.embedding_parameters)} "
+        sentence = (f"{row.preset}: {row.parameters / 1e6:.1f}M parameters ({row.embedding_parameters / 1e6:.1f}M "
                     f"in the embeddings), {_percent_change(row.size_vs_reference, 'fewer', 'more')} than "
                     f"{reference.preset}; {row.speed_vs_reference:.2f}x its batch-1 speed and "
                     f"{row.throughput_vs_reference:.2f}x its batch throughput.")
@@ -304,10 +299,6 @@ def claim_sentences(rows: Sequence[Row]) -> list[str]:
             sentence += f" Claimed: {claim.text} ({claim.source})."
         sentences.append(sentence)
     return sentences
-
-
-def _millions(count: int) -> str:
-    return f"{count / 1e6:.1f}M"
 
 
 def _percent_change(ratio: float, less: str, more: str) -> str:

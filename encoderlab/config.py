@@ -7,14 +7,13 @@ switch that changes the computation is a field, so the models read the config an
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from encoderlab.errors import ConfigError
-from encoderlab.io import atomic_write_text, read_json_file
+from encoderlab.io import read_json_file
 
 # hidden_act / head_activation names as in Hugging Face config.json; nn/mlp.py maps each to its function.
 ACTIVATION_NAMES = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
@@ -236,10 +235,6 @@ class EncoderConfig:
         """Read a Hugging Face config.json file."""
         path = Path(path)
         return cls.from_hf_dict(read_json_file(path, dict, ConfigError), source=str(path))
-
-    def save_json(self, path: str | os.PathLike, architecture: str) -> None:
-        """Write a Hugging Face config.json (atomically)."""
-        atomic_write_text(Path(path), json.dumps(self.to_hf_dict(architecture), indent=2) + "\n")
 
 
 # Fields BERT's config.json has no key for: only some families write them (through FamilyConfig.hf_names).

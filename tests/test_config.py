@@ -99,7 +99,7 @@ def test_default_config_is_bert_base_uncased() -> None:
 # ---- Hugging Face config.json round trip ------------------------------------------------------------
 def test_saved_config_is_read_by_transformers_with_the_same_values(tmp_path: Path) -> None:
     ours = unusual_config()
-    ours.save_json(tmp_path / "config.json", "BertForMaskedLM")
+    (tmp_path / "config.json").write_text(json.dumps(ours.to_hf_dict("BertForMaskedLM")), encoding="utf-8")
     hf = BertConfig.from_pretrained(tmp_path)
     for field, attribute in HF_ATTRIBUTES.items():
         assert getattr(hf, attribute) == getattr(ours, field), field

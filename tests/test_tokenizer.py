@@ -104,7 +104,7 @@ def test_baked_in_truncation_and_padding_are_not_inherited(minilm_path):
     # MiniLM's tokenizer.json pads every text to 128 and truncates at 128; a fresh load must not.
     ours = Tokenizer.from_pretrained(minilm_path)
     long_text = " ".join(["word"] * 300)
-    assert ours.encode_plain([long_text, "a"]) == [[ours.token_to_id("word")] * 300, [ours.token_to_id("a")]]
+    assert ours.encode_words([long_text, "a"])[0] == [[ours.token_to_id("word")] * 300, [ours.token_to_id("a")]]
     assert len(ours.encode("a")) == 3
     assert ours.encode_batch(["a"]).input_ids.shape == (1, 3)
     assert len(ours.encode(long_text, max_length=None)) == 302
@@ -136,9 +136,9 @@ def test_special_ids_and_tokens(ours, hf):
 
 def test_empty_text_and_plain_encoding(ours, sst2_dev_sentences):
     assert ours.encode("") == [ours.cls_id, ours.sep_id]
-    plain = ours.encode_plain(sst2_dev_sentences[:100])
+    plain = ours.encode_words(sst2_dev_sentences[:100])[0]
     assert plain == [ours.encode(t, truncation=False, add_special_tokens=False) for t in sst2_dev_sentences[:100]]
-    assert ours.encode_plain([" ".join(["word"] * 600)])[0] == [ours.token_to_id("word")] * 600  # no truncation
+    assert ours.encode_words([" ".join(["word"] * 600)])[0][0] == [ours.token_to_id("word")] * 600  # no truncation
 
 
 def test_decode_round_trip(ours, hf, sst2_dev_sentences):

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from encoderlab.errors import InputError
 
-FORMATS = ("plain", "jsonl", "wikiextractor")
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 _GZIP_MAGIC = b"\x1f\x8b"
 _DOC_OPEN = re.compile(r"<doc\b[^>]*>")

@@ -11,7 +11,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as RustTokenizer
 
 from encoderlab.errors import CheckpointError, InputError
-from encoderlab.io import atomic_write_text, read_text
+from encoderlab.io import atomic_write_text, read_json_file, read_text
 from encoderlab.paths import model_aliases, resolve_model_path
 from encoderlab.tokenizer.kinds import (DEFAULT_MODEL_MAX_LENGTH, SPECIAL_TOKENS, SpecialTokens, choose_specials,
                                        configured_specials, require_kind, require_specials, wordpiece_pipeline)
@@ -65,35 +65,19 @@ def _tokenizer_file(path: Path) -> Path:
     raise InputError(f"{path}: neither tokenizer.json nor vocab.txt in this folder")
 
 
-def _read_json(path: Path, what: str) -> tuple[str, object]:
-    """A JSON file's text and value; InputError naming the file (and line) when it is not UTF-8 `what`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        return text, json.loads(text)
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not valid UTF-8 (at byte {err.start})") from None
-    except ValueError as err:
-        raise InputError(f"{path}:{err.lineno}: {what} ({err.msg})") from None
-
-
 def _read_tokenizer_json(path: Path) -> RustTokenizer:
     """A tokenizers serialization, with InputError naming the file (and line) when it is corrupted."""
     # Parsed in Python first for a line number: the Rust parser's message has none that is reliable.
-    text, _ = _read_json(path, "corrupted tokenizer.json")
+    read_json_file(path, dict, InputError)
     try:
-        return RustTokenizer.from_str(text)
+        return RustTokenizer.from_file(str(path))
     except Exception as err:  # the Rust side raises a bare Exception
         raise InputError(f"{path}: not a valid tokenizer.json ({err})") from None
 
 
 def _read_json_object(path: Path) -> dict:
     """A JSON config file (tokenizer_config.json, special_tokens_map.json) as a dict; {} when absent."""
-    if not path.is_file():
-        return {}
-    _, config = _read_json(path, "not valid JSON")
-    if not isinstance(config, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return config
+    return read_json_file(path, dict, InputError) if path.is_file() else {}
 
 
 def _read_vocab(path: Path) -> dict[str, int]:

@@ -162,11 +162,6 @@ class Tokenizer:
                 self._backend.no_padding()
         return _to_batch(encodings)
 
-    def encode_plain(self, texts: list[str]) -> list[list[int]]:
-        """Ids of each text without special tokens or truncation, for preparing pretraining data."""
-        with self._lock:  # another thread may have truncation set for the moment
-            return [e.ids for e in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]
-
     def encode_words(self, texts: list[str]) -> tuple[list[list[int]], list[list[int | None]]]:
         """Ids and word index of each token, no special tokens or truncation (whole-word masking): words of the
         pre-tokenizer's split, for any kind, not only "##" pieces (encode_batch_fast leaves word indices empty)."""
