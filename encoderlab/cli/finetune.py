@@ -84,8 +84,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---- parser --------------------------------------------------------------------------------------------------
-def _add_device(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default=None, metavar="D", help="cpu, cuda or cuda:N (default: cuda if present)")
+DEVICE = ("--device", None, None, "D", "cpu, cuda or cuda:N (default: cuda if present)")
 
 
 def _reader_options(parser: argparse.ArgumentParser, task: str | None) -> None:
@@ -128,8 +127,7 @@ def _training_options(parser: argparse.ArgumentParser, task: str) -> None:
          "as after each epoch; Ctrl-C saves it too (default: after each epoch)"),
         ("--resume", bool, None, None, "continue from OUT/checkpoints to the result an uninterrupted run gives"),
         ("--max-train", int, None, "N", "train on a fixed random subset of N examples (default: all)"),
-        ("--max-eval", int, None, "N", "evaluate on a fixed random subset of N examples (default: all)")))
-    _add_device(parser)
+        ("--max-eval", int, None, "N", "evaluate on a fixed random subset of N examples (default: all)"), DEVICE))
     add_threads(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_json(parser, "print the results as JSON")
@@ -200,8 +198,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_options(evaluate, (
         ("--max-eval", int, None, "N", "score a fixed random subset of N examples (default: all)"),
         ("--predictions", None, None, "FILE",
-         "also write the predictions (qa: SQuAD's {id: answer} JSON; else one JSON value a line)")))
-    _add_device(evaluate)
+         "also write the predictions (qa: SQuAD's {id: answer} JSON; else one JSON value a line)"), DEVICE))
     add_threads(evaluate)
     add_json(evaluate, "print the metrics as JSON")
     evaluate.set_defaults(func=cmd_evaluate)

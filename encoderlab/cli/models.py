@@ -149,10 +149,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
          f"token-id sequences timed per pass (default: {Settings.sequences}; --quick: {QUICK.sequences})"),
         ("--repeats", int, None, "N",
          f"timed passes per model, median taken (default: {Settings.repeats}; --quick: {QUICK.repeats})"),
-        ("--quick", bool, None, None, "fewer sequences and repeats: a rough table, fast")))
+        ("--quick", bool, None, None, "fewer sequences and repeats: a rough table, fast"),
+        ("--out", None, None, "FILE", "also write the output to FILE (atomically)"),
+        ("--no-progress", bool, None, None, "no progress bar on stderr")))
     parser.add_argument("--sst2-results", nargs="+", metavar="FILE", default=None,
                         help="bench result JSON files to read SST-2 accuracy from (default: bench/results/*.json)")
-    parser.add_argument("--out", metavar="FILE", default=None, help="also write the output to FILE (atomically)")
     add_json(parser, "machine-readable rows instead of markdown")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.set_defaults(func=cmd_compare)

@@ -196,9 +196,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_options(parser, (
         ("--pair", None, None, "TEXT", "a second text, encoded as [CLS] A [SEP] B [SEP]"),
         ("--layer", int, -1, "L", "layer to draw, from 0; negative counts from the last (default: -1, the last)"),
-        ("--head", int, None, "H", "one head to draw, from 0; negative counts from the last (default: a grid of all)")))
+        ("--head", int, None, "H", "one head to draw, from 0; negative counts from the last (default: a grid of all)"),
+        ("--max-tokens", int, MAX_TOKENS_SHOWN, "N", f"draw at most the first N tokens (default: {MAX_TOKENS_SHOWN})")))
     parser.add_argument("--out", required=True, metavar="FILE.png", help="where to write the PNG")
-    add_options(parser, (("--max-tokens", int, MAX_TOKENS_SHOWN, "N",
-                          f"draw at most the first N tokens (default: {MAX_TOKENS_SHOWN})"),))
     add_json(parser, "print tokens, the drawn map(s) and each head's entropy as JSON")
     parser.set_defaults(func=cmd_attention)

@@ -206,11 +206,6 @@ class TokenShards:
         return int(self.document_starts[-1])
 
     @property
-    def num_sentences(self) -> int:
-        """Sentences in the split."""
-        return sum(len(s.sentence_offsets) - 1 for s in self.shards)
-
-    @property
     def num_tokens(self) -> int:
         """Tokens in the split (special tokens are added later, per example)."""
         return sum(len(s.tokens) for s in self.shards)

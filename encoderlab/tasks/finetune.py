@@ -15,7 +15,7 @@ import torch
 
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import atomic_write_text
-from encoderlab.checkpoint import load_model, read_task_info, save_pretrained, settings
+from encoderlab.checkpoint import Settings, load_model, read_task_info, save_pretrained, settings
 from encoderlab.nn import model as models
 from encoderlab.nn.bilstm import BiLSTMClassifier
 from encoderlab.tasks import readers
@@ -56,23 +56,14 @@ class Reading:
 
 
 @dataclass(frozen=True)
-class Head:
-    """What a new task model needs beyond the training data (each field is read by the tasks it names)."""
+class Head(Settings):
+    """What a new task model needs beyond the training data (each field is read by the tasks it names): the folder
+    settings it will be run with (qa windows and decoding, embed pooling), and these."""
 
     labels: list[str] | None = None
     """classify: class names in id order (default: those of the training file)."""
     regression: bool = False
     """classify: a score (MSE) instead of classes."""
-    doc_stride: int = 128
-    """qa: tokens shared by neighbouring windows of a long context."""
-    max_query_length: int = 64
-    """qa: questions are cut to this many tokens."""
-    max_answer_length: int = 30
-    """qa: the longest answer considered, in tokens."""
-    n_best: int = 20
-    """qa: start and end candidates per window in decoding."""
-    pooling: str = "mean"
-    """embed: token vectors -> sentence vector."""
     loss: str | None = None
     """embed: mnrl, cosent or cosine (default: cosent when every pair has a score, else mnrl)."""
     scale: float = 20.0
