@@ -10,6 +10,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from encoderlab.errors import ConfigError
@@ -105,51 +106,15 @@ class EncoderConfig:
 
     def validate(self) -> None:
         """Raise ConfigError naming the first field that is out of range or inconsistent."""
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                     "max_position_embeddings"):
-            value = getattr(self, name)
-            if not _is_int(value) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.model_type, str) or self.model_type not in _FAMILIES:
+            raise ConfigError(f"model_type {self.model_type!r} is not one of {sorted(_FAMILIES)}")
+        for name, (ok, what) in _RULES.items():
+            if not ok(getattr(self, name)):
+                raise ConfigError(f"{name} must be {what}, got {getattr(self, name)!r}")
         if self.hidden_size % self.num_heads:
             raise ConfigError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
-        for name in ("model_type", "hidden_act"):
-            if not isinstance(getattr(self, name), str):
-                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
-        if self.model_type not in _FAMILIES:
-            raise ConfigError(f"model_type {self.model_type!r} is not one of {sorted(_FAMILIES)}")
-        if self.hidden_act not in ACTIVATION_NAMES:
-            raise ConfigError(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATION_NAMES)}")
-        for name in ("hidden_dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if not _is_number(value) or not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
-        for name in ("layer_norm_eps", "initializer_range"):
-            if not _is_number(getattr(self, name)) or getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be a number >= 0, got {getattr(self, name)!r}")
-        if not _is_int(self.type_vocab_size) or self.type_vocab_size < 0:
-            raise ConfigError(f"type_vocab_size must be >= 0, got {self.type_vocab_size!r}")
-        if not _is_int(self.pad_token_id) or not 0 <= self.pad_token_id < self.vocab_size:
+        if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id ({self.pad_token_id}) must lie in [0, vocab_size={self.vocab_size})")
-        if self.labels is not None and not (isinstance(self.labels, list)
-                                            and all(isinstance(label, str) for label in self.labels)):
-            raise ConfigError(f"labels must be a list of strings, got {self.labels!r}")
-        self._validate_switches()
-
-    def _validate_switches(self) -> None:
-        """The variant switches' types and ranges; any combination of them is a model we can build."""
-        if self.embedding_size is not None and (not _is_int(self.embedding_size) or self.embedding_size <= 0):
-            raise ConfigError(f"embedding_size must be a positive integer or None, got {self.embedding_size!r}")
-        for name in ("shared_layers", "positions_after_pad", "absolute_positions", "relative_attention", "pooler",
-                     "always_project"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.head_activation is not None and self.head_activation not in ACTIVATION_NAMES:
-            raise ConfigError(f"head_activation {self.head_activation!r} is not None nor one of "
-                              f"{sorted(ACTIVATION_NAMES)}")
-        if not _is_int(self.position_buckets) or self.position_buckets < 0:
-            raise ConfigError(f"position_buckets must be an integer >= 0, got {self.position_buckets!r}")
-        if not _is_int(self.max_relative_positions) or self.max_relative_positions < -1 or self.max_relative_positions == 0:
-            raise ConfigError(f"max_relative_positions must be -1 or a positive integer, got {self.max_relative_positions!r}")
 
     @property
     def embedding_width(self) -> int:
@@ -237,6 +202,35 @@ class EncoderConfig:
         return cls.from_hf_dict(read_json_file(path, dict, ConfigError), source=str(path))
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# What each field must be (any combination of the variant switches is a model we can build): a check and the words
+# of its error ("num_heads must be a positive integer, got 0").
+_POSITIVE = (lambda v: _is_int(v) and v > 0, "a positive integer")
+_SWITCH = (lambda v: isinstance(v, bool), "true or false")
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **dict.fromkeys(("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "max_position_embeddings"), _POSITIVE),
+    "hidden_act": (lambda v: v in ACTIVATION_NAMES, f"one of {sorted(ACTIVATION_NAMES)}"),
+    **dict.fromkeys(("hidden_dropout", "attention_dropout"), (lambda v: _is_number(v) and 0 <= v < 1, "in [0, 1)")),
+    **dict.fromkeys(("layer_norm_eps", "initializer_range"), (lambda v: _is_number(v) and v >= 0, "a number >= 0")),
+    **dict.fromkeys(("type_vocab_size", "pad_token_id", "position_buckets"), (lambda v: _is_int(v) and v >= 0,
+                                                                             "an integer >= 0")),
+    "labels": (lambda v: v is None or isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
+    "embedding_size": (lambda v: v is None or _is_int(v) and v > 0, "a positive integer or None"),
+    **dict.fromkeys(("shared_layers", "positions_after_pad", "absolute_positions", "relative_attention", "pooler",
+                     "always_project"), _SWITCH),
+    "head_activation": (lambda v: v is None or v in ACTIVATION_NAMES, f"None or one of {sorted(ACTIVATION_NAMES)}"),
+    "max_relative_positions": (lambda v: _is_int(v) and (v == -1 or v > 0), "-1 or a positive integer"),
+}
+
+
 # Fields BERT's config.json has no key for: only some families write them (through FamilyConfig.hf_names).
 _VARIANT_FIELDS = ("shared_layers", "positions_after_pad", "absolute_positions", "relative_attention", "pooler",
                    "head_activation", "always_project", "embedding_size", "position_buckets", "max_relative_positions")
@@ -276,14 +270,6 @@ def presets() -> dict[str, dict]:
     """Preset name -> the EncoderConfig fields of every registered family's presets."""
     return {name: {"model_type": family.model_type, **family.defaults, **fields}
             for family in _FAMILIES.values() for name, fields in family.presets.items()}
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _labels(id2label: Any, source: str) -> list[str]:

@@ -358,7 +358,7 @@ simple_case("prepare-nul", lambda t, f: prep(t, f, "c.txt", "anna lives\n\npar\x
 simple_case("prepare-empty", lambda t, f: prep(t, f, "c.txt", "\n \n"), "no text")
 simple_case("prepare-missing-tokenizer", lambda t, f: prep(t, f, "c.txt", "anna\n", t / "no-tok"), "no-tok")
 simple_case("prepare-corrupt-tokenizer-json", lambda t, f: prep(t, f, "c.txt", "anna\n", damaged_copy(
-    f.base, t, truncate("tokenizer.json", 0.5))), "tokenizer.json", "corrupted")
+    f.base, t, truncate("tokenizer.json", 0.5))), "tokenizer.json", "not valid UTF-8 JSON")
 simple_case("prepare-vocab-lacks-specials", lambda t, f: prep(
     t, f, "c.txt", "anna\n", write(t, "tok/vocab.txt", "a\nb\n").parent), "vocab.txt", "[PAD]")
 
