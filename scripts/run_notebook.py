@@ -31,19 +31,21 @@ def kernel_environment(small: bool, out: Path | None = None) -> dict[str, str]:
     return env
 
 
-def execute(path: Path, env: dict[str, str]) -> nbformat.NotebookNode:
-    """The notebook at `path` executed in examples/ (cwd), with `env` added to this process's environment; a failing
-    cell raises nbclient's CellExecutionError naming it."""
-    nb = nbformat.read(path, as_version=4)
+def execute(nb: nbformat.NotebookNode, cwd: Path, env: dict[str, str]) -> nbformat.NotebookNode:
+    """Execute `nb` in place, in folder `cwd`, with `env` added to this process's environment; a failing cell raises
+    nbclient's CellExecutionError naming it."""
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
         # kernel "python3" runs `python -m ipykernel_launcher`, which jupyter_client starts with sys.executable
         NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.resolve().parent)}}).execute()
+                       resources={"metadata": {"path": str(cwd)}}).execute()
     finally:
         for name, value in saved.items():
-            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+            if value is None:
+                os.environ.pop(name)
+            else:
+                os.environ[name] = value
     return nb
 
 
@@ -58,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for path in args.notebooks:
         started = time.perf_counter()
-        nb = execute(path, kernel_environment(args.small, args.out.resolve()))
+        nb = execute(nbformat.read(path, as_version=4), path.resolve().parent,
+                     kernel_environment(args.small, args.out.resolve()))
         nbformat.write(nb, args.out / path.name)
         print(f"ran {path} in {time.perf_counter() - started:.0f} s: {args.out / path.name}")
     return 0

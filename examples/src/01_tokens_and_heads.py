@@ -19,9 +19,11 @@ SMALL = os.environ.get("ENCODERLAB_NOTEBOOK_SMALL") == "1"
 HEAD_STEPS = 8 if SMALL else 60  # optimizer steps for our own head
 
 # %%
+import io
+
 import matplotlib.pyplot as plt
 import torch
-from IPython.display import display
+from IPython.display import Image, display
 from torch import nn
 
 import encoderlab
@@ -31,9 +33,12 @@ torch.manual_seed(0)
 
 
 def show(fig):
-    """Show a figure inline and close it (encoderlab's own plots switch matplotlib to Agg, where plt.show() is silent)."""
-    display(fig)
+    """Show a figure as a PNG and close it: works under any matplotlib backend (encoderlab's own plots select Agg,
+    under which plt.show() draws nothing)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
+    display(Image(buffer.getvalue()))
 
 
 # %% [markdown]

@@ -20,11 +20,12 @@ COMPARE_REFERENCE = "bert-mini" if SMALL else "bert-base"  # the row every other
 
 # %%
 import dataclasses
+import io
 from collections import defaultdict
 
 import matplotlib.pyplot as plt
 import torch
-from IPython.display import Markdown, display
+from IPython.display import Image, Markdown, display
 
 import encoderlab
 from encoderlab.compare import QUICK, Settings, claim_sentences, compare, embedding_parameters, markdown_table
@@ -37,9 +38,12 @@ torch.manual_seed(0)
 
 
 def show(fig):
-    """Show a figure inline and close it (encoderlab's own plots switch matplotlib to Agg, where plt.show() is silent)."""
-    display(fig)
+    """Show a figure as a PNG and close it: works under any matplotlib backend (encoderlab's own plots select Agg,
+    under which plt.show() draws nothing)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
+    display(Image(buffer.getvalue()))
 
 
 # %% [markdown]

@@ -22,11 +22,12 @@ DOCUMENTS = 3 if SMALL else 40  # Wikipedia articles whose tokens are masked and
 DRAWS = 2 if SMALL else 10  # fresh masks drawn over them (BERT draws new ones every time it sees a text)
 
 # %%
+import io
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
-from IPython.display import display
+from IPython.display import Image, display
 
 from encoderlab import EncoderlabError
 from encoderlab.data.collate import MaskingCollator
@@ -39,9 +40,12 @@ DATA = Path(os.environ.get("ENCODERLAB_DATA", ROOT.parent / "shared" / "data")) 
 
 
 def show(fig):
-    """Show a figure inline and close it (encoderlab's own plots switch matplotlib to Agg, where plt.show() is silent)."""
-    display(fig)
+    """Show a figure as a PNG and close it: works under any matplotlib backend (encoderlab's own plots select Agg,
+    under which plt.show() draws nothing)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
+    display(Image(buffer.getvalue()))
 
 
 # %% [markdown]
