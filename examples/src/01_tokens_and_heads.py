@@ -126,7 +126,8 @@ print(classifier.head)
 labels = torch.tensor([1, 0])
 with torch.no_grad():
     result = classifier(batch.input_ids, batch.attention_mask, batch.token_type_ids, labels=labels)
-print("logits", tuple(result.logits.shape), "probabilities", [[round(p, 3) for p in row] for row in result.logits.softmax(-1).tolist()])
+probabilities = [[round(p, 3) for p in row] for row in result.logits.softmax(-1).tolist()]
+print("logits", tuple(result.logits.shape), "probabilities", probabilities)
 print(f"cross-entropy loss {result.loss:.3f} (ln 2 = 0.693: a coin toss)")
 
 # %% [markdown]
@@ -138,7 +139,7 @@ print(f"cross-entropy loss {result.loss:.3f} (ln 2 = 0.693: a coin toss)")
 
 # %%
 class PooledHead(nn.Module):
-    """An encoder, then dropout, a tanh hidden layer and a linear layer on its pooled [CLS] vector: (B, T) ids -> (B, L)."""
+    """An encoder, then dropout, a tanh layer and a linear layer on its pooled [CLS] vector: (B, T) ids -> (B, L)."""
 
     def __init__(self, encoder: nn.Module, num_labels: int, hidden: int = 128, dropout: float = 0.1):
         super().__init__()

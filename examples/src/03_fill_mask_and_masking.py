@@ -174,7 +174,8 @@ for _ in range(DRAWS):
     counts["kept"] += int((chosen & (masked == batch.input_ids)).sum())
     counts["special chosen"] += int((chosen & is_special).sum())
 
-print(f"chosen: {counts['chosen']:,} of {counts['tokens']:,} ordinary tokens = {counts['chosen'] / counts['tokens']:.3f}")
+share = counts["chosen"] / counts["tokens"]
+print(f"chosen: {counts['chosen']:,} of {counts['tokens']:,} ordinary tokens = {share:.3f}")
 for kind in ("[MASK]", "random", "kept"):
     print(f"{kind:>7}: {counts[kind] / counts['chosen']:.3f} of the chosen")
 print(f"special tokens ([CLS], [SEP], padding) ever chosen: {counts['special chosen']}")
