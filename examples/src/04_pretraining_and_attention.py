@@ -191,21 +191,11 @@ maps = attention_maps(model, minilm, text)
 print(f"{len(maps.tokens)} tokens: {maps.tokens}")
 print(f"probabilities {tuple(maps.probs.shape)}: layers, heads, queries, keys")
 
-# %%
-fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
-for axis, (layer, head) in zip(axes, [(2, 11), (0, 3), (5, 0)]):
-    image = axis.imshow(maps.select(layer, head).numpy(), cmap="viridis", vmin=0)
-    axis.set_xticks(range(len(maps.tokens)), maps.tokens, rotation=90, fontsize=8)
-    axis.set_yticks(range(len(maps.tokens)), maps.tokens, fontsize=8)
-    axis.set_title(f"layer {layer}, head {head}")
-fig.colorbar(image, ax=axes, shrink=0.8, label="attention probability")
-show(fig)
-
 # %% [markdown]
-# Heads specialise. Layer 2's head 11 looks at the previous token (the diagonal just below the main one); other heads
-# spread their attention wide or park it on `[CLS]` and `[SEP]` (Clark et al. 2019, "What Does BERT Look At?"). The
-# mean entropy of a head's rows measures how spread it is: 0 nats when each token looks at exactly one other,
-# ln T when it looks at all of them evenly.
+# Heads specialise (Clark et al. 2019, "What Does BERT Look At?"): some look at one neighbour, some spread their
+# attention wide, many park it on `[CLS]` or `[SEP]` when they have nothing to do. The mean entropy of a head's rows
+# measures how spread it is: 0 nats when each token looks at exactly one other, ln T when it looks at all of them
+# evenly.
 
 # %%
 entropy = head_entropy(maps.probs)  # (layers, heads)
@@ -215,6 +205,25 @@ axis.set(xlabel="head", ylabel="layer", title=f"mean row entropy (nats; uniform 
                                                f"{math.log(len(maps.tokens)):.2f})")
 axis.set_xticks(range(entropy.shape[1]))
 fig.colorbar(image, ax=axis)
+show(fig)
+
+# %% [markdown]
+# Three heads up close: layer 2's head 11, which takes from the previous token (the diagonal just below the main
+# one), and the most focused and the most spread heads of the table above.
+
+# %%
+heads = entropy.shape[1]
+picks = {"layer 2, head 11": (2, 11)}
+for name, index in [("most focused", int(entropy.argmin())), ("most spread", int(entropy.argmax()))]:
+    layer, head = divmod(index, heads)
+    picks[f"{name}: layer {layer}, head {head}"] = (layer, head)
+fig, axes = plt.subplots(1, len(picks), figsize=(14, 4.4))
+for axis, (title, (layer, head)) in zip(axes, picks.items()):
+    image = axis.imshow(maps.select(layer, head).numpy(), cmap="viridis", vmin=0)
+    axis.set_xticks(range(len(maps.tokens)), maps.tokens, rotation=90, fontsize=8)
+    axis.set_yticks(range(len(maps.tokens)), maps.tokens, fontsize=8)
+    axis.set_title(f"{title} ({entropy[layer, head]:.2f} nats)", fontsize=10)
+fig.colorbar(image, ax=axes, shrink=0.8, label="attention probability")
 show(fig)
 
 # %% [markdown]
