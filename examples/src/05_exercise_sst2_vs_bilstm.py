@@ -124,13 +124,20 @@ def training_loss(model: str) -> tuple[list[int], list[float]]:
     return [16 * int(r["step"]) for r in rows], [float(r["loss"]) for r in rows]
 
 
+def smoothed(values: list[float], window: int = 10) -> list[float]:
+    """The running mean of the last `window` values: one batch's loss is a noisy estimate."""
+    return [sum(values[max(0, i - window + 1):i + 1]) / min(i + 1, window) for i in range(len(values))]
+
+
 fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
 for name, run in runs.items():
     seen = [16 * h["step"] for h in run["history"]]
     right.plot(seen, [h["eval_accuracy"] for h in run["history"]], "o-", label=name)
-    left.plot(*training_loss(name), alpha=0.8, label=name)
+    seen_steps, losses = training_loss(name)
+    line, = left.plot(seen_steps, smoothed(losses), label=name)
+    left.plot(seen_steps, losses, color=line.get_color(), alpha=0.2)
 right.axhline(positive, color="gray", linestyle=":", label="always 'positive'")
-left.set(xlabel="training sentences seen", ylabel="cross-entropy", title="training loss (per step)")
+left.set(xlabel="training sentences seen", ylabel="cross-entropy", title="training loss (faint: per step; line: mean of 10)")
 right.set(xlabel="training sentences seen", ylabel="accuracy", title=f"SST-2 dev accuracy ({EVAL} sentences)")
 for axis in (left, right):
     axis.grid(alpha=0.3)
