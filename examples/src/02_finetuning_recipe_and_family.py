@@ -28,7 +28,7 @@ import torch
 from IPython.display import Image, Markdown, display
 
 import encoderlab
-from encoderlab.compare import QUICK, Settings, claim_sentences, compare, embedding_parameters, markdown_table
+from encoderlab.compare import QUICK, Settings, claim_sentences, compare, markdown_table
 from encoderlab.models import PRESETS
 from encoderlab.tasks.objective import TrainOptions
 from encoderlab.tokenizer import Tokenizer
@@ -153,8 +153,9 @@ with torch.device("meta"):
     for name in PRESETS:
         config = encoderlab.EncoderConfig.from_preset(name)
         counted = encoderlab.EncoderModel(config)
+        embeddings = sum(p.numel() for n, p in counted.named_parameters() if ".embeddings." in n)
         rows.append((name, config.model_type, config.num_layers, config.hidden_size, counted.num_parameters(),
-                     embedding_parameters(counted)))
+                     embeddings))
 lines = ["| preset | family | layers | hidden | parameters | of which embeddings |", "|---|---|---|---|---|---|"]
 lines += [f"| {n} | {t} | {layers} | {h} | {p:,} | {e / p:.0%} |" for n, t, layers, h, p, e in rows]
 display(Markdown("\n".join(lines)))

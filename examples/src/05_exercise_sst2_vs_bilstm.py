@@ -192,10 +192,11 @@ if imdb.is_file():
     order = torch.randperm(len(reviews), generator=torch.Generator().manual_seed(0))
     sample = [reviews[i] for i in order[:IMDB_REVIEWS]]
     texts = [r.texts[0].replace("<br />", " ") for r in sample]
-    lengths = [len(ids) for ids in Tokenizer.from_pretrained("minilm").encode_plain(texts)]
+    tokenizer = Tokenizer.from_pretrained("minilm")
+    lengths = [len(tokenizer.encode(text, max_length=None)) for text in texts]  # [CLS] and [SEP] included
     predicted = [int(result["label"]) for result in classify(texts)]
     correct = sum(p == (r.label == "pos") for p, r in zip(predicted, sample))
-    print(f"{len(sample)} IMDB reviews: {sum(n > 126 for n in lengths)} longer than the 128-token window "
+    print(f"{len(sample)} IMDB reviews: {sum(n > 128 for n in lengths)} longer than the 128-token window "
           f"(median {sorted(lengths)[len(lengths) // 2]} tokens); accuracy {correct / len(sample):.3f} read truncated")
 else:
     print(f"{imdb} is absent: skipping the IMDB look")
