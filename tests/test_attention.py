@@ -175,6 +175,27 @@ def test_cli_long_input_and_plot_attention_cap_the_tokens_shown(tmp_path: Path, 
     assert read_png(small)[1] < read_png(capped)[1]  # fewer labels, a smaller figure
 
 
+def test_drawing_leaves_pyplot_alone(tmp_path: Path, minilm) -> None:
+    # A notebook's inline backend must survive a plot (matplotlib.use("Agg") used to switch it off), and no
+    # figure may pile up in pyplot's list (a server draws many).
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from encoderlab.viz.curves import plot_metrics
+
+    previous = matplotlib.get_backend()
+    matplotlib.use("svg")
+    try:
+        model, tokenizer = minilm
+        plot_attention(attention_maps(model, tokenizer, TEXT, layers=[0]), tmp_path / "a.png", layer=0)
+        (tmp_path / "metrics.csv").write_text("step,loss,eval_mlm_accuracy\n1,2.0,0.1\n2,1.5,0.2\n", encoding="utf-8")
+        plot_metrics(tmp_path / "metrics.csv", tmp_path / "c.png")
+        assert matplotlib.get_backend() == "svg" and plt.get_fignums() == []
+        assert read_png(tmp_path / "a.png") and read_png(tmp_path / "c.png")
+    finally:
+        matplotlib.use(previous)
+
+
 @pytest.mark.parametrize("options, message", [
     (["--layer", "6"], r"layer 6 out of range: the model has 6 layers \(valid: 0\.\.5"),
     (["--layer", "-7"], r"layer -7 out of range"),

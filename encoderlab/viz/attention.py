@@ -8,7 +8,6 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import torch
@@ -119,15 +118,10 @@ def head_entropy(maps: torch.Tensor) -> torch.Tensor:
 def plot_attention(maps: AttentionMaps, out_path: str | Path, layer: int = -1, head: int | None = None,
                    max_tokens: int = MAX_TOKENS_SHOWN, dpi: int = 110) -> Path:
     """Heat-map PNG of one head (or, with head=None, a grid of every head) of one layer; queries are rows."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
     selected = maps.select(layer, head)  # (T, T) or (heads, T, T)
     grid = selected if head is None else selected[None]  # (n, T, T)
     shown = min(len(maps.tokens), max_tokens)
-    fig, axes = _figure(plt, len(grid), shown, single=head is not None)
+    fig, axes = _figure(len(grid), shown, single=head is not None)
     layer_number = maps.layers[maps.layer_index(layer)]
     vmax = float(grid[..., :shown, :shown].max())  # one colour scale for every panel, so heads compare
     for n, (axis, probs) in enumerate(zip(axes, grid)):
@@ -142,18 +136,20 @@ def plot_attention(maps: AttentionMaps, out_path: str | Path, layer: int = -1, h
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Glyph .* missing")  # a wordpiece the font cannot draw
         atomic_write(out_path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
-    plt.close(fig)
     return out_path
 
 
-def _figure(plt: ModuleType, panels: int, tokens: int, single: bool) -> tuple[Figure, list[Axes]]:
-    """A figure with `panels` square axes (a near-square grid), sized so `tokens` labels stay legible."""
+def _figure(panels: int, tokens: int, single: bool) -> tuple[Figure, list[Axes]]:
+    """A figure with `panels` square axes (a near-square grid), sized so `tokens` labels stay legible. A bare
+    matplotlib Figure, not pyplot's: no backend is switched (a notebook keeps its inline plots) and no global
+    figure list grows (a server draws from several threads)."""
+    from matplotlib.figure import Figure  # matplotlib is imported only when a picture is drawn
+
     cols = 1 if single else math.ceil(math.sqrt(panels))
     rows = math.ceil(panels / cols)
     side = min(max(0.16 * tokens + 1.5, 4.0), 12.0) if single else min(max(0.09 * tokens + 1.2, 2.5), 6.0)
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * side + 1.2, rows * side + 0.6), squeeze=False,
-                             layout="constrained")
-    return fig, list(axes.flat)
+    fig = Figure(figsize=(cols * side + 1.2, rows * side + 0.6), layout="constrained")
+    return fig, list(fig.subplots(rows, cols, squeeze=False).flat)
 
 
 def _label_axes(axis: Axes, tokens: list[str], fontsize: int) -> None:

@@ -22,14 +22,12 @@ CURVES = (
 
 def plot_metrics(csv_path: str | Path, out_path: str | Path, title: str | None = None) -> Path:
     """Draw a run's train/held-out losses and accuracies (MLM, NSP/SOP, RTD, distillation) against steps."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # a bare Figure: no pyplot backend switched under a notebook
 
     with Path(csv_path).open(encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    left, right = fig.subplots(1, 2)
     for key, label, side in CURVES:
         points = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in (None, "")]
         if points:
@@ -46,5 +44,4 @@ def plot_metrics(csv_path: str | Path, out_path: str | Path, title: str | None =
     fig.tight_layout()
     out_path = Path(out_path)
     atomic_write(out_path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    plt.close(fig)
     return out_path
