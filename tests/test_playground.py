@@ -15,11 +15,12 @@ import httpx
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from test_server import ROOT, Stub, task_folders  # noqa: F401 (task_folders: a fixture)
+from test_server import ROOT, WORDS, Stub, task_folders  # noqa: F401 (task_folders: a fixture)
 
+from encoderlab import EncoderConfig, MaskedLMModel
 from encoderlab.errors import InputError
-from encoderlab.infer.pipelines import pipeline
 from encoderlab.infer.server import PLAYGROUND, Limits, check_exposure, create_app, load_pipelines
+from encoderlab.tokenizer import Tokenizer
 from encoderlab.viz.attention import attention_maps
 
 KEY = "s3cret-key-for-tests"
@@ -144,3 +145,24 @@ def test_cli_reads_the_key_from_the_environment_or_a_file(tmp_path, source):
     finally:
         process.terminate()
         process.wait(30)
+
+
+@pytest.mark.parametrize("preset", ["bert-tiny", "roberta-mini", "distilbert-mini", "albert-mini", "electra-mini",
+                                    "deberta-v3-mini"])
+def test_attention_endpoint_serves_every_family(tmp_path, preset):
+    """Whatever the family (DeBERTa's relative attention among them), /attention gives viz.attention's maps."""
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=120, min_frequency=1)
+    config = EncoderConfig.from_preset(preset, hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
+                                       vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = MaskedLMModel(config)
+    model.save_pretrained(tmp_path)
+    tokenizer.save(tmp_path)
+    pipes, _ = load_pipelines(str(tmp_path), tasks=["fill-mask"])
+    text = "anna lives in paris and john went to rome"
+    expected = attention_maps(pipes["fill-mask"].model, tokenizer, text, layers=[0]).probs[0]
+    with TestClient(create_app(pipes, Limits(), model=preset)) as client:
+        got = client.post("/attention", json={"text": text, "layer": 0}).json()
+    torch.testing.assert_close(torch.tensor(got["maps"]), expected, atol=6e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(got["maps"]).sum(-1), torch.ones(2, len(got["tokens"])), atol=1e-3,
+                               rtol=0)

@@ -275,7 +275,8 @@ function showPanels() {
   const models = new Map();  // model -> the first task it serves: attention can look into any loaded model
   for (const [task, model] of Object.entries(health.models)) if (!models.has(model)) models.set(model, task);
   const select = document.querySelector("#panel-attention select[name=task]");
-  select.replaceChildren(...[...models].map(([model, task]) => el("option", { value: task }, `${model} (${task})`)));
+  select.replaceChildren(...[...models].map(([model, task]) => el("option", { value: task, title: model },
+    `${model.split(/[\\/]/).filter(Boolean).pop()} (${task})`)));
 }
 
 function resetLayers() {  // another model: its own layer and head counts
