@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from test_server import ROOT, WORDS, Stub, task_folders  # noqa: F401 (task_folders: a fixture)
 
 from encoderlab import EncoderConfig, MaskedLMModel
+from encoderlab.cli import main
 from encoderlab.errors import InputError
 from encoderlab.infer.server import PLAYGROUND, Limits, check_exposure, create_app, load_pipelines
 from encoderlab.tokenizer import Tokenizer
@@ -115,6 +116,12 @@ def test_cli_refuses_a_public_address_without_a_key():
     assert done.returncode == 2, done.stderr
     assert "needs an API key; set ENCODERLAB_API_KEY or pass --api-key-file" in done.stderr
     assert time.monotonic() - started < 60  # refused before the model is loaded
+
+
+def test_cli_refuses_an_empty_key_file(tmp_path, capsys):
+    (tmp_path / "key").write_text("  \n")
+    assert main(["serve", "--model", "minilm", "--api-key-file", str(tmp_path / "key")]) == 2
+    assert "the file is empty (expected the key)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("source", ["env", "file"])

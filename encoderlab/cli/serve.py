@@ -25,13 +25,11 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def api_key(path: Path | None) -> str | None:
-    """The key in --api-key-file (its first line), else in $ENCODERLAB_API_KEY; None when neither gives one."""
-    if path is None:
-        return os.environ.get(API_KEY_ENV, "").strip() or None
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if not lines or not lines[0].strip():
-        raise InputError(f"--api-key-file {path}: the first line is empty (expected the key)")
-    return lines[0].strip()
+    """The key in --api-key-file, else in $ENCODERLAB_API_KEY (either stripped); None when neither gives one."""
+    key = (path.read_text(encoding="utf-8") if path else os.environ.get(API_KEY_ENV, "")).strip()
+    if path and not key:
+        raise InputError(f"--api-key-file {path}: the file is empty (expected the key)")
+    return key or None
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +39,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_model(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
-    p.add_argument("--api-key-file", type=Path, metavar="FILE", help=f"require the key on this file's first line "
+    p.add_argument("--api-key-file", type=Path, metavar="FILE", help=f"require the key in this file "
                    f"in every request's X-API-Key header (default: ${API_KEY_ENV} if set); needed for a --host "
                    f"other than loopback. Never on the command line: other users can read it in the process list")
     p.add_argument("--tasks", nargs="+", choices=TASKS, metavar="TASK",

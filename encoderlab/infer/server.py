@@ -75,10 +75,9 @@ def request_models(limits: Limits) -> dict[str, type[BaseModel]]:
                 top_k=(int, Field(5, ge=1, le=100, description="predictions per mask"))),
             "ner": request("NERRequest", texts=texts),
             "qa": request("QARequest", items=(list[qa_item], Field(description="question and context pairs", **many))),
-            "attention": request("AttentionRequest", text=(Text, ...), layer=(int, Field(-1, description=(
-                "model layer from 0 (negative: from the last)"))), head=(int | None, Field(None, description=(
-                "one head, or none for every head of the layer"))), task=(str | None, Field(None, description=(
-                "the endpoint whose model to look into (default: the first served)"))))}
+            "attention": request("AttentionRequest", text=(Text, ...), layer=(int, -1), head=(int | None, Field(
+                None, description="one head, or every head of the layer")), task=(str | None, Field(
+                None, description="the endpoint whose model to look into (default: the first served)")))}
 
 
 # Result models, one per task, built as tables of (type, Field) per key; their descriptions show in /docs.
