@@ -7,7 +7,8 @@ A server holds one checkpoint and offers the endpoints whose pipeline that check
 (POST /embed, /classify, /fill-mask, /ner, /qa); the others answer 404 with the reason. Where the checkpoint
 has no masked-LM head, `serve` answers /fill-mask with the shipped default model (encoderlab-fill-mask), the
 one second model it may load. GET /health reports the model behind each endpoint, the queue and how many
-forward batches served how many requests.
+forward batches served how many requests. GET / is the playground page (infer/playground/); POST /attention gives
+viz.attention's maps. With an API key (KeyCheck) every request but the page's files needs it in X-API-Key.
 
 Each endpoint has a micro-batching worker: requests that arrive within `batch_wait_ms` of the first (or until
 `max_batch` texts) go through the pipeline in one call, on one model thread, so the event loop keeps answering
