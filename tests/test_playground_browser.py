@@ -1,13 +1,16 @@
 """The playground in a real browser: headless Chromium (Debian's `chromium` package) driven by Playwright's Python
 package with executable_path at the system Chromium (`playwright install` would need the network). Each test types
 into a panel, reads what the page rendered and checks it against the Python API on the same input, then saves a
-screenshot of the panel into docs/playground/.
+screenshot of the panel: into $ENCODERLAB_SCREENSHOTS where set (the committed ones: ENCODERLAB_SCREENSHOTS=docs/playground),
+else into a temporary folder, so that a test run leaves the checkout as it was (the tiny random models' outputs, and
+so their pictures, change from run to run: `tokenizers` orders a trained vocabulary differently each time).
 
 One server for the module, on loopback: the shipped fill-mask model, MiniLM for /embed, and tiny random
 classify / NER / QA models (test_server.task_folders), so every panel is live."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +28,6 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine (apt-get install chromium)"),
               pytest.mark.usefixtures("one_thread")]
-SHOTS = ROOT / "docs" / "playground"
 FILL_MASK_MODEL = ROOT / "models" / "encoderlab-fill-mask"
 
 
@@ -72,13 +74,23 @@ def rows(where, selector: str = "") -> list[tuple[str, float]]:
             for row in where.query_selector_all(f"{selector} .row")]
 
 
-def shoot(page, panel: str, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    """Where the panels' screenshots go."""
+    folder = Path(os.environ["ENCODERLAB_SCREENSHOTS"]) if os.environ.get("ENCODERLAB_SCREENSHOTS") else (
+        tmp_path_factory.mktemp("screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def shoot(page, folder: Path, panel: str, name: str) -> None:
+    """A PNG of one panel, as the browser drew it."""
     page.mouse.move(0, 0)  # no hover outline in the picture
-    page.locator(f"#{panel}").screenshot(path=str(SHOTS / f"{name}.png"))
+    page.locator(f"#{panel}").screenshot(path=str(folder / f"{name}.png"))
+    assert (folder / f"{name}.png").stat().st_size > 2000  # a drawn panel, not an empty box
 
 
-def test_fill_mask_panel_shows_the_pipelines_predictions(page, pipelines):
+def test_fill_mask_panel_shows_the_pipelines_predictions(page, pipelines, shots):
     text = "Paris is the [MASK] of France. It is a very [MASK] city."
     page.fill("#panel-fill-mask input[name=text]", text)
     page.fill("#panel-fill-mask input[name=top_k]", "5")
@@ -90,10 +102,10 @@ def test_fill_mask_panel_shows_the_pipelines_predictions(page, pipelines):
         assert [token for token, _ in got] == [p["token"] for p in mask["predictions"]]
         np.testing.assert_allclose([s for _, s in got], [p["score"] for p in mask["predictions"]], atol=1e-6)
     assert page.inner_text("#panel-fill-mask .filled") == expected["filled"]
-    shoot(page, "panel-fill-mask", "fill-mask")
+    shoot(page, shots, "panel-fill-mask", "fill-mask")
 
 
-def test_similarity_panel_ranks_as_the_embeddings_do(page, minilm_path):
+def test_similarity_panel_ranks_as_the_embeddings_do(page, minilm_path, shots):
     query, sentences = "A man is playing a guitar.", ["Someone plays an instrument.", "A woman is slicing an onion.",
                                                       "The stock market fell sharply today.",
                                                       "A person strums a guitar on stage."]
@@ -107,10 +119,10 @@ def test_similarity_panel_ranks_as_the_embeddings_do(page, minilm_path):
     assert [label for label, _ in got] == [sentences[i] for i in np.argsort(-cosines)]
     np.testing.assert_allclose([s for _, s in got], np.sort(cosines)[::-1], atol=1e-5)
     assert {label for label, _ in got[:2]} == {sentences[0], sentences[3]}  # a real sentence embedder at work
-    shoot(page, "panel-similarity", "similarity")
+    shoot(page, shots, "panel-similarity", "similarity")
 
 
-def test_attention_panel_draws_every_head_then_one_heads_strongest_links(page, pipelines):
+def test_attention_panel_draws_every_head_then_one_heads_strongest_links(page, pipelines, shots):
     text = "The cat sat on the mat because it was tired."
     page.fill("#panel-attention input[name=text]", text)
     page.select_option("#panel-attention select[name=task]", "fill-mask")
@@ -118,7 +130,7 @@ def test_attention_panel_draws_every_head_then_one_heads_strongest_links(page, p
     pipe = pipelines["fill-mask"]
     maps = attention_maps(pipe.model, pipe.tokenizer, text)
     assert len(page.query_selector_all("#panel-attention .heads canvas")) == maps.num_heads
-    shoot(page, "panel-attention", "attention-heads")
+    shoot(page, shots, "panel-attention", "attention-heads")
     assert len(page.query_selector_all("#panel-attention select[name=layer] option")) == maps.num_layers
     page.select_option("#panel-attention select[name=layer]", "2")
     page.select_option("#panel-attention select[name=head]", "5")
@@ -137,10 +149,10 @@ def test_attention_panel_draws_every_head_then_one_heads_strongest_links(page, p
     assert page.inner_text("#panel-attention h3").startswith("layer 2 of 0..5, head 5")
     canvas = page.query_selector("#panel-attention .out > canvas")
     assert canvas is not None and canvas.bounding_box()["width"] > 200
-    shoot(page, "panel-attention", "attention")
+    shoot(page, shots, "panel-attention", "attention")
 
 
-def test_ner_panel_highlights_the_pipelines_entities(page, task_folders):
+def test_ner_panel_highlights_the_pipelines_entities(page, task_folders, shots):
     text = "anna lives in paris and john went to rome"
     page.fill("#panel-ner textarea[name=text]", text)
     submit(page, "panel-ner")
@@ -152,10 +164,10 @@ def test_ner_panel_highlights_the_pipelines_entities(page, task_folders):
         (e["start"], e["end"], e["entity"], text[e["start"]:e["end"]]) for e in entities]
     assert page.evaluate("document.querySelector('#panel-ner .text').firstChild.textContent") == text[
         :entities[0]["start"]]  # the text before the first entity, as typed
-    shoot(page, "panel-ner", "ner")
+    shoot(page, shots, "panel-ner", "ner")
 
 
-def test_qa_panel_highlights_the_answer_span(page, task_folders):
+def test_qa_panel_highlights_the_answer_span(page, task_folders, shots):
     question, context = "where does anna live ?", "anna lives in paris . john went to rome ."
     page.fill("#panel-qa input[name=question]", question)
     page.fill("#panel-qa textarea[name=context]", context)
@@ -169,10 +181,10 @@ def test_qa_panel_highlights_the_answer_span(page, task_folders):
         assert page.inner_text("#panel-qa .answer-text") == expected["answer"]
     else:
         assert mark is None
-    shoot(page, "panel-qa", "qa")
+    shoot(page, shots, "panel-qa", "qa")
 
 
-def test_classify_panel_shows_the_class_probabilities(page, task_folders):
+def test_classify_panel_shows_the_class_probabilities(page, task_folders, shots):
     text, pair = "the movie was very good", "anna saw it in rome"
     page.fill("#panel-classify textarea[name=text]", text)
     page.fill("#panel-classify input[name=pair]", pair)
@@ -181,7 +193,7 @@ def test_classify_panel_shows_the_class_probabilities(page, task_folders):
     got = rows(page, "#panel-classify")
     assert [label for label, _ in got] == sorted(expected, key=expected.get, reverse=True)
     np.testing.assert_allclose([s for _, s in got], sorted(expected.values(), reverse=True), atol=1e-6)
-    shoot(page, "panel-classify", "classify")
+    shoot(page, shots, "panel-classify", "classify")
 
 
 def test_panels_without_a_model_say_so_and_the_key_is_asked_for(browser):
