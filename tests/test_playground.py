@@ -79,7 +79,8 @@ def test_api_key_guards_every_data_endpoint_but_not_the_page():
         assert client.get("/").status_code == 200 and client.get("/playground/playground.js").status_code == 200
         good = {"x-api-key": KEY}
         assert client.get("/health", headers=good).status_code == 200
-        assert client.post("/embed", json={"texts": ["abc"]}, headers=good).json() == {"results": [{"embedding": [3.0]}]}
+        answer = client.post("/embed", json={"texts": ["abc"]}, headers=good).json()
+        assert answer == {"results": [{"embedding": [3.0]}]}
         assert client.post("/ner", json={"texts": ["a"]}, headers=good).status_code == 404  # past the key: the route
     assert stub.calls == [["abc"]]
 

@@ -1,9 +1,10 @@
 """The playground in a real browser: headless Chromium (Debian's `chromium` package) driven by Playwright's Python
 package with executable_path at the system Chromium (`playwright install` would need the network). Each test types
 into a panel, reads what the page rendered and checks it against the Python API on the same input, then saves a
-screenshot of the panel: into $ENCODERLAB_SCREENSHOTS where set (the committed ones: ENCODERLAB_SCREENSHOTS=docs/playground),
-else into a temporary folder, so that a test run leaves the checkout as it was (the tiny random models' outputs, and
-so their pictures, change from run to run: `tokenizers` orders a trained vocabulary differently each time).
+screenshot of the panel: into $ENCODERLAB_SCREENSHOTS where set (the committed ones:
+ENCODERLAB_SCREENSHOTS=docs/playground), else into a temporary folder, so that a test run leaves the checkout as it
+was (the tiny random models' outputs, and so their pictures, change from run to run: `tokenizers` orders a trained
+vocabulary differently each time).
 
 One server for the module, on loopback: the shipped fill-mask model, MiniLM for /embed, and tiny random
 classify / NER / QA models (test_server.task_folders), so every panel is live."""

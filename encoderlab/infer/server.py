@@ -405,7 +405,7 @@ def _add_attention(app: FastAPI, request: type[BaseModel], pipelines: dict[str, 
             executor, lambda: attention_maps(pipe.model, pipe.tokenizer, body.text, layers=[body.layer]))
         probs = maps.probs[0] if body.head is None else maps.select(body.layer, body.head)[None]
         return {"tokens": maps.tokens, "layer": maps.layers[0], "num_layers": maps.num_layers, "num_heads":
-                maps.num_heads, "maps": probs.round(decimals=4).tolist(), "truncated": maps.truncated}
+                maps.num_heads, "maps": probs.double().round(decimals=4).tolist(), "truncated": maps.truncated}
 
     attention.__annotations__["body"] = request
     app.post("/attention", summary="attention maps of one layer: every head, or one")(attention)
