@@ -26,7 +26,7 @@ from torch import nn
 
 from encoderlab.checkpoint import Settings, load_model, read_config, resolve_model_path, settings, stored_kind
 from encoderlab.engine import (COMBINE, Encoded, Engine, Output, as_list, check_texts, encode, forward, mean_by_owner,
-                               sentence_vectors)
+                               sentence_vectors, split_windows)
 from encoderlab.errors import CheckpointError, InputError, MissingHeadError
 from encoderlab.infer import precision as precisions
 from encoderlab.infer.compiled import compile_encoders
@@ -308,8 +308,10 @@ class NER(Pipeline):
 
     def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         texts = check_texts(texts)
-        whole = self.encode_whole(texts)
-        windows = [(i, start, window) for i, item in enumerate(whole) for start, window in self.windows(item)]
+        whole = encode(self.tokenizer, texts)  # not truncated: a long text is read in windows
+        overlap = (self.max_length - self.tokenizer.num_special_tokens()) // 4
+        windows = [(i, start, window) for i, item in enumerate(whole)
+                   for start, window in split_windows(item, self.max_length, overlap)]
         probs = [torch.zeros(len(item.input_ids), len(self.labels) or 1) for item in whole]
         weight = [torch.zeros(len(item.input_ids), 1) for item in whole]
 
@@ -317,38 +319,20 @@ class NER(Pipeline):
             batch_probs = logits.float().softmax(-1).cpu()  # (B, T, L)
             for row, w in enumerate(indices):
                 i, start, window = windows[w]
-                n = len(window.input_ids) - 2  # the window's content tokens, after its [CLS]
+                content = [t for t, seq in enumerate(window.sequence_ids) if seq is not None]
+                if not content:
+                    continue
+                first, n = content[0], len(content)
+                at = slice(first + start, first + start + n)  # the window's content, in the whole text
                 # Each token keeps the prediction of the window where it sits most centrally (most context).
                 centrality = torch.minimum(torch.arange(1, n + 1), torch.arange(n, 0, -1)).float()[:, None]
-                better = centrality > weight[i][start:start + n]
-                probs[i][start:start + n] = torch.where(better, batch_probs[row, 1:n + 1], probs[i][start:start + n])
-                weight[i][start:start + n] = torch.maximum(centrality, weight[i][start:start + n])
+                better = centrality > weight[i][at]
+                probs[i][at] = torch.where(better, batch_probs[row, first:first + n], probs[i][at])
+                weight[i][at] = torch.maximum(centrality, weight[i][at])
 
         self.engine.run([w for _, _, w in windows], self.logits, collect)
         return [{"text": text, "entities": entities(word_tags(item, p, self.labels), text)}
                 for text, item, p in zip(texts, whole, probs)]
-
-    def encode_whole(self, texts: list[str]) -> list[Encoded]:
-        """Each text's content tokens (no special tokens, no truncation)."""
-        out = []
-        for item in encode(self.tokenizer, texts):
-            keep = [t for t, seq in enumerate(item.sequence_ids) if seq is not None]
-            out.append(Encoded([item.input_ids[t] for t in keep], [0] * len(keep), [item.offsets[t] for t in keep],
-                               [0] * len(keep)))
-        return out
-
-    def windows(self, item: Encoded) -> list[tuple[int, Encoded]]:
-        """(first content token, window) pairs covering the text; a quarter of each window overlaps the next."""
-        room = self.max_length - 2
-        step = max(1, room - room // 4)
-        out, start = [], 0
-        while True:
-            ids = item.input_ids[start:start + room]
-            out.append((start, Encoded([self.tokenizer.cls_id, *ids, self.tokenizer.sep_id], [0] * (len(ids) + 2),
-                                       [], [])))
-            if start + room >= len(item.input_ids):
-                return out
-            start += step
 
 
 def word_tags(item: Encoded, probs: torch.Tensor, labels: list[str]) -> list[tuple[int, int, str, float]]:
