@@ -81,8 +81,8 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | No
         for row, n in enumerate(batch.attention_mask.sum(1).tolist()):
             out.append(Encoded(ids[row][:n], types[row][:n], batch.offsets[row][:n], batch.sequence_ids[row][:n]))
     if truncated:
-        log.warning("%d of %d %s were longer than %d tokens and were truncated", truncated, len(texts), what,
-                    max_length)
+        log.warning("%d of %d %s were longer than %d tokens and were truncated (classify and embed read a long text "
+                    "whole with --stride N)", truncated, len(texts), what, max_length)
     return out
 
 
