@@ -7,7 +7,8 @@ predictions averaging the windows' logits. Both are scored on the same held-out 
 longer than the window, where the two can differ.
 
     python bench/long_documents.py               # 4,000 reviews to train, 2,000 held out (about 20 min on 1 core)
-    python bench/long_documents.py --quick       # 300 / 200, under a few minutes
+    python bench/long_documents.py --train 300 --held-out 200   # a smaller run
+    python bench/long_documents.py --quick       # 64 / 48: that it runs, not a measurement
     python bench/long_documents.py --smoke       # a tiny random model on synthetic long texts (make test)
 
 The held-out reviews are those whose id hashes into the last fifth (SHA-1), so no review is in both parts; the
@@ -34,7 +35,7 @@ from encoderlab.tasks.objective import TrainOptions  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.tsv"
-SIZES = {"full": (4000, 2000), "quick": (300, 200), "smoke": (24, 12)}
+SIZES = {"full": (4000, 2000), "quick": (64, 48), "smoke": (24, 12)}
 WINDOW, STRIDE = 128, 32
 
 
@@ -81,16 +82,20 @@ def run(model: str, folder: Path, train: Path, test: Path, stride: int | None, e
 
 
 def main() -> None:
-    args = parser(__doc__, "300 training and 200 held-out reviews, one epoch").parse_args()
+    cli = parser(__doc__, "64 training and 48 held-out reviews: that it runs, not a measurement")
+    cli.add_argument("--train", type=int, default=None, metavar="N", help="training reviews (default: 4,000)")
+    cli.add_argument("--held-out", type=int, default=None, metavar="N", help="held-out reviews (default: 2,000)")
+    args = cli.parse_args()
     mode = size(args)
+    sizes = (args.train or SIZES[mode][0], args.held_out or SIZES[mode][1])
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         if mode == "smoke":
-            model, (train_rows, test_rows) = str(tiny_model(folder / "tiny")), synthetic(*SIZES["smoke"])
+            model, (train_rows, test_rows) = str(tiny_model(folder / "tiny")), synthetic(*sizes)
         elif not IMDB.is_file():
             raise SystemExit(f"{IMDB} is absent: this bench needs IMDB (run --smoke for the synthetic check)")
         else:
-            model, (train_rows, test_rows) = "minilm", imdb_split(*SIZES[mode])
+            model, (train_rows, test_rows) = "minilm", imdb_split(*sizes)
         train, test = write_tsv(folder / "train.tsv", train_rows), write_tsv(folder / "test.tsv", test_rows)
         tokenizer = Tokenizer.from_pretrained(model)
         long_rows = [row for row in test_rows if len(tokenizer.encode(row[0], truncation=False)) > WINDOW]
