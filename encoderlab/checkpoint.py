@@ -268,6 +268,11 @@ class Settings:
     """QA: start and end candidates per window in decoding."""
     allow_null: bool = False
     """QA: answer "" when the [CLS] score beats the best span (the model learned unanswerable questions)."""
+    stride: int | None = None
+    """classify, embed: read a text longer than the window whole, in windows sharing this many tokens (None:
+    truncate it)."""
+    combine: str = "logits"
+    """classify: the windows' mean of logits, or of probabilities ("probs"); embed always averages the vectors."""
 
 
 def settings(folder: str | Path) -> Settings:
@@ -277,12 +282,12 @@ def settings(folder: str | Path) -> Settings:
     bert = _optional_json(folder / "sentence_bert_config.json", dict) or {}
     pooling_file = _optional_json(folder / "1_Pooling" / "config.json", dict) or {}
     modules = _optional_json(folder / "modules.json", list) or []
-    qa = {k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "allow_null")
-          if info.get(k) is not None}
+    options = {k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "allow_null",
+                                    "stride", "combine") if info.get(k) is not None}
     return Settings(max_length=info.get("max_length") or bert.get("max_seq_length"),
                     pooling=info.get("pooling") or ("cls" if pooling_file.get("pooling_mode_cls_token") else "mean"),
                     normalize=any(str(m.get("type", "")).endswith("Normalize") for m in modules if isinstance(m, dict)),
-                    **qa)
+                    **options)
 
 
 def _optional_json(path: Path, kind: type) -> Any:

@@ -8,7 +8,7 @@ from dataclasses import fields
 from typing import Any
 
 from encoderlab.cli.options import (MODEL_HELP, add_json, add_model, add_options, add_precision, add_threads,
-                                    apply_threads)
+                                    add_window_options, apply_threads)
 from encoderlab.tasks.finetune import (BATCH_SIZE, BILSTM, MAX_LENGTH, TASKS, EvaluateJob, FinetuneJob, Head,
                                        Reading, evaluate, finetune, split_names)
 from encoderlab.tasks.objective import TrainOptions
@@ -145,6 +145,7 @@ def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
              "tokenizer folder or alias (default: the model's; minilm for --model bilstm)"),
             ("--embed-dim", int, 300, "N", "BiLSTM baseline: embedding width (default: 300)"),
             ("--lstm-hidden", int, 256, "N", "BiLSTM baseline: hidden width per direction (default: 256)")))
+        add_window_options(parser, combine="logits", follows="truncate it")
     else:
         parser.set_defaults(tokenizer=None)
     if task == "qa":
@@ -189,6 +190,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_model(evaluate, "fine-tuned folder (for embed: any checkpoint or alias)", metavar="DIR")
     evaluate.add_argument("--data", required=True, metavar="FILE", help="labelled data in the task's format")
     _reader_options(evaluate, None)
+    add_window_options(evaluate, follows="what the model was trained with")
     evaluate.add_argument("--pooling", choices=("mean", "cls"), default=None,
                           help="embed: pooling (default: the model's, else mean)")
     add_options(evaluate, (

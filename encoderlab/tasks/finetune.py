@@ -111,6 +111,8 @@ class EvaluateJob:
     max_eval: int | None = None
     predictions: str | None = None
     device: str | None = None
+    stride: int | None = None
+    combine: str | None = None
 
 
 # ---- reading data ---------------------------------------------------------------------------------------------
@@ -153,7 +155,8 @@ def build_task(name: str, head: Head, tokenizer: Tokenizer, train: list, max_len
     common = {"batch_size": batch_size, "precision": precision}
     if name == "classify":
         labels = None if head.regression else (head.labels or label_set(train))
-        return ClassifyTask(tokenizer, max_length, labels, head.regression, **common)
+        return ClassifyTask(tokenizer, max_length, labels, head.regression, stride=head.stride, combine=head.combine,
+                            **common)
     if name == "ner":
         return TagTask(tokenizer, max_length, tag_set(train), **common)
     if name == "qa":
@@ -286,13 +289,19 @@ def task_for_model(job: EvaluateJob, model: torch.nn.Module, info: dict, tokeniz
     common = {"batch_size": job.batch_size or BATCH_SIZE[name], "precision": job.precision}
     if name == "classify":
         labels = None if model.regression else model.labels or _numbered(model)
-        return ClassifyTask(tokenizer, max_length, labels, model.regression, **common)
+        return ClassifyTask(tokenizer, max_length, labels, model.regression, stride=_given(job.stride, given.stride),
+                            combine=job.combine or given.combine, **common)
     if name == "ner":
         return TagTask(tokenizer, max_length, model.labels or _numbered(model), **common)
     if name == "qa":
         return QATask(tokenizer, max_length, given.doc_stride, given.max_query_length, given.max_answer_length,
                       given.n_best, given.allow_null, **common)
     return EmbedTask(tokenizer, max_length, info.get("loss") or "cosent", **common)
+
+
+def _given(value: Any, default: Any) -> Any:
+    """An option given on the command line, else the folder's setting."""
+    return default if value is None else value
 
 
 def _numbered(model: torch.nn.Module) -> list[str]:
