@@ -13,6 +13,7 @@ from encoderlab.nn.attention import SelfAttention
 from encoderlab.nn.disentangled import DisentangledAttention, RelativePositions
 from encoderlab.nn.dropout import Dropout
 from encoderlab.nn.mlp import FeedForward
+from encoderlab.nn.packing import Packing
 
 
 def layer_norm(config: EncoderConfig, width: int | None = None) -> nn.LayerNorm:
@@ -40,14 +41,21 @@ class Block(nn.Module):
         self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, return_probs: bool = False,
-                positions: RelativePositions | tuple[torch.Tensor, torch.Tensor] | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """positions: DeBERTa's relative positions, or the rotary cos and sin tables, or None."""
+                positions: RelativePositions | tuple[torch.Tensor, torch.Tensor] | None = None,
+                packing: Packing | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (B, T, H), or the packed real tokens (N, H) with their `packing`; positions: DeBERTa's relative
+        positions, or the rotary cos and sin tables, or None."""
+        def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            if packing is None:
+                return self.attn(h, mask, return_probs, positions)
+            attended, probs = self.attn(packing.unpack(h), mask, return_probs, positions)
+            return packing.pack(attended), probs
+
         if self.pre_norm:
-            attended, probs = self.attn(self.attn_norm(x), mask, return_probs, positions)
+            attended, probs = attend(self.attn_norm(x))
             x = x + self.dropout(attended)
             return x + self.dropout(self.mlp(self.mlp_norm(x))), probs
-        attended, probs = self.attn(x, mask, return_probs, positions)
+        attended, probs = attend(x)
         x = self.attn_norm(x + self.dropout(attended))
         x = self.mlp_norm(x + self.dropout(self.mlp(x)))
         return x, probs

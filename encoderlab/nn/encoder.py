@@ -14,6 +14,7 @@ from encoderlab.config import EncoderConfig
 from encoderlab.nn.block import Block, layer_norm
 from encoderlab.nn.disentangled import RelativeEmbeddings
 from encoderlab.nn.embeddings import Embeddings
+from encoderlab.nn.packing import packing
 from encoderlab.nn.rotary import rotary_tables
 
 
@@ -59,18 +60,20 @@ class Encoder(nn.Module):
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         layer_inputs = self.layer_inputs(mask, input_ids.shape[1], x.device)
+        packed = packing(attention_mask, x.device)  # None: the padded path
+        x = x if packed is None else packed.pack(x)  # (N, H)
         for i in range(self.config.num_layers):
             layer_mask, rotary = layer_inputs[self.config.is_local(i)]
             x, probs = self.layers[i % len(self.layers)](x, layer_mask, output_attentions,
-                                                         positions if rotary is None else rotary)
+                                                         positions if rotary is None else rotary, packed)
             if hidden_states is not None:
-                hidden_states.append(x)
+                hidden_states.append(x if packed is None else packed.unpack(x))
             if attentions is not None:
                 attentions.append(probs)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-            if hidden_states is not None:  # the last entry is the output, as in transformers
-                hidden_states[-1] = x
+        x = x if self.final_norm is None else self.final_norm(x)
+        x = x if packed is None else packed.unpack(x)
+        if hidden_states is not None:  # the last entry is the output (after the final norm), as in transformers
+            hidden_states[-1] = x
         return EncoderOutput(x, None, hidden_states, attentions)
 
     def layer_inputs(self, mask: torch.Tensor | None, T: int, device: torch.device) -> dict[bool, tuple]:
