@@ -97,9 +97,9 @@ SPEC = FamilySpec(
               "local_attention": 128, "global_attn_every_n_layers": 3, "pre_norm": True, "gated_ffn": True,
               "bias": False},
     hf_names={"hidden_act": "hidden_activation", "layer_norm_eps": "norm_eps", "hidden_dropout": "embedding_dropout",
-              "attention_dropout": "attention_dropout", "type_vocab_size": None, "head_activation": "classifier_activation", "rope_theta": "global_rope_theta",
-              "local_rope_theta": "local_rope_theta", "local_attention": "local_attention",
-              "global_attn_every_n_layers": "global_attn_every_n_layers", "classifier_pooling": "classifier_pooling"},
+              "type_vocab_size": None, "head_activation": "classifier_activation", "rope_theta": "global_rope_theta",
+              **{name: name for name in ("attention_dropout", "local_rope_theta", "local_attention",
+                                         "global_attn_every_n_layers", "classifier_pooling")}},
     hf_constants={"attention_bias": (False,), "mlp_bias": (False,), "norm_bias": (False,),
                   "classifier_bias": (False,), "decoder_bias": (True,)},
     # Training-only (dropout rates, init, flash-attn flags) or other token ids: nothing the forward pass reads.

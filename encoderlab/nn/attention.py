@@ -62,7 +62,8 @@ class SelfAttention(nn.Module):
         if mask is None:
             scores = torch.bmm(q, k.transpose(1, 2)).mul_(1 / math.sqrt(hd))
         else:
-            bias = torch.zeros(B, mask.shape[2], T, device=q.device).masked_fill_(~mask[:, 0], torch.finfo(torch.float32).min)
+            bias = torch.zeros(B, mask.shape[2], T, device=q.device)  # (B, 1 or T, T)
+            bias.masked_fill_(~mask[:, 0], torch.finfo(torch.float32).min)
             scores = torch.baddbmm(bias.repeat_interleave(nh, dim=0), q, k.transpose(1, 2), alpha=1 / math.sqrt(hd))
         return torch.bmm(scores.softmax(dim=-1), v).view(B, nh, T, hd)
 

@@ -8,7 +8,7 @@ and each family's sequence-classification head as its FamilySpec.classifier_head
 | ELECTRA         | first token           | the same with gelu                                    | ElectraClassificationHead     |
 | DistilBERT      | first token           | pre_classifier, ReLU, dropout, classifier             | DistilBertForSequenceClassification |
 | DeBERTa-v2      | first token           | dropout, pooler.dense, activation, dropout, classifier | ContextPooler                |
-| ModernBERT      | first token or mean   | head.dense, activation, head.norm, dropout, classifier | ModernBertPredictionHead     |
+| ModernBERT      | first token or mean   | head.dense, activation, head.norm, dropout, classifier | ModernBertPredictionHead |
 
 ModernBERT's token-classification and QA heads pass each token through the same dense, activation and norm
 (`Transform`) before their output layer."""
