@@ -89,9 +89,11 @@ def _rule_regex(prefix: str) -> re.Pattern:
 def head_rules(spec: FamilySpec, kind: str) -> Rules:
     """Weight-map rules of a task head, beyond the family's map (transformers' names are not prefixed)."""
     layout = spec.classifier_head
-    classify = (("head.out.", (layout.out,)),) + ((("head.dense.", (layout.dense,)),) if layout.dense else ())
-    return {"classify": classify, "ner": (("classifier.", ("classifier.",)),),
-            "qa": (("qa_outputs.", ("qa_outputs.",)),)}.get(kind, ())
+    dense = (("dense.", layout.dense), ("norm.", layout.norm))
+    classify = (("head.out.", (layout.out,)),) + tuple((f"head.{ours}", (theirs,)) for ours, theirs in dense if theirs)
+    transform = tuple((f"transform.{ours}", (theirs,)) for ours, theirs in dense if layout.every_task)
+    return {"classify": classify, "ner": (("classifier.", ("classifier.",)), *transform),
+            "qa": (("qa_outputs.", (layout.out if layout.every_task else "qa_outputs.",)), *transform)}.get(kind, ())
 
 
 def _rules(spec: FamilySpec, model: nn.Module) -> Rules:
