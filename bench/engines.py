@@ -1,5 +1,5 @@
 """The engines bench/inference.py sets side by side: each loader takes a Setting (a Hugging Face BertModel folder, a
-scratch folder, batch size, threads) and returns an Embedder, texts -> (N, H) float32 mean-pooled, L2-normalised
+scratch folder, threads) and returns an Embedder, (texts, batch size) -> (N, H) float32 mean-pooled, L2-normalised
 vectors in input order, tokenization included. Test/bench dependencies only: encoderlab never imports this.
 
 - transformers-fp32: AutoModel with eager attention, batches in file order padded to their longest, mean pooling:
@@ -40,10 +40,11 @@ import torch
 from encoderlab.infer.onnx import OnnxRunner, export_onnx
 from encoderlab.infer.pipelines import pipeline
 
-Embedder = Callable[[list[str]], np.ndarray]
+Embedder = Callable[[list[str], int], np.ndarray]  # texts, batch size -> (N, H)
 Forward = Callable[[np.ndarray, np.ndarray], np.ndarray]  # ids, mask (B, T) int64 -> hidden (B, T, H)
 MAX_LENGTH = 512
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+CALIBRATION_BATCH = 32
 
 
 class Skipped(Exception):
@@ -52,11 +53,10 @@ class Skipped(Exception):
 
 @dataclass(frozen=True)
 class Setting:
-    """What every loader gets: the model folder, a scratch folder for converted models, batch size and threads."""
+    """What every loader gets: the model folder, a scratch folder for converted models, and threads."""
 
     folder: Path
     work: Path
-    batch_size: int
     threads: int
     calibration: tuple[str, ...] = field(default=(), compare=False)
     """Texts for static int8 calibration (OpenVINO): never the texts timed or scored."""
@@ -93,12 +93,12 @@ def sorted_embedder(setting: Setting, forward: Forward) -> Embedder:
     """Texts -> vectors through `forward`, in length-sorted batches each padded to its longest."""
     tokenizer = fast_tokenizer(setting.folder)
 
-    def run(texts: list[str]) -> np.ndarray:
+    def run(texts: list[str], batch_size: int) -> np.ndarray:
         rows = [e.ids for e in tokenizer.encode_batch(texts)]
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
         out = None
-        for start in range(0, len(order), setting.batch_size):
-            indices = order[start:start + setting.batch_size]
+        for start in range(0, len(order), batch_size):
+            indices = order[start:start + batch_size]
             lengths = np.array([len(rows[i]) for i in indices])
             mask = (np.arange(lengths.max()) < lengths[:, None]).astype(np.int64)  # (B, T)
             ids = np.zeros(mask.shape, dtype=np.int64)
@@ -156,10 +156,10 @@ def transformers_eager(setting: Setting) -> Embedder:
     model, tokenizer = hf_model(setting.folder), AutoTokenizer.from_pretrained(setting.folder)
 
     @torch.inference_mode()
-    def run(texts: list[str]) -> np.ndarray:
+    def run(texts: list[str], batch_size: int) -> np.ndarray:
         out = []
-        for start in range(0, len(texts), setting.batch_size):
-            batch = tokenizer(texts[start:start + setting.batch_size], padding=True, truncation=True,
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start:start + batch_size], padding=True, truncation=True,
                               max_length=MAX_LENGTH, return_tensors="pt")
             out.append(mean_pooled(model(**batch).last_hidden_state.numpy(), batch["attention_mask"].numpy()))
         return np.concatenate(out)
@@ -177,7 +177,7 @@ def sentence_transformers(backend: str) -> Callable[[Setting], Embedder]:
             model = SentenceTransformer(str(setting.folder), device="cpu", backend=backend)
         except Exception as err:  # noqa: BLE001 (the backend's own errors: ImportError, OSError, ValueError...)
             raise Skipped(f"sentence-transformers backend {backend!r}: {str(err).splitlines()[0]}") from None
-        return lambda texts: model.encode(texts, batch_size=setting.batch_size, convert_to_numpy=True,
+        return lambda texts, batch_size: model.encode(texts, batch_size=batch_size, convert_to_numpy=True,
                                           normalize_embeddings=True)
 
     return load
@@ -272,8 +272,8 @@ def _nncf_int8(setting: Setting, model: object) -> object:
         raise Skipped("openvino int8: no calibration texts")
     tokenizer, batches = fast_tokenizer(setting.folder), []
     texts = list(setting.calibration)
-    for start in range(0, len(texts), setting.batch_size):
-        rows = [e.ids for e in tokenizer.encode_batch(texts[start:start + setting.batch_size])]
+    for start in range(0, len(texts), CALIBRATION_BATCH):
+        rows = [e.ids for e in tokenizer.encode_batch(texts[start:start + CALIBRATION_BATCH])]
         lengths = np.array([len(r) for r in rows])
         mask = (np.arange(lengths.max()) < lengths[:, None]).astype(np.int64)
         ids = np.zeros(mask.shape, dtype=np.int64)
@@ -304,8 +304,13 @@ def encoderlab(mode: str, compile: bool = False) -> Callable[[Setting], Embedder
     """encoderlab's embed pipeline in one precision (compiled: warmed up at load, so its compile time is load time)."""
 
     def load(setting: Setting) -> Embedder:
-        return pipeline("embed", setting.folder, precision=mode, batch_size=setting.batch_size,
-                        max_length=MAX_LENGTH, compile=compile).embed
+        embedder = pipeline("embed", setting.folder, precision=mode, max_length=MAX_LENGTH, compile=compile)
+
+        def run(texts: list[str], batch_size: int) -> np.ndarray:
+            embedder.engine.batch_size = batch_size  # one compiled model for every workload's batch size
+            return embedder.embed(texts)
+
+        return run
 
     return load
 
@@ -318,7 +323,7 @@ def encoderlab_onnx(int8: bool) -> Callable[[Setting], Embedder]:
         path = setting.work / "encoderlab-onnx" / f"model{'-int8' if int8 else ''}.onnx"
         once(path, lambda p: export_onnx(setting.folder, p, int8=int8))
         runner = OnnxRunner(path, threads=setting.threads)
-        return functools.partial(runner.embed, batch_size=setting.batch_size)
+        return lambda texts, batch_size: runner.embed(texts, batch_size=batch_size)
 
     return load
 
