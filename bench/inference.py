@@ -54,12 +54,17 @@ from encoderlab.tokenizer import Tokenizer  # noqa: E402
 DATA = Path(os.environ.get("ENCODERLAB_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 BASELINE = "transformers-fp32"
 BATCH_SIZES = {"sst2": 32, "passages": 16, "mix": 32}
+# Compiled modes run by default only where compiling paid: with int8 on torch._int_mm (AVX-512 VNNI, 2 threads, SST-2
+# sentences/s: int8 468 eager, 626 compiled; fp32 207, 229). On the AVX2-only EPYC neither gained (256 SST-2
+# sentences, 1 thread: fp32 49.0 eager, 50.4 compiled; int8 68.4, 62.7) and each compile costs 10-40 s per thread count.
+COMPILED = ["fp32", "int8"] if precisions.int8_kernel() == "int_mm" else []
 # Texts per workload (sst2 None: all 872), mix as (sentences, passages), STS-B pairs (None: all 1500), rounds,
 # thread counts ("all": os.cpu_count()), calibration texts (SST-2 train) for OpenVINO int8, engines left out.
 # The mix is not a multiple of the batch: one batch holds both kinds. --quick leaves out 1 thread, compiling,
 # OpenVINO int8 (nncf's calibration alone takes ~30 s on 2 cores) and encoderlab's ONNX export (each export and
 # quantization takes seconds; onnxruntime runs the transformers model's export).
-SIZES = {"full": {"sst2": None, "passages": 128, "passage_tokens": 256, "mix": (240, 40), "pairs": None,
+# The full run's subsets keep it near 10 minutes on 2 quiet cores with 12 engines, 3 rounds, at 1 and 2 threads.
+SIZES = {"full": {"sst2": 384, "passages": 32, "passage_tokens": 256, "mix": (112, 16), "pairs": 500,
                   "rounds": 3, "threads": "1,all", "calibration": 128, "drop": ()},
          "quick": {"sst2": 64, "passages": 8, "passage_tokens": 256, "mix": (12, 4), "pairs": 32,
                    "rounds": 1, "threads": "all", "calibration": 0,
@@ -337,15 +342,17 @@ def options() -> argparse.Namespace:
                         help="comma-separated: sst2, passages, mix, accuracy (STS-B dev)")
     parser.add_argument("--engines", default="", help="engines to run, comma-separated (default: every one "
                         f"installed; {BASELINE} always runs, the baseline)")
-    parser.add_argument("--compiled", default="fp32,int8",
-                        help="encoderlab precisions also run with compile=True (default: fp32,int8; none: '')")
+    parser.add_argument("--compiled", default=None,
+                        help="encoderlab precisions also run with compile=True, comma-separated (default: int8 where "
+                             "int8 runs on torch._int_mm, VNNI/AMX, fp32,int8, else none; see COMPILED)")
     args = parser.parse_args()
     args.sizes = SIZES[common.size(args)]
     args.rounds = args.rounds or args.sizes["rounds"]
     args.setups = args.setups.split(",")
     threads = (args.threads or args.sizes["threads"]).replace("all", str(os.cpu_count() or 1))
     args.threads = sorted({int(t) for t in threads.split(",")})
-    compiled = [] if args.quick or args.smoke else [m for m in args.compiled.split(",") if m]
+    compiled = COMPILED if args.compiled is None else [m for m in args.compiled.split(",") if m]
+    compiled = [] if args.quick or args.smoke else compiled
     args.catalog = engines.catalog(precisions.supported(), compiled)
     wanted = set(args.engines.split(",")) | {BASELINE} if args.engines else set(args.catalog)
     unknown = wanted - set(args.catalog)
