@@ -309,6 +309,10 @@ def all_goals(figures: dict[str, Any], args: argparse.Namespace, seconds: float)
     for threads, workloads_run in figures["speed"].items():
         for workload, runs in workloads_run.items():
             goals += speed_goals(f"{workload}, {threads.split('_')[1]} thread(s)", runs, accuracy_figures)
+    for workload, got in figures["workloads"].items():  # issue 18, item 4: batches should not pay for padding
+        goals.append({"what": f"{workload}: padded positions / all positions in encoderlab's batches",
+                      "value": got["padding_fraction"], "target": "<= 0.05",
+                      "met": bool(got["padding_fraction"] <= 0.05)})
     for name, got in accuracy_figures.get("engines", {}).items():
         if name.startswith("encoderlab-") and name != "encoderlab-fp32":
             goals.append(goal(f"{name}: mean cosine to transformers-fp32 on STS-B dev sentences",
