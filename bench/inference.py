@@ -8,9 +8,9 @@ compiled ones, and encoderlab's own ONNX export on onnxruntime). An engine not i
 
 Workloads, each at 1 thread and at all cores (torch threads, ORT intra-op threads, CTranslate2 intra_threads,
 OpenVINO INFERENCE_NUM_THREADS; tokenizers' own Rust pool is the same for all):
-- sst2:     SST-2 dev sentences in file order, batch 32;
-- passages: Wikipedia passages of 205-256 tokens (consecutive sentences of one article joined), batch 16;
-- mix:      SST-2 sentences and passages shuffled together, batch 32: where padding costs.
+- sst2:     SST-2 dev sentences in file order (the full run: the first 384 of 872), batch 32;
+- passages: Wikipedia passages of 205-256 tokens (consecutive sentences of one article joined; 32), batch 16;
+- mix:      SST-2 sentences and passages shuffled together (112 + 16), batch 32: where padding costs.
 Each workload records the padding fraction of encoderlab's batches (padded positions / all positions; and of
 file-order batches, what transformers-fp32 pays). Each engine runs `--rounds` times, interleaved with the
 others, and keeps its best round (the machine is shared). Accuracy: mean and minimum cosine of each engine's
