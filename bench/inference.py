@@ -370,7 +370,11 @@ def options() -> argparse.Namespace:
 def main() -> None:
     started = time.perf_counter()
     args = options()
-    figures: dict[str, Any] = {"threads": args.threads, "rounds": args.rounds, "matmul_peak_gflops": {},
+    if os.environ.get("OMP_NUM_THREADS"):  # CTranslate2's OpenMP pool may follow it rather than intra_threads
+        print(f"note: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} is set; unset it for the thread counts "
+              f"{args.threads} to hold for every engine", file=sys.stderr)
+    figures: dict[str, Any] = {"threads": args.threads, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+                               "rounds": args.rounds, "matmul_peak_gflops": {},
                                "int8_kernel": precisions.int8_kernel(), "engines": args.engines,
                                "left_out": {n: f"--{common.size(args)} leaves it out" for n in args.sizes["drop"]},
                                "skipped": {}, "load_seconds": {}, "workloads": {}, "speed": {}}
