@@ -370,7 +370,8 @@ def options() -> argparse.Namespace:
 def main() -> None:
     started = time.perf_counter()
     args = options()
-    if os.environ.get("OMP_NUM_THREADS"):  # CTranslate2's OpenMP pool may follow it rather than intra_threads
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) < max(args.threads):  # CTranslate2's OpenMP pool may follow it, not intra_threads
         print(f"note: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} is set; unset it for the thread counts "
               f"{args.threads} to hold for every engine", file=sys.stderr)
     figures: dict[str, Any] = {"threads": args.threads, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
