@@ -89,6 +89,21 @@ def mean_pooled(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
+def padded(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token id rows right-padded with 0 to the longest: ids and attention mask, (B, T) int64 each."""
+    lengths = np.array([len(row) for row in rows])
+    mask = (np.arange(lengths.max()) < lengths[:, None]).astype(np.int64)
+    ids = np.zeros(mask.shape, dtype=np.int64)
+    ids[mask.astype(bool)] = np.concatenate(rows)
+    return ids, mask
+
+
+def feeds(ids: np.ndarray, mask: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
+    """A graph's inputs by name (all-zero token types); the exporter drops inputs a graph does not use."""
+    given = dict(zip(INPUT_NAMES, (ids, mask, np.zeros_like(ids))))
+    return {name: given[name] for name in names}
+
+
 def sorted_embedder(setting: Setting, forward: Forward) -> Embedder:
     """Texts -> vectors through `forward`, in length-sorted batches each padded to its longest."""
     tokenizer = fast_tokenizer(setting.folder)
@@ -99,10 +114,7 @@ def sorted_embedder(setting: Setting, forward: Forward) -> Embedder:
         out = None
         for start in range(0, len(order), batch_size):
             indices = order[start:start + batch_size]
-            lengths = np.array([len(rows[i]) for i in indices])
-            mask = (np.arange(lengths.max()) < lengths[:, None]).astype(np.int64)  # (B, T)
-            ids = np.zeros(mask.shape, dtype=np.int64)
-            ids[mask.astype(bool)] = np.concatenate([rows[i] for i in indices])
+            ids, mask = padded([rows[i] for i in indices])  # (B, T) each
             vectors = mean_pooled(forward(ids, mask), mask)
             out = np.empty((len(rows), vectors.shape[1]), np.float32) if out is None else out
             out[indices] = vectors
@@ -219,13 +231,8 @@ def onnxruntime(int8: bool) -> Callable[[Setting], Embedder]:
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = setting.threads, 1
         session = ort.InferenceSession(str(hf_onnx(setting, int8)), options, providers=["CPUExecutionProvider"])
-        names = [i.name for i in session.get_inputs()]  # the exporter drops inputs a graph does not use
-
-        def forward(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            feeds = dict(zip(INPUT_NAMES, (ids, mask, np.zeros_like(ids))))
-            return session.run(None, {name: feeds[name] for name in names})[0]
-
-        return sorted_embedder(setting, forward)
+        names = [i.name for i in session.get_inputs()]
+        return sorted_embedder(setting, lambda ids, mask: session.run(None, feeds(ids, mask, names))[0])
 
     return load
 
@@ -271,15 +278,11 @@ def _nncf_int8(setting: Setting, model: object) -> object:
     nncf = require("nncf")
     if not setting.calibration:
         raise Skipped("openvino int8: no calibration texts")
-    tokenizer, batches = fast_tokenizer(setting.folder), []
-    texts = list(setting.calibration)
+    tokenizer, texts, batches = fast_tokenizer(setting.folder), list(setting.calibration), []
+    names = [i.get_any_name() for i in model.inputs]
     for start in range(0, len(texts), CALIBRATION_BATCH):
-        rows = [e.ids for e in tokenizer.encode_batch(texts[start:start + CALIBRATION_BATCH])]
-        lengths = np.array([len(r) for r in rows])
-        mask = (np.arange(lengths.max()) < lengths[:, None]).astype(np.int64)
-        ids = np.zeros(mask.shape, dtype=np.int64)
-        ids[mask.astype(bool)] = np.concatenate(rows)
-        batches.append((ids, mask, np.zeros_like(ids)))
+        ids, mask = padded([e.ids for e in tokenizer.encode_batch(texts[start:start + CALIBRATION_BATCH])])
+        batches.append(feeds(ids, mask, names))
     logging.getLogger("nncf").setLevel(logging.WARNING)  # its progress tables
     return nncf.quantize(model, nncf.Dataset(batches), model_type=nncf.ModelType.TRANSFORMER,
                          subset_size=len(batches))
@@ -293,9 +296,8 @@ def openvino(int8: bool) -> Callable[[Setting], Embedder]:
         config = {"INFERENCE_NUM_THREADS": setting.threads, "INFERENCE_PRECISION_HINT": "f32",
                   "PERFORMANCE_HINT": "LATENCY"}
         compiled = ov.Core().compile_model(openvino_model(setting, int8), "CPU", config)
-        request = compiled.create_infer_request()
-        return sorted_embedder(setting, lambda ids, mask: request.infer(
-            [ids, mask, np.zeros_like(ids)])[compiled.output(0)])
+        request, names = compiled.create_infer_request(), [i.get_any_name() for i in compiled.inputs]
+        return sorted_embedder(setting, lambda ids, mask: request.infer(feeds(ids, mask, names))[compiled.output(0)])
 
     return load
 
