@@ -23,24 +23,24 @@ DATA_HELP = {
 
 
 # ---- options -> jobs ------------------------------------------------------------------------------------------
-def _given(args: argparse.Namespace, job: type) -> dict[str, Any]:
+def given(args: argparse.Namespace, job: type) -> dict[str, Any]:
     """The fields of a job dataclass that this command line has options for (a task's parser has only its own)."""
     return {f.name: getattr(args, f.name) for f in fields(job) if hasattr(args, f.name)}
 
 
 def reading(args: argparse.Namespace) -> Reading:
     """The reader options of a finetune or evaluate command line."""
-    return Reading(**_given(args, Reading), header=not getattr(args, "no_header", False))
+    return Reading(**given(args, Reading), header=not getattr(args, "no_header", False))
 
 
 def finetuning(args: argparse.Namespace) -> FinetuneJob:
     """The FinetuneJob a `finetune TASK` command line asks for."""
     defaults = {"lr": args.lr or (1e-3 if args.model == BILSTM else 2e-5),
                 "batch_size": args.batch_size or BATCH_SIZE[args.task], "progress": not args.no_progress}
-    options = TrainOptions(**_given(args, TrainOptions) | defaults)
+    options = TrainOptions(**given(args, TrainOptions) | defaults)
     # The head: defaults for the options its task has none for.
-    head = Head(**_given(args, Head), regression=getattr(args, "task_type", None) == "regression")
-    return FinetuneJob(**_given(args, FinetuneJob), options=options, reading=reading(args), head=head)
+    head = Head(**given(args, Head), regression=getattr(args, "task_type", None) == "regression")
+    return FinetuneJob(**given(args, FinetuneJob), options=options, reading=reading(args), head=head)
 
 
 # ---- the commands ---------------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def _f1_of(result: dict[str, Any]) -> str:
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled data file; print the metrics."""
     apply_threads(args.threads)
-    result = evaluate(EvaluateJob(**_given(args, EvaluateJob), reading=reading(args)))
+    result = evaluate(EvaluateJob(**given(args, EvaluateJob), reading=reading(args)))
     if args.json:
         print(json.dumps(result, indent=2))
     else:
