@@ -314,7 +314,7 @@ def markdown(summary: dict[str, Any]) -> str:
     """One table of every figure (median, spread over the seeds, time), the GLUE score, absent tasks, commands."""
     lines = [f"# encoderlab benchmark {summary['suite']}: {summary['model']}", "",
              f"`{summary['command']}` on {summary['machine']}", "",
-             "| task | split | metric | median | min | max | std | seeds | time |",
+             "| task | split | metric | median | min | max | std | seeds | time (all seeds) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for result in summary["tasks"]:
         for split, metrics in result["metrics"].items():
