@@ -233,11 +233,16 @@ def test_conll_squad_sts_imdb_in_their_official_layouts(tiny_model, tmp_path):
             for i in range(count):
                 write(data / "aclImdb" / split / label / f"{i}_{8 if label == 'pos' else 2}.txt",
                       sentence(random.Random(i), label == "pos") + "<br /><br />" + sentence(random.Random(-i), 1))
+    for split, count in (("train", 20), ("test", 9)):  # our IMDB TSV: id, rating, label, text
+        write(data / "imdb-tsv" / f"{split}.tsv", "id\trating\tlabel\ttext\n" + rows(count, lambda i, r: (
+            f"{i}\t{8 if i % 2 else 2}\t{'pos' if i % 2 else 'neg'}\t{sentence(r, i % 2)}<br /><br />it was so")))
     results = {}
-    for suite, folder in (("conll", "conll"), ("squad", "squad"), ("sts", "semeval"), ("imdb", "aclImdb")):
-        summary = bench(suite, "--model", tiny_model, "--data", data / folder, "--out", tmp_path / suite, *FAST)
+    for suite, folder in (("conll", "conll"), ("squad", "squad"), ("sts", "semeval"), ("imdb", "aclImdb"),
+                          ("imdb", "imdb-tsv")):
+        summary = bench(suite, "--model", tiny_model, "--data", data / folder, "--out", tmp_path / folder, *FAST)
         results |= {r["task"]: {s: v["examples"] for s, v in r["runs"][0]["scores"].items()} for r in summary["tasks"]}
     assert results == {"conll2003": {"valid": 9, "test": 7}, "squad-v1.1": {"dev": 5}, "squad-v2.0": {"dev": 10},
-                       "stsb-semeval": {"dev": 13, "test": 11}, "imdb": {"test": 12}}
+                       "stsb-semeval": {"dev": 13, "test": 11}, "imdb": {"test": 12},
+                       "imdb-tsv": {"test": 9}}
     squad_figures = figures(json.loads((tmp_path / "squad" / "results.json").read_text()))["squad-v1.1"]["dev"]
     assert set(squad_figures) == {"f1", "exact_match"} and 0 <= squad_figures["f1"]["median"] <= 100
