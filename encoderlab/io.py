@@ -171,4 +171,5 @@ def progress_bar(**options: Any) -> tqdm:
     """A tqdm bar on stderr: live on a terminal; otherwise one line every LOG_INTERVAL seconds."""
     if sys.stderr.isatty():
         return tqdm(file=sys.stderr, dynamic_ncols=True, **options)
-    return tqdm(file=_Lines(sys.stderr), mininterval=LOG_INTERVAL, ncols=100, **options)
+    # maxinterval too: tqdm's monitor thread otherwise forces a line every 10 s
+    return tqdm(file=_Lines(sys.stderr), mininterval=LOG_INTERVAL, maxinterval=LOG_INTERVAL, ncols=100, **options)
