@@ -50,13 +50,11 @@ def plot_metrics(csv_path: str | Path, out_path: str | Path, title: str | None =
 
 def plot_spread(values: dict[str, list[float]], out_path: str | Path, title: str) -> Path:
     """One row per figure: each seed's value as a dot and the median as a bar, so the spread over seeds shows."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # a bare Figure, as plot_metrics
 
     names = list(values)
-    fig, axis = plt.subplots(figsize=(8, 1 + 0.4 * len(names)))
+    fig = Figure(figsize=(8, 1 + 0.4 * len(names)))
+    axis = fig.subplots()
     for row, name in enumerate(names):
         axis.scatter(values[name], [row] * len(values[name]), s=18, color="tab:blue", alpha=0.7)
         axis.scatter([statistics.median(values[name])], [row], marker="|", s=300, color="black")
@@ -66,5 +64,4 @@ def plot_spread(values: dict[str, list[float]], out_path: str | Path, title: str
     fig.tight_layout()
     out_path = Path(out_path)
     atomic_write(out_path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    plt.close(fig)
     return out_path
