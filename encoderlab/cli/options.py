@@ -21,10 +21,13 @@ COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on
 
 
 def add_options(parser: argparse.ArgumentParser, rows: tuple[tuple, ...]) -> None:
-    """Options given as (flag, type, default, metavar, help) rows; type bool: a store_true flag, None: a string."""
+    """Options given as (flag, type, default, metavar, help) rows; type bool: a store_true flag, an argparse.Action:
+    that action (BooleanOptionalAction: --x/--no-x), None: a string."""
     for flag, kind, default, metavar, help in rows:
         if kind is bool:
             parser.add_argument(flag, action="store_true", help=help)
+        elif isinstance(kind, type) and issubclass(kind, argparse.Action):
+            parser.add_argument(flag, action=kind, default=default, help=help)
         else:
             parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=help)
 

@@ -148,7 +148,8 @@ class FbgemmInt8Linear(nn.Module):
         # scale one per token (reduce_range=False: the full 8 bits, see the class docstring).
         scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-4)  # (M, 1)
         y = torch.ops.quantized.linear_dynamic(x / scale, self.packed, False)  # (M, N) fp32
-        y = torch.addcmul(self.bias, y, scale) if self.bias is not None else y.mul_(scale)
+        # In place: a fresh (M, N) tensor per layer (addcmul) cost page faults, 9% of 256-token passages' time.
+        y = y.mul_(scale).add_(self.bias) if self.bias is not None else y.mul_(scale)
         return y.reshape(*shape[:-1], -1)
 
 
