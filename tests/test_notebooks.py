@@ -83,3 +83,7 @@ def test_notebook_runs(path: Path, tmp_path: Path):
     errors = [o for cell in executed.cells if cell.cell_type == "code" for o in cell.outputs
               if o.output_type == "error"]
     assert not errors
+    # Every plt.show() draws a picture into the notebook (a lesson whose figures come out blank raises no error).
+    shows = sum(cell.source.count("plt.show()") for cell in executed.cells if cell.cell_type == "code")
+    pictures = sum("image/png" in o.get("data", {}) for cell in executed.cells for o in cell.get("outputs", []))
+    assert pictures >= shows, f"{path.name}: {shows} plt.show() calls drew {pictures} pictures"

@@ -19,26 +19,14 @@ SMALL = os.environ.get("ENCODERLAB_NOTEBOOK_SMALL") == "1"
 HEAD_STEPS = 8 if SMALL else 60  # optimizer steps for our own head
 
 # %%
-import io
-
 import matplotlib.pyplot as plt
 import torch
-from IPython.display import Image, display
 from torch import nn
 
 import encoderlab
 from encoderlab.tokenizer import Tokenizer
 
 torch.manual_seed(0)
-
-
-def show(fig):
-    """Show a figure as a PNG and close it: works under any matplotlib backend (encoderlab's own plots select Agg,
-    under which plt.show() draws nothing)."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(buffer.getvalue()))
 
 
 # %% [markdown]
@@ -185,7 +173,7 @@ fig, axis = plt.subplots(figsize=(5, 3))
 axis.plot(range(1, HEAD_STEPS + 1), losses)
 axis.set(xlabel="step", ylabel="cross-entropy", title="our head on a frozen minilm (training sentences)")
 axis.grid(alpha=0.3)
-show(fig)
+plt.show()
 
 # %%
 with torch.no_grad():

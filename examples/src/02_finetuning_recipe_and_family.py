@@ -20,12 +20,11 @@ COMPARE_REFERENCE = "bert-mini" if SMALL else "bert-base"  # the row every other
 
 # %%
 import dataclasses
-import io
 from collections import defaultdict
 
 import matplotlib.pyplot as plt
 import torch
-from IPython.display import Image, Markdown, display
+from IPython.display import Markdown, display
 
 import encoderlab
 from encoderlab.compare import QUICK, Settings, claim_sentences, compare, markdown_table
@@ -35,15 +34,6 @@ from encoderlab.tokenizer import Tokenizer
 from encoderlab.train.optim import linear_schedule, make_optimizer, param_groups
 
 torch.manual_seed(0)
-
-
-def show(fig):
-    """Show a figure as a PNG and close it: works under any matplotlib backend (encoderlab's own plots select Agg,
-    under which plt.show() draws nothing)."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(buffer.getvalue()))
 
 
 # %% [markdown]
@@ -93,7 +83,7 @@ for ratio in (0.0, 0.06, 0.1):
 axis.set(xlabel="optimizer step", ylabel="learning rate", title=f"linear warmup and decay, peak {peak:g}")
 axis.legend()
 axis.grid(alpha=0.3)
-show(fig)
+plt.show()
 
 # %% [markdown]
 # ## The recipe at work
@@ -138,7 +128,7 @@ right.plot(history["lr"], color="tab:orange")
 right.set(xlabel="step", ylabel="learning rate", title="the schedule it followed")
 for axis in (left, right):
     axis.grid(alpha=0.3)
-show(fig)
+plt.show()
 
 # %% [markdown]
 # ## The BERT family by size
@@ -171,7 +161,7 @@ axis.set(xlabel="parameters (millions)", title="every preset: the encoder's para
 axis.invert_yaxis()
 axis.legend()
 axis.grid(alpha=0.3, axis="x")
-show(fig)
+plt.show()
 
 # %% [markdown]
 # ALBERT shares one block across its layers and factorises its embeddings, so albert-base has a tenth of

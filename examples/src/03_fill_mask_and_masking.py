@@ -22,12 +22,10 @@ DOCUMENTS = 3 if SMALL else 40  # Wikipedia articles whose tokens are masked and
 DRAWS = 2 if SMALL else 10  # fresh masks drawn over them (BERT draws new ones every time it sees a text)
 
 # %%
-import io
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
-from IPython.display import Image, display
 
 from encoderlab import EncoderlabError
 from encoderlab.data.collate import MaskingCollator
@@ -37,15 +35,6 @@ from encoderlab.infer.pipelines import pipeline
 
 ROOT = Path.cwd().parent if Path.cwd().name == "examples" else Path.cwd()  # Jupyter starts in examples/
 DATA = Path(os.environ.get("ENCODERLAB_DATA", ROOT.parent / "shared" / "data"))  # as the tests find it
-
-
-def show(fig):
-    """Show a figure as a PNG and close it: works under any matplotlib backend (encoderlab's own plots select Agg,
-    under which plt.show() draws nothing)."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(buffer.getvalue()))
 
 
 # %% [markdown]
@@ -71,7 +60,7 @@ for axis, result in zip(axes, results):
     axis.set(title=result["text"], xlabel="probability")
     axis.grid(alpha=0.3, axis="x")
 fig.tight_layout()
-show(fig)
+plt.show()
 
 # %% [markdown]
 # Read the guesses as a reader would: which are grammatical, which are true, which are merely frequent words? The
@@ -191,7 +180,7 @@ shares = [counts[kind] / counts["chosen"] for kind in ("[MASK]", "random", "kept
 axis.bar(["[MASK]", "random token", "unchanged"], shares, color=["C0", "C1", "C2"])
 axis.axhline(0.1, color="gray", linestyle=":")
 axis.set(ylabel="share of the chosen tokens", title=f"{counts['chosen']:,} masked-LM targets")
-show(fig)
+plt.show()
 
 # %% [markdown]
 # **Whole-word masking.** With `whole_word=True` a word is chosen as a unit, so a model cannot guess `##ing` from

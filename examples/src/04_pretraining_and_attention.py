@@ -25,7 +25,6 @@ STEPS = 20 if SMALL else 300  # optimizer steps of 32 sequences of 64 tokens
 
 # %%
 import csv
-import io
 import math
 import shutil
 from pathlib import Path
@@ -50,15 +49,6 @@ ROOT = Path.cwd().parent if Path.cwd().name == "examples" else Path.cwd()  # Jup
 DATA = Path(os.environ.get("ENCODERLAB_DATA", ROOT.parent / "shared" / "data"))  # as the tests find it
 OUT = Path(os.environ.get("ENCODERLAB_NOTEBOOK_OUT", ROOT / "out" / "notebooks")) / "04_pretraining"
 shutil.rmtree(OUT, ignore_errors=True)  # this lesson's own folder: a fresh run each time
-
-
-def show(fig):
-    """Show a figure as a PNG and close it: works under any matplotlib backend (encoderlab's own plots select Agg,
-    under which plt.show() draws nothing)."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(buffer.getvalue()))
 
 
 wikipedia = DATA / "wikipedia"
@@ -152,7 +142,7 @@ right.set(xlabel="step", ylabel="accuracy", title="masked tokens predicted exact
 for axis in (left, right):
     axis.grid(alpha=0.3)
     axis.legend()
-show(fig)
+plt.show()
 
 # %% [markdown]
 # The loss drops below the uniform guess within a few dozen steps: the model learns which pieces are common. Going
@@ -205,7 +195,7 @@ axis.set(xlabel="head", ylabel="layer", title=f"mean row entropy (nats; uniform 
                                                f"{math.log(len(maps.tokens)):.2f})")
 axis.set_xticks(range(entropy.shape[1]))
 fig.colorbar(image, ax=axis)
-show(fig)
+plt.show()
 
 # %% [markdown]
 # Three heads up close: layer 2's head 11, which takes from the previous token (the diagonal just below the main
@@ -224,7 +214,7 @@ for axis, (title, (layer, head)) in zip(axes, picks.items()):
     axis.set_yticks(range(len(maps.tokens)), maps.tokens, fontsize=8)
     axis.set_title(f"{title} ({entropy[layer, head]:.2f} nats)", fontsize=10)
 fig.colorbar(image, ax=axes, shrink=0.8, label="attention probability")
-show(fig)
+plt.show()
 
 # %% [markdown]
 # `plot_attention` (the `encoderlab attention` command) draws one head or all the heads of a layer into a PNG, on one

@@ -31,13 +31,12 @@ IMDB_REVIEWS = 16 if SMALL else 200  # IMDB reviews classified at the end, where
 
 # %%
 import csv
-import io
 import shutil
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
-from IPython.display import Image, Markdown, display
+from IPython.display import Markdown, display
 
 import encoderlab
 from encoderlab.infer.pipelines import pipeline
@@ -50,15 +49,6 @@ ROOT = Path.cwd().parent if Path.cwd().name == "examples" else Path.cwd()  # Jup
 DATA = Path(os.environ.get("ENCODERLAB_DATA", ROOT.parent / "shared" / "data"))  # as the tests find it
 OUT = Path(os.environ.get("ENCODERLAB_NOTEBOOK_OUT", ROOT / "out" / "notebooks")) / "05_sst2"
 shutil.rmtree(OUT, ignore_errors=True)  # this lesson's own folder: fresh runs each time
-
-
-def show(fig):
-    """Show a figure as a PNG and close it: works under any matplotlib backend (encoderlab's own plots select Agg,
-    under which plt.show() draws nothing)."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(buffer.getvalue()))
 
 
 sst2 = DATA / "sst2"
@@ -142,7 +132,7 @@ right.set(xlabel="training sentences seen", ylabel="accuracy", title=f"SST-2 dev
 for axis in (left, right):
     axis.grid(alpha=0.3)
     axis.legend()
-show(fig)
+plt.show()
 
 # %%
 lines = ["| model | parameters | pretrained | epochs | best dev accuracy | F1 | MCC | seconds |",
