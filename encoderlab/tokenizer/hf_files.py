@@ -67,11 +67,10 @@ def _tokenizer_file(path: Path) -> Path:
 
 def _read_tokenizer_json(path: Path) -> RustTokenizer:
     """A tokenizers serialization, with InputError naming the file (and line) when it is corrupted."""
-    # Parsed in Python first for a line number: the Rust parser's message has none that is reliable.
-    read_json_file(path, dict, InputError)
     try:
         return RustTokenizer.from_file(str(path))
-    except Exception as err:  # the Rust side raises a bare Exception
+    except Exception as err:  # the Rust side raises a bare Exception, with no line number that is reliable
+        read_json_file(path, dict, InputError)  # so broken JSON is reported by Python's parser, with its line
         raise InputError(f"{path}: not a valid tokenizer.json ({err})") from None
 
 
