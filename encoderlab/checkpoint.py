@@ -89,9 +89,11 @@ def _rule_regex(prefix: str) -> re.Pattern:
 def head_rules(spec: FamilySpec, kind: str) -> Rules:
     """Weight-map rules of a task head, beyond the family's map (transformers' names are not prefixed)."""
     layout = spec.classifier_head
-    classify = (("head.out.", (layout.out,)),) + ((("head.dense.", (layout.dense,)),) if layout.dense else ())
-    return {"classify": classify, "ner": (("classifier.", ("classifier.",)),),
-            "qa": (("qa_outputs.", ("qa_outputs.",)),)}.get(kind, ())
+    dense = (("dense.", layout.dense), ("norm.", layout.norm))
+    classify = (("head.out.", (layout.out,)),) + tuple((f"head.{ours}", (theirs,)) for ours, theirs in dense if theirs)
+    transform = tuple((f"transform.{ours}", (theirs,)) for ours, theirs in dense if layout.every_task)
+    return {"classify": classify, "ner": (("classifier.", ("classifier.",)), *transform),
+            "qa": (("qa_outputs.", (layout.out if layout.every_task else "qa_outputs.",)), *transform)}.get(kind, ())
 
 
 def _rules(spec: FamilySpec, model: nn.Module) -> Rules:
@@ -268,6 +270,11 @@ class Settings:
     """QA: start and end candidates per window in decoding."""
     allow_null: bool = False
     """QA: answer "" when the [CLS] score beats the best span (the model learned unanswerable questions)."""
+    stride: int | None = None
+    """classify, embed: read a text longer than the window whole, in windows sharing this many tokens (None:
+    truncate it)."""
+    combine: str = "logits"
+    """classify: the windows' mean of logits, or of probabilities ("probs"); embed always averages the vectors."""
 
 
 def settings(folder: str | Path) -> Settings:
@@ -277,12 +284,12 @@ def settings(folder: str | Path) -> Settings:
     bert = _optional_json(folder / "sentence_bert_config.json", dict) or {}
     pooling_file = _optional_json(folder / "1_Pooling" / "config.json", dict) or {}
     modules = _optional_json(folder / "modules.json", list) or []
-    qa = {k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "allow_null")
-          if info.get(k) is not None}
+    options = {k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "allow_null",
+                                    "stride", "combine") if info.get(k) is not None}
     return Settings(max_length=info.get("max_length") or bert.get("max_seq_length"),
                     pooling=info.get("pooling") or ("cls" if pooling_file.get("pooling_mode_cls_token") else "mean"),
                     normalize=any(str(m.get("type", "")).endswith("Normalize") for m in modules if isinstance(m, dict)),
-                    **qa)
+                    **options)
 
 
 def _optional_json(path: Path, kind: type) -> Any:

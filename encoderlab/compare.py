@@ -13,7 +13,6 @@ import math
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -27,6 +26,7 @@ from encoderlab.config import EncoderConfig
 from encoderlab.engine import forward, pad_batch
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.infer.precision import cpuinfo
+from encoderlab.io import progress_bar
 from encoderlab.models import PRESETS
 from encoderlab.nn.model import EncoderModel
 
@@ -174,12 +174,10 @@ def _prepare(presets: Sequence[str], settings: Settings) -> tuple[list[_Subject]
 
 def _measure(subjects: Sequence[_Subject], inputs: Sequence[list[int]], settings: Settings, progress: bool) -> None:
     """Warm each model up, then time every sequence and batch on each model in turn, so load hits all alike."""
-    from tqdm import tqdm
-
     singles = [{"input_ids": torch.tensor([ids])} for ids in inputs[:settings.latency_sequences]]  # (1, T)
     steps = len(singles) + len(subjects[0].batches)
-    with tqdm(total=1 + settings.repeats * steps, desc="compare", unit="step", disable=not progress,
-              file=sys.stderr, leave=False) as bar:
+    with progress_bar(total=1 + settings.repeats * steps, desc="compare", unit="step", disable=not progress,
+                      leave=False) as bar:
         for subject in subjects:  # first-call allocations and kernel choices are not timed
             for batch in singles[:2] + subject.batches[-1:]:
                 timed(subject.model, batch)

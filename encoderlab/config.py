@@ -100,6 +100,25 @@ class EncoderConfig:
     always_project: bool = False
     """Project the embeddings to hidden_size even at equal widths (ALBERT's embedding_hidden_mapping_in is
     always there)."""
+    rope_theta: float | None = None
+    """Rotary position embeddings on queries and keys with this base in global layers (Su et al. 2021,
+    arXiv:2104.09864, eq. 34); None: none."""
+    local_rope_theta: float | None = None
+    """The rotary base of local (sliding-window) layers; None: rope_theta."""
+    local_attention: int = 0
+    """Window of local layers in tokens: a query sees keys at most local_attention // 2 away (ModernBERT's
+    sliding window, Warner et al. 2024, arXiv:2412.13663, section 2.1.2); 0: every layer global."""
+    global_attn_every_n_layers: int = 1
+    """With local_attention, layers 0, n, 2n, ... are global and the others local (ModernBERT: n = 3)."""
+    pre_norm: bool = False
+    """Pre-LayerNorm blocks, x + f(LN(x)), and a final LayerNorm (Xiong et al. 2020, arXiv:2002.04745); the
+    first block normalizes nothing before attention, as its input is the normalized embeddings (ModernBERT)."""
+    gated_ffn: bool = False
+    """Gated feed-forward act(x W) * (x V) (GeGLU with gelu: Shazeer 2020, arXiv:2002.05202, eq. 6)."""
+    bias: bool = True
+    """Biases in the encoder's linear and LayerNorm layers and in the heads' dense and norm (ModernBERT: none)."""
+    classifier_pooling: str = "cls"
+    """What a sequence-classification head reads: the first token (cls) or the mean of the real tokens (mean)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -120,6 +139,10 @@ class EncoderConfig:
     def embedding_width(self) -> int:
         """Width of the embedding tables: embedding_size, or hidden_size when not factorized."""
         return self.embedding_size or self.hidden_size
+
+    def is_local(self, layer: int) -> bool:
+        """Whether layer `layer` (from 0) attends within the local window."""
+        return bool(self.local_attention) and layer % self.global_attn_every_n_layers != 0
 
     @property
     def head_dim(self) -> int:
@@ -150,6 +173,10 @@ class EncoderConfig:
         if not isinstance(model_type, str) or model_type not in _FAMILIES:
             raise ConfigError(f"{source}: model_type {model_type!r} is not one of {sorted(_FAMILIES)}")
         spec = _FAMILIES[model_type]
+        try:
+            data = spec.hf_rewrite[0](data) if spec.hf_rewrite else data
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}") from None
         ours = {hf: name for name, hf in _hf_names(spec).items() if hf}
         required = _HF_REQUIRED_VALUES | spec.hf_constants
         kwargs: dict[str, Any] = dict(spec.defaults)
@@ -193,7 +220,7 @@ class EncoderConfig:
         if self.labels:
             out["id2label"] = {str(i): label for i, label in enumerate(self.labels)}
             out["label2id"] = {label: i for i, label in enumerate(self.labels)}
-        return out
+        return spec.hf_rewrite[1](out) if spec.hf_rewrite else out
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> "EncoderConfig":
@@ -225,15 +252,22 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "labels": (lambda v: v is None or isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
     "embedding_size": (lambda v: v is None or _is_int(v) and v > 0, "a positive integer or None"),
     **dict.fromkeys(("shared_layers", "positions_after_pad", "absolute_positions", "relative_attention", "pooler",
-                     "always_project"), _SWITCH),
+                     "always_project", "pre_norm", "gated_ffn", "bias"), _SWITCH),
     "head_activation": (lambda v: v is None or v in ACTIVATION_NAMES, f"None or one of {sorted(ACTIVATION_NAMES)}"),
     "max_relative_positions": (lambda v: _is_int(v) and (v == -1 or v > 0), "-1 or a positive integer"),
+    **dict.fromkeys(("rope_theta", "local_rope_theta"), (lambda v: v is None or _is_number(v) and v > 0,
+                                                         "a positive number or None")),
+    "local_attention": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "global_attn_every_n_layers": _POSITIVE,
+    "classifier_pooling": (lambda v: v in ("cls", "mean"), "'cls' or 'mean'"),
 }
 
 
 # Fields BERT's config.json has no key for: only some families write them (through FamilyConfig.hf_names).
 _VARIANT_FIELDS = ("shared_layers", "positions_after_pad", "absolute_positions", "relative_attention", "pooler",
-                   "head_activation", "always_project", "embedding_size", "position_buckets", "max_relative_positions")
+                   "head_activation", "always_project", "embedding_size", "position_buckets", "max_relative_positions",
+                   "rope_theta", "local_rope_theta", "local_attention", "global_attn_every_n_layers", "pre_norm",
+                   "gated_ffn", "bias", "classifier_pooling")
 _FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EncoderConfig)}
 
 
@@ -256,6 +290,9 @@ class FamilyConfig:
     """hf_constants keys that must be present: transformers reads their absence as a value we do not build."""
     hf_unused: frozenset[str] = frozenset()
     """config.json keys of this family that carry nothing the backbone uses (dropped on load)."""
+    hf_rewrite: tuple[Callable[[dict], dict], Callable[[dict], dict]] | None = None
+    """(read, write): the family's config.json dict to flat keys the names above map, and back (ModernBERT's
+    per-layer lists and nested rope parameters)."""
 
 
 _FAMILIES: dict[str, FamilyConfig] = {}

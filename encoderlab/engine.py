@@ -81,9 +81,41 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | No
         for row, n in enumerate(batch.attention_mask.sum(1).tolist()):
             out.append(Encoded(ids[row][:n], types[row][:n], batch.offsets[row][:n], batch.sequence_ids[row][:n]))
     if truncated:
-        log.warning("%d of %d %s were longer than %d tokens and were truncated", truncated, len(texts), what,
-                    max_length)
+        log.warning("%d of %d %s were longer than %d tokens and were truncated (classify and embed read a long text "
+                    "whole with --stride N)", truncated, len(texts), what, max_length)
     return out
+
+
+COMBINE = ("logits", "probs")  # how the windows of one long text combine: mean of their logits, or of probabilities
+
+
+def split_windows(item: Encoded, max_length: int, stride: int) -> list[tuple[int, Encoded]]:
+    """A text longer than max_length as (first content token, window) pairs: each window keeps the text's special
+    tokens and up to max_length of them in all, and shares `stride` content tokens with the next (cf. transformers'
+    `return_overflowing_tokens` with `stride`); a text that fits is one window."""
+    content = [t for t, sequence in enumerate(item.sequence_ids) if sequence is not None]
+    if len(item.input_ids) <= max_length or not content:
+        return [(0, item)]
+    first, last = content[0], content[-1] + 1
+    room = max_length - (len(item.input_ids) - (last - first))  # content tokens per window
+    if not 0 <= stride < room:
+        raise InputError(f"stride {stride}: expected 0 to {room - 1}, fewer than the {room} text tokens a window of "
+                         f"{max_length} holds")
+    out = []
+    for start in range(first, last, room - stride):
+        keep = [*range(first), *range(start, min(start + room, last)), *range(last, len(item.input_ids))]
+        out.append((start - first, Encoded(*([field[i] for i in keep] for field in (
+            item.input_ids, item.token_type_ids, item.offsets, item.sequence_ids)))))
+        if start + room >= last:
+            return out
+    return out
+
+
+def mean_by_owner(rows: torch.Tensor, owners: Sequence[int], count: int) -> torch.Tensor:
+    """The mean of the rows (W, ...) that belong to each of `count` owners: (count, ...)."""
+    index = torch.tensor(owners, dtype=torch.long)
+    sums = torch.zeros((count, *rows.shape[1:]), dtype=rows.dtype).index_add_(0, index, rows)
+    return sums / torch.bincount(index, minlength=count).to(rows.dtype).view(-1, *[1] * (rows.dim() - 1))
 
 
 def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -194,6 +226,12 @@ class Engine:
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None, what: str = "texts") -> list[Encoded]:
         """Tokenize, truncated to the window."""
         return encode(self.tokenizer, texts, pairs, self.max_length, what)
+
+    def windows(self, texts: Sequence[str], stride: int) -> tuple[list[Encoded], list[int]]:
+        """Each text whole, in windows of the engine's length sharing `stride` tokens; and each window's text."""
+        pieces = [(i, window) for i, item in enumerate(encode(self.tokenizer, texts))
+                  for _, window in split_windows(item, self.max_length, stride)]
+        return [window for _, window in pieces], [i for i, _ in pieces]
 
     @torch.inference_mode()
     def run(self, items: Sequence[Encoded], forward: Callable[[dict[str, torch.Tensor]], Result],

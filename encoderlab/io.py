@@ -1,4 +1,5 @@
-"""Small file helpers: atomic writes and strict UTF-8 text reading with errors that name the file and line."""
+"""Small file helpers: atomic writes, strict UTF-8 text reading with errors that name the file and line, and the
+progress bar (on stderr)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import errno
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from encoderlab.errors import CheckpointError, InputError
 
@@ -142,3 +146,30 @@ def read_json_file(path: Path, kind: type = dict, error: type[Exception] = Check
     if not isinstance(data, kind):
         raise error(f"{path}: expected a JSON {'object' if kind is dict else 'array'}, got {type(data).__name__}")
     return data
+
+
+# ---- progress -------------------------------------------------------------------------------------------------
+LOG_INTERVAL = 30.0  # seconds between a bar's lines when stderr is a log file, not a terminal
+
+
+class _Lines:
+    """A file for tqdm off a terminal: each refresh one line, without the carriage returns a log would pile up."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        line = text.replace("\r", "").strip()
+        if line:
+            self.stream.write(line + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def progress_bar(**options: Any) -> tqdm:
+    """A tqdm bar on stderr: live on a terminal; otherwise one line every LOG_INTERVAL seconds."""
+    if sys.stderr.isatty():
+        return tqdm(file=sys.stderr, dynamic_ncols=True, **options)
+    # maxinterval too: tqdm's monitor thread otherwise forces a line every 10 s
+    return tqdm(file=_Lines(sys.stderr), mininterval=LOG_INTERVAL, maxinterval=LOG_INTERVAL, ncols=100, **options)

@@ -38,12 +38,16 @@ HF_CONFIGS = {
                                                        pos_att_type=["p2c", "c2p"], share_att_key=True,
                                                        norm_rel_ebd="layer_norm", position_biased_input=False,
                                                        type_vocab_size=0),
+    # A window of 4 (2 each side) in layer 1 (local; layer 0 is global): the 11- and 7-token rows reach past it.
+    "modernbert": lambda: transformers.ModernBertConfig(**TINY, local_attention=4, pad_token_id=0, bos_token_id=1,
+                                                        eos_token_id=2, cls_token_id=1, sep_token_id=2),
 }
 FAMILY_KINDS = [(family, kind) for family in HF_CONFIGS for kind in FAMILIES[family].architectures]
 
 # The issue's table: transformers' counts for the base configs built with the same hyperparameters.
 PUBLISHED = {"roberta-base": 124_645_632, "distilbert-base": 66_362_880, "albert-base": 11_683_584,
-             "electra-small": 13_483_008, "electra-base": 108_891_648, "deberta-v3-base": 183_831_552}
+             "electra-small": 13_483_008, "electra-base": 108_891_648, "deberta-v3-base": 183_831_552,
+             "modernbert-base": 149_014_272, "modernbert-large": 394_781_696}
 
 
 def hf_class(family: str, kind: str) -> type:
@@ -208,9 +212,12 @@ def test_roberta_positions_skip_padding(tmp_path: Path) -> None:
 def tiny_config(family: str) -> EncoderConfig:
     """Our own tiny config of a family, from its small preset."""
     small = next(name for name in FAMILIES[family].presets if EncoderConfig.from_preset(name).hidden_size <= 256)
+    preset = EncoderConfig.from_preset(small)
     return EncoderConfig.from_preset(small, vocab_size=VOCAB, hidden_size=32, num_heads=4, intermediate_size=37,
                                      num_layers=2, max_position_embeddings=64,
-                                     **({"embedding_size": 16} if EncoderConfig.from_preset(small).embedding_size else {}))
+                                     pad_token_id=preset.pad_token_id if preset.pad_token_id < VOCAB else 0,
+                                     **({"embedding_size": 16} if preset.embedding_size else {}),
+                                     **({"local_attention": 4} if preset.local_attention else {}))
 
 
 @pytest.mark.parametrize("family, kind", FAMILY_KINDS)

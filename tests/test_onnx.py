@@ -227,10 +227,12 @@ def family_config(family: str, vocab: int) -> EncoderConfig:
     return EncoderConfig.from_preset(preset, hidden_size=32, num_heads=4, intermediate_size=37, num_layers=2,
                                      vocab_size=vocab, max_position_embeddings=70,
                                      **({"embedding_size": 16} if factorized else {}),
-                                     **({"position_buckets": 8} if family == "deberta-v2" else {}))
+                                     **({"position_buckets": 8} if family == "deberta-v2" else {}),
+                                     # a window of 6 in layer 1, shorter than the 20-token batch
+                                     **({"pad_token_id": 0, "local_attention": 6} if family == "modernbert" else {}))
 
 
-@pytest.mark.parametrize("family", ["roberta", "distilbert", "albert", "electra", "deberta-v2"])
+@pytest.mark.parametrize("family", ["roberta", "distilbert", "albert", "electra", "deberta-v2", "modernbert"])
 def test_every_family_exports_with_parity(tmp_path, family):
     config = family_config(family, vocab=120)
     model = EncoderModel(config).eval()

@@ -97,6 +97,19 @@ def test_classifier_learns_saves_and_evaluates(tmp_path, tiny_model, sentiment, 
     assert len(predicted) == 80 and set(predicted) <= {"neg", "pos"}
 
 
+def test_keep_state_and_the_class_of_binary_f1(tmp_path, tiny_model, sentiment, capsys):
+    train, dev = sentiment
+    argv = ["finetune", "classify", "--model", tiny_model, "--train", train, "--eval", dev, "--epochs", "1",
+            "--max-train", "32", "--no-progress"]
+    kept = run(*argv, "--out", tmp_path / "kept")
+    assert (tmp_path / "kept" / "checkpoints" / "latest").is_file() and kept["f1_of"] == "class 'pos'"
+    run(*argv, "--out", tmp_path / "dropped", "--no-keep-state")
+    assert not (tmp_path / "dropped" / "checkpoints").exists() and (tmp_path / "dropped" / "model.safetensors").is_file()
+    assert "(f1 of class 'pos')" in capsys.readouterr().out
+    run("evaluate", "classify", "--model", tmp_path / "dropped", "--data", dev)
+    assert capsys.readouterr().out.rstrip().endswith("(f1 of class 'pos')")
+
+
 def test_bilstm_baseline_learns(tmp_path, tiny_model, sentiment):
     train, dev = sentiment
     summary = run("finetune", "classify", "--model", "bilstm", "--tokenizer", tiny_model, "--train", train,
@@ -233,5 +246,5 @@ def test_every_option_is_in_help(task, options, capsys):
     text = capsys.readouterr().out
     common = ["--model", "--train", "--eval", "--out", "--lr", "--weight-decay", "--warmup-ratio", "--epochs",
               "--batch-size", "--max-length", "--seed", "--seeds", "--precision", "--metric", "--max-train",
-              "--threads", "--device", "--save-every", "--resume"]
+              "--threads", "--device", "--save-every", "--resume", "--keep-state", "--no-keep-state"]
     assert all(option in text for option in common + options)

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import shared_file
 
+from encoderlab import io
 from encoderlab.errors import InputError
 from encoderlab.tasks.readers import read_conll, read_squad, read_table, read_texts, to_iob2
 
@@ -74,6 +75,72 @@ def test_headerless_columns_by_index(tmp_path):
     examples = read_table(path, text_cols=["3"], label_col="1", header=False)
     assert [(e.texts, e.label) for e in examples] == [(("Our friends won't buy this.",), "1"),
                                                       (("They drank the pub.",), "0")]
+
+
+SEMEVAL = ("main-captions\tMSRvid\t2012test\t0001\t5.000\tA plane is taking off.\tAn air plane is taking off.\n"
+           "main-news\tdeft-news\t2014\t0002\t1.250\tA man, a plan.\tA canal, Panama.\tnone\tnone\n"
+           "main-forums\tanswers\t2015\t0003\t3.800\t\"Quoted\" text\tMore text\tsource\n")
+
+
+def test_trailing_fields_read_by_named_columns_with_one_warning(tmp_path, caplog):
+    path = write(tmp_path / "sts-dev.csv", SEMEVAL)  # the SemEval STS benchmark: tab-separated despite .csv
+    with caplog.at_level("WARNING"):
+        examples = read_table(path, text_cols=["5", "6"], label_col="4", regression=True, header=False)
+    assert [(e.texts, e.label) for e in examples] == [
+        (("A plane is taking off.", "An air plane is taking off."), 5.0), (("A man, a plan.", "A canal, Panama."), 1.25),
+        (('"Quoted" text', "More text"), 3.8)]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: 2 of 3 rows have other than 7 fields; read by the named columns, other fields ignored"]
+    detected = write(tmp_path / "glue.tsv", "sentence1\tsentence2\tscore\na\tb\t1.0\tc\n")
+    with pytest.raises(InputError, match=r"glue\.tsv:2: expected 3 fields"):  # columns detected, not named: strict
+        read_table(detected, regression=True)
+    write(path, SEMEVAL + "main\tx\t2015\t0004\t2.0\tonly one sentence\n")  # a named column missing: refused
+    with pytest.raises(InputError, match=r"sts-dev\.csv:4: expected 7 fields"):
+        read_table(path, text_cols=["5", "6"], label_col="4", regression=True, header=False)
+
+
+COLA = "gj04\t1\t\tOur friends won't buy this analysis.\ngj04\t0\t*\tThey drank.\ngj04\t1\t\tGo.\n"
+
+
+def test_first_row_of_data_taken_as_header_is_refused(tmp_path):
+    path = write(tmp_path / "cola.tsv", COLA)
+    with pytest.raises(InputError, match=r"cola\.tsv:1: the first row looks like data \(its label '1' is one of "
+                                         r"the labels of the other rows\).*pass --no-header"):
+        read_table(path, text_cols=["3"], label_col="1")
+    assert len(read_table(path, text_cols=["3"], label_col="1", header=False)) == 3
+    with pytest.raises(InputError, match=r"cannot tell which column holds the label .*the first row looks like "
+                                         r"data \('1' is a number\): if the file has no header, pass --no-header"):
+        read_table(path)
+    scores = write(tmp_path / "sts.tsv", "a\tb\t4.5\nc d\te\t3.0\n")  # a score in the label cell
+    with pytest.raises(InputError, match=r"sts\.tsv:1: the first row looks like data \(its label '4\.5' is a score"):
+        read_table(scores, text_cols=["0", "1"], label_col="2", regression=True)
+    header = write(tmp_path / "named.tsv", "text\tclass\nfine film\t1\nbad film\t0\n")  # a real header is fine
+    assert len(read_table(header, text_cols=["0"], label_col="1")) == 2
+
+
+def test_folder_of_class_folders(tmp_path, caplog):
+    for label, texts in (("pos", ["A fine film.", "Great<br />fun"]), ("neg", ["Dull.\n"]), ("unsup", ["?"])):
+        (tmp_path / label).mkdir()
+        for i, text in enumerate(texts):
+            write(tmp_path / label / f"{i}_7.txt", text)
+    (tmp_path / "urls_pos.txt").write_text("http://x\n")
+    examples = read_texts(tmp_path, classes=["neg", "pos"])
+    assert [(e.texts, e.label) for e in examples] == [(("Dull.",), "neg"), (("A fine film.",), "pos"),
+                                                      (("Great<br />fun",), "pos")]
+    assert {e.label for e in read_texts(tmp_path)} == {"neg", "pos", "unsup"}
+    with pytest.raises(InputError, match=r"no \.txt files in other \(subfolders with \.txt files: neg, pos, unsup\)"):
+        read_texts(tmp_path, classes=["neg", "other"])
+
+
+def test_progress_off_a_terminal_writes_lines_not_carriage_returns(capsys, monkeypatch):
+    monkeypatch.setattr(io, "LOG_INTERVAL", 0.0)
+    with io.progress_bar(total=3, desc="train") as bar:
+        for _ in range(3):
+            bar.update(1)
+    err = capsys.readouterr().err
+    assert "\r" not in err and err.endswith("\n")
+    lines = err.splitlines()
+    assert len(lines) >= 2 and lines[-1].startswith("train: 100%")
 
 
 def test_undetectable_columns_ask_for_options(tmp_path):

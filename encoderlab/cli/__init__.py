@@ -6,11 +6,11 @@ import argparse
 import logging
 import sys
 
-from encoderlab.cli import export, finetune, models, pipelines, serve, train
+from encoderlab.cli import benchmark, export, finetune, models, pipelines, serve, train
 from encoderlab.errors import EncoderlabError, Terminated
 
 # Each command group's module adds its subcommands with add_commands(subparsers), in this order.
-COMMAND_MODULES = (models, train, finetune, pipelines, export, serve)
+COMMAND_MODULES = (models, train, finetune, benchmark, pipelines, export, serve)
 EPILOG = ("--model takes a checkpoint folder (config.json + model.safetensors), the alias 'minilm', or a model "
           "shipped under models/ (fill-mask's default, encoderlab-fill-mask).")
 
@@ -36,6 +36,7 @@ def _one_line(err: Exception) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code (0 ok, 2 bad input, 1 I/O failure)."""
     args = build_parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)  # what a result records as its command
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     try:
         args.func(args)

@@ -8,7 +8,7 @@ from dataclasses import fields
 from typing import Any
 
 from encoderlab.cli.options import (MODEL_HELP, add_json, add_model, add_options, add_precision, add_threads,
-                                    apply_threads)
+                                    add_window_options, apply_threads)
 from encoderlab.tasks.finetune import (BATCH_SIZE, BILSTM, MAX_LENGTH, TASKS, EvaluateJob, FinetuneJob, Head,
                                        Reading, evaluate, finetune, split_names)
 from encoderlab.tasks.objective import TrainOptions
@@ -23,24 +23,24 @@ DATA_HELP = {
 
 
 # ---- options -> jobs ------------------------------------------------------------------------------------------
-def _given(args: argparse.Namespace, job: type) -> dict[str, Any]:
+def given(args: argparse.Namespace, job: type) -> dict[str, Any]:
     """The fields of a job dataclass that this command line has options for (a task's parser has only its own)."""
     return {f.name: getattr(args, f.name) for f in fields(job) if hasattr(args, f.name)}
 
 
 def reading(args: argparse.Namespace) -> Reading:
     """The reader options of a finetune or evaluate command line."""
-    return Reading(**_given(args, Reading), header=not getattr(args, "no_header", False))
+    return Reading(**given(args, Reading), header=not getattr(args, "no_header", False))
 
 
 def finetuning(args: argparse.Namespace) -> FinetuneJob:
     """The FinetuneJob a `finetune TASK` command line asks for."""
     defaults = {"lr": args.lr or (1e-3 if args.model == BILSTM else 2e-5),
                 "batch_size": args.batch_size or BATCH_SIZE[args.task], "progress": not args.no_progress}
-    options = TrainOptions(**_given(args, TrainOptions) | defaults)
+    options = TrainOptions(**given(args, TrainOptions) | defaults)
     # The head: defaults for the options its task has none for.
-    head = Head(**_given(args, Head), regression=getattr(args, "task_type", None) == "regression")
-    return FinetuneJob(**_given(args, FinetuneJob), options=options, reading=reading(args), head=head)
+    head = Head(**given(args, Head), regression=getattr(args, "task_type", None) == "regression")
+    return FinetuneJob(**given(args, FinetuneJob), options=options, reading=reading(args), head=head)
 
 
 # ---- the commands ---------------------------------------------------------------------------------------------
@@ -59,7 +59,7 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(summary, indent=2))
         return
     if "metrics" in summary:  # several seeds
-        print(f"{summary['task']}: {len(summary['seeds'])} seeds {summary['seeds']}")
+        print(f"{summary['task']}: {len(summary['seeds'])} seeds {summary['seeds']}{_f1_of(summary)}")
         for key, s in summary["metrics"].items():
             print(f"  {key[5:]:<12} median {s['median']:.4f}  min {s['min']:.4f}  max {s['max']:.4f}  "
                   f"std {s['std']:.4f}")
@@ -68,23 +68,30 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
     print(f"wrote {summary['out']}: {summary['task']}, {summary['steps']} steps in {summary['seconds']:.0f} s")
     if best:
         shown = ", ".join(f"{k[5:]} {v:.4f}" for k, v in best.items() if k.startswith("eval_"))
-        print(f"best at epoch {best['epoch']:g} (by {summary['metric']}): {shown}")
+        print(f"best at epoch {best['epoch']:g} (by {summary['metric']}): {shown}{_f1_of(summary)}")
+
+
+def _f1_of(result: dict[str, Any]) -> str:
+    """" (f1 of class '1')" where a result says which class its binary F1 is for."""
+    return f" (f1 of {result['f1_of']})" if "f1_of" in result else ""
 
 
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled data file; print the metrics."""
     apply_threads(args.threads)
-    result = evaluate(EvaluateJob(**_given(args, EvaluateJob), reading=reading(args)))
+    result = evaluate(EvaluateJob(**given(args, EvaluateJob), reading=reading(args)))
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(f"{args.task} on {args.data} ({result['examples']} examples): "
-              + ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()))
+              + ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()) + _f1_of(result))
     return result
 
 
 # ---- parser --------------------------------------------------------------------------------------------------
 DEVICE = ("--device", None, None, "D", "cpu, cuda or cuda:N (default: cuda if present)")
+KEEP_STATE = ("--keep-state", argparse.BooleanOptionalAction, True, None, "keep OUT/checkpoints, the resumable "
+              "optimizer state (about 3x the model), once the run has finished (default: keep)")
 
 
 def _reader_options(parser: argparse.ArgumentParser, task: str | None) -> None:
@@ -126,6 +133,7 @@ def _training_options(parser: argparse.ArgumentParser, task: str) -> None:
         ("--save-every", int, 0, "N", "save the resumable training state (OUT/checkpoints) every N steps as well "
          "as after each epoch; Ctrl-C saves it too (default: after each epoch)"),
         ("--resume", bool, None, None, "continue from OUT/checkpoints to the result an uninterrupted run gives"),
+        KEEP_STATE,
         ("--max-train", int, None, "N", "train on a fixed random subset of N examples (default: all)"),
         ("--max-eval", int, None, "N", "evaluate on a fixed random subset of N examples (default: all)"), DEVICE))
     add_threads(parser)
@@ -145,6 +153,7 @@ def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
              "tokenizer folder or alias (default: the model's; minilm for --model bilstm)"),
             ("--embed-dim", int, 300, "N", "BiLSTM baseline: embedding width (default: 300)"),
             ("--lstm-hidden", int, 256, "N", "BiLSTM baseline: hidden width per direction (default: 256)")))
+        add_window_options(parser, combine="logits", follows="truncate it")
     else:
         parser.set_defaults(tokenizer=None)
     if task == "qa":
@@ -189,6 +198,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_model(evaluate, "fine-tuned folder (for embed: any checkpoint or alias)", metavar="DIR")
     evaluate.add_argument("--data", required=True, metavar="FILE", help="labelled data in the task's format")
     _reader_options(evaluate, None)
+    add_window_options(evaluate, follows="what the model was trained with")
     evaluate.add_argument("--pooling", choices=("mean", "cls"), default=None,
                           help="embed: pooling (default: the model's, else mean)")
     add_options(evaluate, (

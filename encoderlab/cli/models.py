@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from encoderlab.checkpoint import load_model, resolve_model_path
-from encoderlab.cli.options import add_inference_options, add_json, add_model, add_options, add_threads, load_pipeline
+from encoderlab.cli.options import (add_inference_options, add_json, add_model, add_options, add_threads, add_window_options,
+                                    load_pipeline)
 from encoderlab.compare import FAMILY_PRESETS, QUICK, REFERENCE, Settings, compare, render_json, render_markdown
 from encoderlab.config import EncoderConfig
 from encoderlab.engine import cosine_similarity
@@ -30,6 +31,7 @@ def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
                         help="L2-normalize each vector, or not (default: as the folder says: a sentence-transformers "
                              "folder whose modules.json ends in Normalize, such as minilm, gives unit vectors)")
     add_inference_options(parser)
+    add_window_options(parser, combine="")
 
 
 # ---- info -----------------------------------------------------------------------------------------
@@ -61,7 +63,8 @@ def cmd_info(args: argparse.Namespace) -> None:
 # ---- embed ----------------------------------------------------------------------------------------
 def _embedder(args: argparse.Namespace) -> Pipeline:
     """The embed pipeline the options ask for (pooling, normalisation and max length default to the folder's)."""
-    return load_pipeline("embed", args, normalize=args.normalize, **({"pooling": args.pooling} if args.pooling else {}))
+    return load_pipeline("embed", args, normalize=args.normalize, stride=args.stride,
+                         **({"pooling": args.pooling} if args.pooling else {}))
 
 
 def cmd_embed(args: argparse.Namespace) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from encoderlab.engine import COMBINE
 from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import Pipeline, pipeline
 from encoderlab.infer.precision import PRECISIONS as INFERENCE_PRECISIONS
@@ -20,10 +21,13 @@ COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on
 
 
 def add_options(parser: argparse.ArgumentParser, rows: tuple[tuple, ...]) -> None:
-    """Options given as (flag, type, default, metavar, help) rows; type bool: a store_true flag, None: a string."""
+    """Options given as (flag, type, default, metavar, help) rows; type bool: a store_true flag, an argparse.Action:
+    that action (BooleanOptionalAction: --x/--no-x), None: a string."""
     for flag, kind, default, metavar, help in rows:
         if kind is bool:
             parser.add_argument(flag, action="store_true", help=help)
+        elif isinstance(kind, type) and issubclass(kind, argparse.Action):
+            parser.add_argument(flag, action=kind, default=default, help=help)
         else:
             parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=help)
 
@@ -64,6 +68,17 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=None, metavar="T",
                         help="tokens per input window (default: the model's limit, or what it was fine-tuned with)")
     add_threads(parser)
+
+
+def add_window_options(parser: argparse.ArgumentParser, combine: str | None = None,
+                       follows: str = "the model's setting, else truncate it") -> None:
+    """--stride (and --combine, unless combine is ""): how a text longer than the window is read."""
+    parser.add_argument("--stride", type=int, default=None, metavar="N", help="read a single text longer than "
+                        f"--max-length whole, in windows sharing N tokens (default: {follows})")
+    if combine != "":
+        shown = combine or "the model's setting, else logits"
+        parser.add_argument("--combine", choices=COMBINE, default=combine, help="how a long text's windows combine: "
+                            f"the mean of their logits or of their probabilities (default: {shown})")
 
 
 def apply_threads(threads: int | None) -> None:

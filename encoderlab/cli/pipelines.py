@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from encoderlab.checkpoint import load_model, resolve_model_path
-from encoderlab.cli.options import MODEL_HELP, add_inference_options, add_json, add_model, add_options, load_pipeline
+from encoderlab.cli.options import (MODEL_HELP, add_inference_options, add_json, add_model, add_options, add_window_options,
+                                    load_pipeline)
 from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import qa_inputs
 from encoderlab.io import read_lines, read_text
@@ -78,7 +79,7 @@ def cmd_classify(args: argparse.Namespace) -> list[dict[str, Any]]:
         if len(args.pair) != len(texts):
             raise InputError(f"{len(texts)} texts but {len(args.pair)} --pair texts")
         inputs = [[a, b] for a, b in zip(texts, args.pair)]
-    results = load_pipeline("classify", args)(inputs)
+    results = load_pipeline("classify", args, stride=args.stride, combine=args.combine)(inputs)
 
     def show(result: dict[str, Any]) -> None:
         print(f"{result['score']:.4f}" if "label" not in result else f"{result['label']}\t{result['score']:.4f}")
@@ -171,6 +172,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     classify = subparsers.add_parser("classify", help="label texts with a fine-tuned classifier",
                                      description=cmd_classify.__doc__)
     add_pipeline_options(classify)
+    add_window_options(classify)
     classify.add_argument("--pair", nargs="+", metavar="TEXT", help="second texts of pairs, one per input text")
     classify.set_defaults(func=cmd_classify)
 

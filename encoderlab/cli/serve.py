@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+from pathlib import Path
 
 from encoderlab.cli.options import add_inference_options, add_model, add_options, apply_threads
-from encoderlab.infer.limits import TASKS, Limits
+from encoderlab.errors import InputError
+from encoderlab.infer.limits import API_KEY_ENV, TASKS, Limits
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -18,7 +21,15 @@ def cmd_serve(args: argparse.Namespace) -> None:
     apply_threads(args.threads)
     limits = Limits(args.max_batch, args.max_text_chars, args.max_body_bytes, args.batch_wait_ms, args.body_timeout_s)
     server.serve(args.model, args.host, args.port, args.tasks, args.precision, limits, args.batch_size,
-                 args.max_length, "debug" if args.verbose else "info", args.compile)
+                 args.max_length, "debug" if args.verbose else "info", args.compile, api_key=api_key(args.api_key_file))
+
+
+def api_key(path: Path | None) -> str | None:
+    """The key in --api-key-file, else in $ENCODERLAB_API_KEY (either stripped); None when neither gives one."""
+    key = (path.read_text(encoding="utf-8") if path else os.environ.get(API_KEY_ENV, "")).strip()
+    if path and not key:
+        raise InputError(f"--api-key-file {path}: the file is empty (expected the key)")
+    return key or None
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +39,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_model(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
+    p.add_argument("--api-key-file", type=Path, metavar="FILE", help=f"require the key in this file "
+                   f"in every request's X-API-Key header (default: ${API_KEY_ENV} if set); needed for a --host "
+                   f"other than loopback. Never on the command line: other users can read it in the process list")
     p.add_argument("--tasks", nargs="+", choices=TASKS, metavar="TASK",
                    help=f"endpoints to offer, of {', '.join(TASKS)} (default: every one the model supports)")
     add_inference_options(p)

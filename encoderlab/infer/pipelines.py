@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.checkpoint import Settings, load_model, read_config, resolve_model_path, settings, stored_kind
-from encoderlab.engine import Encoded, Engine, Output, as_list, check_texts, encode, forward, sentence_vectors
+from encoderlab.engine import (COMBINE, Encoded, Engine, Output, as_list, check_texts, encode, forward, mean_by_owner,
+                               sentence_vectors, split_windows)
 from encoderlab.errors import CheckpointError, InputError, MissingHeadError
 from encoderlab.infer import precision as precisions
 from encoderlab.infer.compiled import compile_encoders
@@ -96,6 +98,23 @@ class Pipeline:
 
     def __call__(self, inputs: Sequence[Any], **options: Any) -> list[dict[str, Any]]:
         raise NotImplementedError
+
+    def _windowing(self, stride: int | None, combine: str | None) -> None:
+        """How a text longer than the window is read: whole, in windows sharing `stride` tokens, or (None) truncated;
+        None follows the folder's settings."""
+        self.stride = self.settings.stride if stride is None else stride
+        self.combine = combine or self.settings.combine
+        if self.combine not in COMBINE:
+            raise InputError(f"combine {self.combine!r}: expected one of {', '.join(COMBINE)}")
+
+    def _window_rows(self, texts: list[str], forward: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+                     probs: bool = False) -> torch.Tensor:
+        """forward's rows for each text: over its windows, averaged (as probabilities, then back to logits, if asked)."""
+        windows, owners = self.engine.windows(texts, self.stride)
+        rows = self.engine.rows(windows, forward)
+        if not probs:
+            return mean_by_owner(rows, owners, len(texts))
+        return mean_by_owner(rows.softmax(-1), owners, len(texts)).log()
 
     def info(self) -> dict[str, Any]:
         """What this pipeline runs: task, precision, whether compiled, window, batch size."""
@@ -188,11 +207,13 @@ class Embed(Pipeline):
     model_class, needs = SentenceEmbedder, "a sentence embedder (load_model(folder, kind='embed'))"
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", pooling: str | None = None,
-                 normalize: bool | None = None, **options: Any) -> None:
-        """pooling, normalize: None follows the folder's settings."""
+                 normalize: bool | None = None, stride: int | None = None, **options: Any) -> None:
+        """pooling, normalize, stride: None follows the folder's settings; with a stride, a long text's vector is the
+        mean of its windows' (pooled) vectors, then normalised."""
         super().__init__(model, tokenizer, precision, **options)
         self.pooling = model.pooling = pooling or model.pooling  # the embedder pools as asked
         self.normalize = self.settings.normalize if normalize is None else normalize
+        self._windowing(stride, None)
 
     @classmethod
     def load(cls, folder: Path) -> nn.Module:
@@ -205,14 +226,20 @@ class Embed(Pipeline):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """(N, H) float32 vectors in input order."""
-        return self.engine.rows(self.engine.encode(check_texts(texts)), lambda batch: sentence_vectors(
-            self._forward(self.model, batch), batch["attention_mask"], self.pooling, self.normalize)).numpy()
+        texts = check_texts(texts)
+        if self.stride is None:
+            return self.engine.rows(self.engine.encode(texts), lambda batch: self._vectors(batch, self.normalize)).numpy()
+        vectors = self._window_rows(texts, lambda batch: self._vectors(batch, False))
+        return (F.normalize(vectors, dim=-1) if self.normalize else vectors).numpy()
+
+    def _vectors(self, batch: dict[str, torch.Tensor], normalize: bool) -> torch.Tensor:
+        return sentence_vectors(self._forward(self.model, batch), batch["attention_mask"], self.pooling, normalize)
 
     def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         return [{"embedding": vector.tolist()} for vector in self.embed(texts)]
 
     def info(self) -> dict[str, Any]:
-        return super().info() | {"pooling": self.pooling, "normalize": self.normalize}
+        return super().info() | {"pooling": self.pooling, "normalize": self.normalize, "stride": self.stride}
 
 
 # ---- classify ----------------------------------------------------------------------------------------
@@ -222,14 +249,25 @@ class Classify(Pipeline):
     task = "classify"
     model_class, needs = SequenceClassifier, "a sequence-classification checkpoint (encoderlab finetune classify)"
 
-    def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", **options: Any) -> None:
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", stride: int | None = None,
+                 combine: str | None = None, **options: Any) -> None:
+        """stride, combine: how a text longer than the window is read (None follows the folder): in windows sharing
+        `stride` tokens whose logits (or probabilities, combine="probs") are averaged. Pairs are truncated."""
         super().__init__(model, tokenizer, precision, **options)
         self.regression = model.regression
+        self._windowing(stride, combine)
 
     def __call__(self, inputs: Sequence[str | Sequence[str]]) -> list[dict[str, Any]]:
         texts, pairs = split_pairs(inputs)
-        logits = self.engine.rows(self.engine.encode(texts, pairs), lambda batch: self.logits(batch).float())
+        if self.stride is not None and pairs is None:
+            logits = self._window_rows(texts, lambda batch: self.logits(batch).float(),
+                                       probs=self.combine == "probs" and not self.regression)
+        else:
+            logits = self.engine.rows(self.engine.encode(texts, pairs), lambda batch: self.logits(batch).float())
         return [self._result(row) for row in logits]
+
+    def info(self) -> dict[str, Any]:
+        return super().info() | {"stride": self.stride, "combine": self.combine}
 
     def _result(self, logits: torch.Tensor) -> dict[str, Any]:
         """{"score": value} for regression; else the top label, its probability and every class's."""
@@ -270,8 +308,10 @@ class NER(Pipeline):
 
     def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         texts = check_texts(texts)
-        whole = self.encode_whole(texts)
-        windows = [(i, start, window) for i, item in enumerate(whole) for start, window in self.windows(item)]
+        whole = encode(self.tokenizer, texts)  # not truncated: a long text is read in windows
+        overlap = (self.max_length - self.tokenizer.num_special_tokens()) // 4
+        windows = [(i, start, window) for i, item in enumerate(whole)
+                   for start, window in split_windows(item, self.max_length, overlap)]
         probs = [torch.zeros(len(item.input_ids), len(self.labels) or 1) for item in whole]
         weight = [torch.zeros(len(item.input_ids), 1) for item in whole]
 
@@ -279,38 +319,20 @@ class NER(Pipeline):
             batch_probs = logits.float().softmax(-1).cpu()  # (B, T, L)
             for row, w in enumerate(indices):
                 i, start, window = windows[w]
-                n = len(window.input_ids) - 2  # the window's content tokens, after its [CLS]
+                content = [t for t, seq in enumerate(window.sequence_ids) if seq is not None]
+                if not content:
+                    continue
+                first, n = content[0], len(content)
+                at = slice(first + start, first + start + n)  # the window's content, in the whole text
                 # Each token keeps the prediction of the window where it sits most centrally (most context).
                 centrality = torch.minimum(torch.arange(1, n + 1), torch.arange(n, 0, -1)).float()[:, None]
-                better = centrality > weight[i][start:start + n]
-                probs[i][start:start + n] = torch.where(better, batch_probs[row, 1:n + 1], probs[i][start:start + n])
-                weight[i][start:start + n] = torch.maximum(centrality, weight[i][start:start + n])
+                better = centrality > weight[i][at]
+                probs[i][at] = torch.where(better, batch_probs[row, first:first + n], probs[i][at])
+                weight[i][at] = torch.maximum(centrality, weight[i][at])
 
         self.engine.run([w for _, _, w in windows], self.logits, collect)
         return [{"text": text, "entities": entities(word_tags(item, p, self.labels), text)}
                 for text, item, p in zip(texts, whole, probs)]
-
-    def encode_whole(self, texts: list[str]) -> list[Encoded]:
-        """Each text's content tokens (no special tokens, no truncation)."""
-        out = []
-        for item in encode(self.tokenizer, texts):
-            keep = [t for t, seq in enumerate(item.sequence_ids) if seq is not None]
-            out.append(Encoded([item.input_ids[t] for t in keep], [0] * len(keep), [item.offsets[t] for t in keep],
-                               [0] * len(keep)))
-        return out
-
-    def windows(self, item: Encoded) -> list[tuple[int, Encoded]]:
-        """(first content token, window) pairs covering the text; a quarter of each window overlaps the next."""
-        room = self.max_length - 2
-        step = max(1, room - room // 4)
-        out, start = [], 0
-        while True:
-            ids = item.input_ids[start:start + room]
-            out.append((start, Encoded([self.tokenizer.cls_id, *ids, self.tokenizer.sep_id], [0] * (len(ids) + 2),
-                                       [], [])))
-            if start + room >= len(item.input_ids):
-                return out
-            start += step
 
 
 def word_tags(item: Encoded, probs: torch.Tensor, labels: list[str]) -> list[tuple[int, int, str, float]]:

@@ -7,7 +7,8 @@ A server holds one checkpoint and offers the endpoints whose pipeline that check
 (POST /embed, /classify, /fill-mask, /ner, /qa); the others answer 404 with the reason. Where the checkpoint
 has no masked-LM head, `serve` answers /fill-mask with the shipped default model (encoderlab-fill-mask), the
 one second model it may load. GET /health reports the model behind each endpoint, the queue and how many
-forward batches served how many requests.
+forward batches served how many requests. GET / is the playground page (infer/playground/); POST /attention gives
+viz.attention's maps. With an API key (KeyCheck) every request but the page's files needs it in X-API-Key.
 
 Each endpoint has a micro-batching worker: requests that arrive within `batch_wait_ms` of the first (or until
 `max_batch` texts) go through the pipeline in one call, on one model thread, so the event loop keeps answering
@@ -18,6 +19,8 @@ field and index, or with a pipeline's InputError; 500 with one line (the traceba
 from __future__ import annotations
 
 import asyncio
+import hmac
+import ipaddress
 import logging
 import time
 from collections import deque
@@ -25,21 +28,25 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.staticfiles import StaticFiles
 
 from encoderlab.errors import EncoderlabError, InputError, MissingHeadError
-from encoderlab.infer.limits import TASKS, Limits
+from encoderlab.infer.limits import API_KEY_ENV, TASKS, Limits
 from encoderlab.infer.pipelines import Pipeline, pipeline
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
+from encoderlab.viz.attention import attention_maps
 
 log = logging.getLogger(__name__)
+PLAYGROUND = Path(__file__).parent / "playground"  # the page at /: plain HTML, CSS and JavaScript, no build step
 
 
 # ---- request and response models --------------------------------------------------------------------
@@ -68,7 +75,10 @@ def request_models(limits: Limits) -> dict[str, type[BaseModel]]:
                 description="texts with one or more [MASK] (or <mask>) tokens", **many)),
                 top_k=(int, Field(5, ge=1, le=100, description="predictions per mask"))),
             "ner": request("NERRequest", texts=texts),
-            "qa": request("QARequest", items=(list[qa_item], Field(description="question and context pairs", **many)))}
+            "qa": request("QARequest", items=(list[qa_item], Field(description="question and context pairs", **many))),
+            "attention": request("AttentionRequest", text=(Text, ...), layer=(int, -1), head=(int | None, Field(
+                None, description="one head, or every head of the layer")), task=(str | None, Field(
+                None, description="the endpoint whose model to look into (default: the first served)")))}
 
 
 # Result models, one per task, built as tables of (type, Field) per key; their descriptions show in /docs.
@@ -270,6 +280,21 @@ class BodyCheck:
         return bytes(body), more
 
 
+class KeyCheck:
+    """ASGI middleware: 401 for a request without the API key in its X-API-Key header, before its body is read
+    (the playground's own files, which hold no data, excepted)."""
+
+    def __init__(self, app: Any, key: str) -> None:
+        self.app, self.key = app, key.encode()
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http" and scope["path"] != "/" and not scope["path"].startswith("/playground/"):
+            given = dict(scope["headers"]).get(b"x-api-key", b"")
+            if not hmac.compare_digest(given, self.key):  # in constant time: no guessing the key byte by byte
+                return await _refuse(send, 401, "missing or wrong API key: send it in the X-API-Key header")
+        await self.app(scope, receive, send)
+
+
 async def _drain(receive: Callable, seconds: float) -> None:
     """Read and drop the rest of a request body: up to DRAIN_BYTES, for up to `seconds`, until a DRAIN_IDLE_S pause."""
     loop = asyncio.get_running_loop()
@@ -315,8 +340,9 @@ def _key(task: str, body: BaseModel) -> Hashable:
 
 
 def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
-               unavailable: dict[str, str] | None = None) -> FastAPI:
-    """The FastAPI app serving these pipelines (task -> pipeline); `unavailable` says why others are missing."""
+               unavailable: dict[str, str] | None = None, api_key: str | None = None) -> FastAPI:
+    """The FastAPI app serving these pipelines (task -> pipeline) and the playground page at /; `unavailable`
+    says why others are missing; with an api_key, every other request must carry it (KeyCheck)."""
     unknown = sorted(set(pipelines) - set(TASKS))
     if unknown:
         raise InputError(f"no endpoint for task(s) {', '.join(unknown)}; expected some of {', '.join(TASKS)}")
@@ -342,7 +368,11 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
                               f"a body.")
     app.state.batchers = batchers
     app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
+    if api_key:
+        app.add_middleware(KeyCheck, key=api_key)  # added last, so it runs first: a refused body is never read
     _add_error_handlers(app)
+    app.mount("/playground", StaticFiles(directory=PLAYGROUND), name="playground")
+    app.get("/", include_in_schema=False)(lambda: FileResponse(PLAYGROUND / "index.html"))
 
     @app.get("/health", response_model=Health, summary="status, model, endpoints, queue and batch counters")
     async def health() -> dict[str, Any]:
@@ -359,7 +389,26 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
             _add_endpoint(app, task, requests[task], batchers, pipelines[task])
         else:
             _add_missing(app, task, (unavailable or {}).get(task, "not loaded"), model)
+    _add_attention(app, requests["attention"], pipelines, executor)
     return app
+
+
+def _add_attention(app: FastAPI, request: type[BaseModel], pipelines: dict[str, Pipeline],
+                   executor: ThreadPoolExecutor) -> None:
+    """POST /attention: one layer's attention (heads, T, T) of the model behind an endpoint (viz.attention)."""
+    async def attention(body: BaseModel) -> dict[str, Any]:
+        task = body.task or next(iter(pipelines))
+        if task not in pipelines:
+            raise InputError(f"task {task!r} is not served here; expected one of {', '.join(pipelines)}")
+        pipe = pipelines[task]
+        maps = await asyncio.get_running_loop().run_in_executor(  # on the model thread, as the batches run
+            executor, lambda: attention_maps(pipe.model, pipe.tokenizer, body.text, layers=[body.layer]))
+        probs = maps.probs[0] if body.head is None else maps.select(body.layer, body.head)[None]
+        return {"tokens": maps.tokens, "layer": maps.layers[0], "num_layers": maps.num_layers, "num_heads":
+                maps.num_heads, "maps": probs.double().round(decimals=4).tolist(), "truncated": maps.truncated}
+
+    attention.__annotations__["body"] = request
+    app.post("/attention", summary="attention maps of one layer: every head, or one")(attention)
 
 
 def _add_endpoint(app: FastAPI, task: str, request: type[BaseModel], batchers: dict[str, Batcher],
@@ -400,6 +449,10 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
         brief = [{"loc": list(e.get("loc", ()))} | {k: e.get(k, "") for k in ("msg", "type")} for e in err.errors()]
         return JSONResponse({"detail": brief}, status_code=422)  # without the echoed input: it may be a megabyte
+
+    @app.exception_handler(InputError)
+    async def refused(request: Request, err: InputError) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def unparsable(request: Request, err: StarletteHTTPException) -> Response:
@@ -453,17 +506,30 @@ def _load_fill_mask_fallback(loaded: dict[str, Pipeline], reasons: dict[str, str
     log.info("/fill-mask by %s: %s has no masked-LM head", fallback, model)
 
 
+def check_exposure(host: str, api_key: str | None) -> None:
+    """InputError when `host` is reachable from other machines (not loopback) and no API key guards it."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may well resolve to a public address
+        loopback = False
+    if not loopback and not api_key:
+        raise InputError(f"--host {host}: serving beyond this machine needs an API key; set {API_KEY_ENV} or "
+                         f"pass --api-key-file FILE (or serve on 127.0.0.1)")
+
+
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, tasks: list[str] | None = None,
           precision: str = "fp32", limits: Limits | None = None, batch_size: int = 32,
           max_length: int | None = None, log_level: str = "info", compile: bool = False,
-          fill_mask_model: str | None = DEFAULT_FILL_MASK_MODEL) -> None:
+          fill_mask_model: str | None = DEFAULT_FILL_MASK_MODEL, api_key: str | None = None) -> None:
     """Load the model's pipelines (/fill-mask by fill_mask_model where the model has no masked-LM head) and serve
-    them with uvicorn until interrupted."""
+    them with uvicorn until interrupted; a host other than loopback needs an api_key (check_exposure)."""
     import uvicorn
 
+    check_exposure(host, api_key)
     options = {"batch_size": batch_size, "compile": compile} | ({"max_length": max_length} if max_length else {})
     pipelines, reasons = load_pipelines(model, tasks, precision, fill_mask_model, **options)
-    app = create_app(pipelines, limits or Limits(), model=str(model), unavailable=reasons)
+    app = create_app(pipelines, limits or Limits(), model=str(model), unavailable=reasons, api_key=api_key)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    log.info("encoderlab serve: %s on http://%s:%d (API docs: http://%s:%d/docs)", model, shown, port, shown, port)
+    log.info("encoderlab serve: %s on http://%s:%d/ (the playground; API docs: http://%s:%d/docs)%s", model, shown,
+             port, shown, port, ", API key required" if api_key else "")
     uvicorn.run(app, host=host, port=port, log_level=log_level)

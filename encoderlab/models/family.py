@@ -22,6 +22,11 @@ class ClassifierHead:
     """Hugging Face name prefix of the output layer (hidden -> labels)."""
     dropout_first: bool = True
     """Whether dropout also comes before the dense layer (DistilBERT has it only before the output layer)."""
+    norm: str | None = None
+    """Hugging Face name prefix of a LayerNorm after the activation ("head.norm."); None: no norm."""
+    every_task: bool = False
+    """The token-classification and QA heads also pass each token through dense, activation and norm, and QA's
+    output layer is named `out` (ModernBERT: every task model has the same `head`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

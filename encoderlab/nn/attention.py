@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.nn.dropout import dropout as drop
+from encoderlab.nn.rotary import rotate
 
 
 # Up to this many tokens, compiled CPU attention is written out; longer, the flash kernel's tiling wins (the
@@ -26,19 +27,22 @@ SHORT = 64
 class SelfAttention(nn.Module):
     """(B, T, H) -> (B, T, H), plus the probabilities (B, heads, T, T) on the eager path."""
 
-    def __init__(self, hidden_size: int, num_heads: int, dropout: float) -> None:
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float, bias: bool = True) -> None:
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
-        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
-        self.out = nn.Linear(hidden_size, hidden_size)
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
+        self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
-                return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """mask: boolean (B, 1, 1, T), True where a key may be attended to, or None for no padding."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, return_probs: bool = False,
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """mask: boolean (B, 1, 1 or T, T), True where a key may be attended to, or None for no padding;
+        rotary: the cos and sin tables (T, hd) that rotate queries and keys (nn/rotary.py), or None."""
         B, T, H = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
+        if rotary is not None:
+            q, k = rotate(q, *rotary), rotate(k, *rotary)
         dropout = self.dropout if self.training else 0.0
         if return_probs or (dropout and x.device.type == "cpu"):
             context, probs = self._eager(q, k, v, mask, dropout)
@@ -58,7 +62,8 @@ class SelfAttention(nn.Module):
         if mask is None:
             scores = torch.bmm(q, k.transpose(1, 2)).mul_(1 / math.sqrt(hd))
         else:
-            bias = torch.zeros(B, 1, T, device=q.device).masked_fill_(~mask[:, 0], torch.finfo(torch.float32).min)
+            bias = torch.zeros(B, mask.shape[2], T, device=q.device)  # (B, 1 or T, T)
+            bias.masked_fill_(~mask[:, 0], torch.finfo(torch.float32).min)
             scores = torch.baddbmm(bias.repeat_interleave(nh, dim=0), q, k.transpose(1, 2), alpha=1 / math.sqrt(hd))
         return torch.bmm(scores.softmax(dim=-1), v).view(B, nh, T, hd)
 

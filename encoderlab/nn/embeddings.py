@@ -20,7 +20,7 @@ class Embeddings(nn.Module):
         self.word = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
         self.position = nn.Embedding(config.max_position_embeddings, width) if config.absolute_positions else None
         self.segment = nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size else None
-        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps, bias=config.bias)
         self.dropout = Dropout(config.hidden_dropout)
         self.max_positions = config.max_position_embeddings
         self.pad_id = config.pad_token_id if config.positions_after_pad else None

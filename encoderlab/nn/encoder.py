@@ -1,5 +1,7 @@
 """The encoder stack: embeddings, then N transformer blocks; weight init lives here, in one place. With
-`relative_attention` (DeBERTa) it also holds the relative-position table, computed once per forward for all layers."""
+`relative_attention` (DeBERTa) it also holds the relative-position table, computed once per forward for all layers;
+with `rope_theta` and `local_attention` (ModernBERT) it makes the rotary tables and the local window's mask once per
+forward, and ends in a final LayerNorm with `pre_norm`."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ import torch
 from torch import nn
 
 from encoderlab.config import EncoderConfig
-from encoderlab.nn.block import Block
+from encoderlab.nn.block import Block, layer_norm
 from encoderlab.nn.disentangled import RelativeEmbeddings
 from encoderlab.nn.embeddings import Embeddings
+from encoderlab.nn.packing import packing
+from encoderlab.nn.rotary import rotary_tables
 
 
 @dataclass
@@ -35,8 +39,9 @@ class Encoder(nn.Module):
         widths_differ = config.embedding_width != config.hidden_size or config.always_project
         self.project = nn.Linear(config.embedding_width, config.hidden_size) if widths_differ else None
         # ALBERT shares one block among all layers (Lan et al. 2019, section 3.1): it is applied num_layers times.
-        self.layers = nn.ModuleList(Block(config) for _ in range(1 if config.shared_layers else config.num_layers))
+        self.layers = nn.ModuleList(Block(config, i) for i in range(1 if config.shared_layers else config.num_layers))
         self.relative = RelativeEmbeddings(config) if config.relative_attention else None
+        self.final_norm = layer_norm(config) if config.pre_norm else None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
@@ -54,13 +59,33 @@ class Encoder(nn.Module):
                 mask = mask & mask.transpose(-1, -2)  # (B, 1, T, T)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
+        layer_inputs = self.layer_inputs(mask, input_ids.shape[1], x.device)
+        packed = packing(attention_mask, x.device)  # None: the padded path
+        x = x if packed is None else packed.pack(x)  # (N, H)
         for i in range(self.config.num_layers):
-            x, probs = self.layers[i % len(self.layers)](x, mask, output_attentions, positions)
+            layer_mask, rotary = layer_inputs[self.config.is_local(i)]
+            x, probs = self.layers[i % len(self.layers)](x, layer_mask, output_attentions,
+                                                         positions if rotary is None else rotary, packed)
             if hidden_states is not None:
-                hidden_states.append(x)
+                hidden_states.append(x if packed is None else packed.unpack(x))
             if attentions is not None:
                 attentions.append(probs)
+        x = x if self.final_norm is None else self.final_norm(x)
+        x = x if packed is None else packed.unpack(x)
+        if hidden_states is not None:  # the last entry is the output (after the final norm), as in transformers
+            hidden_states[-1] = x
         return EncoderOutput(x, None, hidden_states, attentions)
+
+    def layer_inputs(self, mask: torch.Tensor | None, T: int, device: torch.device) -> dict[bool, tuple]:
+        """The mask and the rotary tables (or None) of global (False) and local (True) layers."""
+        config, window = self.config, mask
+        if config.local_attention:
+            i = torch.arange(T, device=device)
+            band = ((i[:, None] - i[None, :]).abs() <= config.local_attention // 2)[None, None]  # (1, 1, T, T)
+            window = band if mask is None else mask & band  # (B, 1, T, T)
+        thetas = (config.rope_theta, config.local_rope_theta or config.rope_theta)
+        rotary = [theta and rotary_tables(T, config.head_dim, theta, device) for theta in thetas]
+        return {False: (mask, rotary[0]), True: (window, rotary[1])}
 
 
 def init_weights(module: nn.Module, std: float) -> None:
@@ -77,4 +102,5 @@ def init_weights(module: nn.Module, std: float) -> None:
                     sub.weight[sub.padding_idx].zero_()
         elif isinstance(sub, nn.LayerNorm):
             nn.init.ones_(sub.weight)
-            nn.init.zeros_(sub.bias)
+            if sub.bias is not None:
+                nn.init.zeros_(sub.bias)

@@ -8,7 +8,10 @@ and each family's sequence-classification head as its FamilySpec.classifier_head
 | ELECTRA         | first token           | the same with gelu                                    | ElectraClassificationHead     |
 | DistilBERT      | first token           | pre_classifier, ReLU, dropout, classifier             | DistilBertForSequenceClassification |
 | DeBERTa-v2      | first token           | dropout, pooler.dense, activation, dropout, classifier | ContextPooler                |
-"""
+| ModernBERT      | first token or mean   | head.dense, activation, head.norm, dropout, classifier | ModernBertPredictionHead |
+
+ModernBERT's token-classification and QA heads pass each token through the same dense, activation and norm
+(`Transform`) before their output layer."""
 
 from __future__ import annotations
 
@@ -17,8 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.config import EncoderConfig
+from encoderlab.nn.block import layer_norm
 from encoderlab.nn.dropout import Dropout
 from encoderlab.nn.mlp import ACTIVATIONS
+from encoderlab.nn.pooling import pool
 
 HEAD_ACTIVATIONS = {"tanh": torch.tanh, **ACTIVATIONS}
 
@@ -27,7 +32,8 @@ def init_linear(layer: nn.Module, std: float) -> nn.Module:
     """BERT's init for a fresh head layer: N(0, std) weights, zero bias."""
     if isinstance(layer, nn.Linear):
         nn.init.normal_(layer.weight, std=std)
-        nn.init.zeros_(layer.bias)
+        if layer.bias is not None:
+            nn.init.zeros_(layer.bias)
     return layer
 
 
@@ -48,9 +54,9 @@ class MLMHead(nn.Module):
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
-        self.transform = nn.Linear(config.hidden_size, config.embedding_width)
+        self.transform = nn.Linear(config.hidden_size, config.embedding_width, bias=config.bias)
         self.act = ACTIVATIONS[config.head_activation or config.hidden_act]
-        self.norm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
+        self.norm = layer_norm(config, config.embedding_width)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
@@ -82,28 +88,46 @@ class NSPHead(nn.Module):
         return self.classifier(pooled)
 
 
+class Transform(nn.Module):
+    """Dense, activation, LayerNorm: (..., H) -> (..., H) (ModernBertPredictionHead, before every task's output)."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.dense = init_linear(nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias),
+                                 config.initializer_range)
+        self.act = HEAD_ACTIVATIONS[config.head_activation or config.hidden_act]
+        self.norm = layer_norm(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act(self.dense(x)))
+
+
 class SequenceHead(nn.Module):
-    """Encoder outputs -> logits (B, L): the pooled vector (B, H), or the first token of (B, T, H) through a dense
-    layer, then dropout and the output layer. `out` replaces the output layer with any (B, H) -> (B, L) module."""
+    """Encoder outputs -> logits (B, L): the pooled vector (B, H), or the first token (or the mean, by
+    config.classifier_pooling) of (B, T, H) through a dense layer, then dropout and the output layer. `out` replaces
+    the output layer with any (B, H) -> (B, L) module."""
 
     def __init__(self, config: EncoderConfig, dense: bool, activation: str | None, dropout_first: bool,
-                 num_labels: int | None = None, out: nn.Module | None = None) -> None:
-        """ClassifierHead's fields; activation None: hidden_act."""
+                 num_labels: int | None = None, out: nn.Module | None = None, norm: bool = False) -> None:
+        """ClassifierHead's fields; activation None: the MLM head's (head_activation, else hidden_act)."""
         super().__init__()
         if out is None and num_labels is None:
             raise ValueError("SequenceHead needs num_labels or an output module")
         H, std = config.hidden_size, config.initializer_range
-        self.dropout_first = dropout_first
+        self.dropout_first, self.pooling = dropout_first, config.classifier_pooling
         self.dropout = Dropout(config.hidden_dropout)
-        self.dense = init_linear(nn.Linear(H, H), std) if dense else None
-        self.act = HEAD_ACTIVATIONS[activation or config.hidden_act]
+        self.dense = init_linear(nn.Linear(H, H, bias=config.bias), std) if dense else None
+        self.act = HEAD_ACTIVATIONS[activation or config.head_activation or config.hidden_act]
+        self.norm = layer_norm(config) if norm else None
         self.out = out if out is not None else init_linear(nn.Linear(H, num_labels), std)
 
-    def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
-        """hidden (B, T, H), pooled (B, H) or None -> logits (B, L)."""
+    def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden (B, T, H), pooled (B, H) or None, attention_mask (B, T) or None -> logits (B, L)."""
         if self.dense is None:
             x = pooled  # (B, H), tanh(W h_[CLS] + b) of the backbone's pooler
         else:
-            x = hidden[:, 0]  # (B, H): [CLS] or <s>
+            x = hidden[:, 0] if self.pooling == "cls" else pool(hidden, attention_mask, "mean")  # (B, H)
             x = self.act(self.dense(self.dropout(x) if self.dropout_first else x))
+            x = x if self.norm is None else self.norm(x)
         return self.out(self.dropout(x))

@@ -30,7 +30,7 @@ from encoderlab import checkpoint
 from encoderlab.config import EncoderConfig
 from encoderlab.nn.dropout import Dropout
 from encoderlab.nn.encoder import Encoder, EncoderOutput, init_weights
-from encoderlab.nn.heads import MLMHead, NSPHead, Pooler, RTDHead, SequenceHead, init_linear
+from encoderlab.nn.heads import MLMHead, NSPHead, Pooler, RTDHead, SequenceHead, Transform, init_linear
 from encoderlab.nn.pooling import pool
 
 IGNORE_INDEX = -100  # label value of positions that carry no loss (as in torch's cross_entropy)
@@ -252,7 +252,7 @@ class SequenceClassifier(Model):
             num_labels = 1 if regression else len(config.labels)
         self.regression = regression
         self.head = SequenceHead(config, layout.dense is not None, layout.activation, layout.dropout_first,
-                                 num_labels, head)
+                                 num_labels, head, layout.norm is not None)
         # Not self.init_weights(): a head module the user supplies keeps its own initialisation.
         init_weights(self.encoder, config.initializer_range)
         if self.pooler is not None:
@@ -270,7 +270,7 @@ class SequenceClassifier(Model):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
         """labels (B,): class ids, or target values for regression."""
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
-        logits = self.head(hidden.last_hidden_state, hidden.pooled)  # (B, L)
+        logits = self.head(hidden.last_hidden_state, hidden.pooled, attention_mask)  # (B, L)
         terms = {} if labels is None else {"classify": lambda: sequence_loss(logits, labels, self.regression)}
         return ModelOutput(logits, hidden, terms)
 
@@ -280,8 +280,13 @@ class SequenceClassifier(Model):
         return _with_labels(super().hf_config(), self.num_outputs) | {"problem_type": "single_label_classification"}
 
 
+def token_transform(config: EncoderConfig) -> Transform | None:
+    """The dense, activation and norm before a token or span head, in a family that has them (ModernBERT)."""
+    return Transform(config) if checkpoint.classifier_head(config.model_type).every_task else None
+
+
 class TokenClassifier(Model):
-    """Token vectors (B, T, H) -> dropout -> linear -> logits (B, T, L)."""
+    """Token vectors (B, T, H) -> [transform] -> dropout -> linear -> logits (B, T, L)."""
 
     kind, hf_suffix = "ner", "ForTokenClassification"
 
@@ -290,6 +295,7 @@ class TokenClassifier(Model):
         super().__init__(config)
         if not (num_labels or config.labels):
             raise ValueError("TokenClassifier needs num_labels or config.labels")
+        self.transform = token_transform(config)
         self.dropout = Dropout(config.hidden_dropout)
         self.classifier = nn.Linear(config.hidden_size, num_labels or len(config.labels))
         self.init_weights()
@@ -298,7 +304,8 @@ class TokenClassifier(Model):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
         """labels (B, T): tag ids, IGNORE_INDEX where a token carries none."""
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
-        logits = self.classifier(self.dropout(hidden.last_hidden_state))  # (B, T, L)
+        x = hidden.last_hidden_state if self.transform is None else self.transform(hidden.last_hidden_state)
+        logits = self.classifier(self.dropout(x))  # (B, T, L)
         terms = {} if labels is None else {"ner": lambda: F.cross_entropy(logits.flatten(0, 1).float(),
                                                                           labels.flatten())}
         return ModelOutput(logits, hidden, terms)
@@ -313,12 +320,13 @@ def _with_labels(config: dict, count: int) -> dict:
 
 
 class SpanExtractor(Model):
-    """Token vectors (B, T, H) -> linear -> start and end logits, (B, T, 2) (BERT paper, section 4.2)."""
+    """Token vectors (B, T, H) -> [transform] -> linear -> start and end logits, (B, T, 2) (BERT paper, section 4.2)."""
 
     kind, hf_suffix = "qa", "ForQuestionAnswering"
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__(config)
+        self.transform = token_transform(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.init_weights()
 
@@ -326,7 +334,8 @@ class SpanExtractor(Model):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
         """labels (B, 2): the answer's start and end token; one outside the window carries no loss."""
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
-        logits = self.qa_outputs(hidden.last_hidden_state)  # (B, T, 2)
+        x = hidden.last_hidden_state if self.transform is None else self.transform(hidden.last_hidden_state)
+        logits = self.qa_outputs(x)  # (B, T, 2)
         return ModelOutput(logits, hidden, {} if labels is None else {"qa": lambda: span_loss(logits, labels)})
 
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from encoderlab.errors import InputError
-from encoderlab.engine import Encoded, encode, forward
+from encoderlab.engine import COMBINE, Encoded, Engine, encode, forward, mean_by_owner
 from encoderlab.nn.model import sequence_loss
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import classification_metrics, correlation_metrics
@@ -33,11 +33,17 @@ class ClassifyTask(Task):
     name = "classify"
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, labels: list[str] | None, regression: bool = False,
-                 batch_size: int = 32, precision: str = "fp32") -> None:
+                 batch_size: int = 32, precision: str = "fp32", stride: int | None = None,
+                 combine: str = "logits") -> None:
+        """stride: read a single text longer than max_length whole, in windows sharing `stride` tokens (None: truncate
+        it); each window trains with the text's label, and predictions average the windows' logits (or, combine
+        "probs", their probabilities)."""
         super().__init__(tokenizer, max_length, batch_size, precision)
         if not regression and not labels:
             raise InputError("classification needs the list of labels")
-        self.labels, self.regression = labels, regression
+        if combine not in COMBINE:
+            raise InputError(f"combine {combine!r}: expected one of {', '.join(COMBINE)}")
+        self.labels, self.regression, self.stride, self.combine = labels, regression, stride, combine
         self.index = {label: i for i, label in enumerate(labels or [])}
 
     @property
@@ -64,19 +70,23 @@ class ClassifyTask(Task):
         for example in examples:
             self.target(example)
 
-    def encode(self, examples: list[TextExample]) -> list[Encoded]:
-        """Token ids of each example, single texts or pairs (all examples must have the same number of texts)."""
+    def encode(self, examples: list[TextExample]) -> tuple[list[Encoded], list[int]]:
+        """Token ids of each example, single texts or pairs (all examples must have the same number of texts), and
+        the example each belongs to: several windows of one long single text when there is a stride."""
         widths = {len(e.texts) for e in examples}
         if len(widths) != 1 or widths.pop() not in (1, 2):
             raise InputError(f"{examples[0].where}: classification takes one text or a pair per example")
         firsts = [e.texts[0] for e in examples]
+        if self.stride is not None and len(examples[0].texts) == 1:
+            return Engine(self.tokenizer, self.max_length).windows(firsts, self.stride)
         seconds = [e.texts[1] for e in examples] if len(examples[0].texts) == 2 else None
-        return encode(self.tokenizer, firsts, seconds, self.max_length, "examples")
+        return encode(self.tokenizer, firsts, seconds, self.max_length, "examples"), list(range(len(examples)))
 
     def features(self, examples: list[TextExample]) -> list[dict[str, Any]]:
         targets = [self.target(e) for e in examples]
-        return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "label": t}
-                for e, t in zip(self.encode(examples), targets)]
+        items, owners = self.encode(examples)
+        return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "label": targets[i]}
+                for e, i in zip(items, owners)]
 
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         batch = pad_features(features, self.tokenizer.pad_id)
@@ -90,8 +100,14 @@ class ClassifyTask(Task):
         return sequence_loss(logits, batch["labels"], self.regression, reduction="sum")
 
     def logits(self, model: nn.Module, examples: list[TextExample]) -> torch.Tensor:
-        """(N, L) float logits in example order."""
-        return self.engine(model).rows(self.encode(examples), lambda batch: forward(model, batch).logits.float())
+        """(N, L) float logits in example order (a long text's: its windows', combined)."""
+        items, owners = self.encode(examples)
+        rows = self.engine(model).rows(items, lambda batch: forward(model, batch).logits.float())
+        if len(items) == len(examples):
+            return rows
+        if self.combine == "probs" and not self.regression:
+            return mean_by_owner(rows.softmax(-1), owners, len(examples)).log()
+        return mean_by_owner(rows, owners, len(examples))
 
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[str | float]:
         """A class name, or a score, per example."""
@@ -106,4 +122,4 @@ class ClassifyTask(Task):
 
     def info(self) -> dict[str, Any]:
         return super().info() | {"task_type": "regression" if self.regression else "classification",
-                                 "labels": self.labels}
+                                 "labels": self.labels, "stride": self.stride, "combine": self.combine}

@@ -27,7 +27,7 @@ from encoderlab.tasks.qa import QATask
 from encoderlab.tasks.tagging import TagTask, tag_set
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train import distributed
-from encoderlab.train.state import seed_everything
+from encoderlab.train.state import clear_checkpoints, seed_everything
 
 TASKS = ("classify", "ner", "qa", "embed")
 MAX_LENGTH = {"classify": 128, "ner": 256, "qa": 384, "embed": 128}
@@ -94,6 +94,8 @@ class FinetuneJob:
     resume: bool = False
     max_train: int | None = None
     max_eval: int | None = None
+    keep_state: bool = True
+    """Keep OUT/checkpoints (the optimizer state --resume continues from, about 3x the model) after a finished run."""
 
 
 @dataclass
@@ -111,6 +113,8 @@ class EvaluateJob:
     max_eval: int | None = None
     predictions: str | None = None
     device: str | None = None
+    stride: int | None = None
+    combine: str | None = None
 
 
 # ---- reading data ---------------------------------------------------------------------------------------------
@@ -120,7 +124,8 @@ def split_names(value: str | None) -> list[str] | None:
 
 
 def read_examples(task: str, path: str, reading: Reading, info: dict | None = None, regression: bool = False) -> list:
-    """The examples of a data file for a task; reader options from `reading`, else from the model's task.json."""
+    """The examples of a data file for a task; reader options from `reading`, else from the model's task.json (whose
+    labels pick the class folders of a folder of examples)."""
     info = info or {}
 
     def option(name: str, default: Any = None) -> Any:
@@ -135,7 +140,7 @@ def read_examples(task: str, path: str, reading: Reading, info: dict | None = No
     text_cols, label_col = split_names(option("text_cols")), option("label_col")
     if task == "embed":
         return readers.read_texts(path, text_cols, label_col, regression=True, header=header, need_label=False)
-    return readers.read_texts(path, text_cols, label_col, regression=regression, header=header)
+    return readers.read_texts(path, text_cols, label_col, regression, header, classes=info.get("labels"))
 
 
 def subsample(examples: list, limit: int | None) -> list:
@@ -153,7 +158,8 @@ def build_task(name: str, head: Head, tokenizer: Tokenizer, train: list, max_len
     common = {"batch_size": batch_size, "precision": precision}
     if name == "classify":
         labels = None if head.regression else (head.labels or label_set(train))
-        return ClassifyTask(tokenizer, max_length, labels, head.regression, **common)
+        return ClassifyTask(tokenizer, max_length, labels, head.regression, stride=head.stride, combine=head.combine,
+                            **common)
     if name == "ner":
         return TagTask(tokenizer, max_length, tag_set(train), **common)
     if name == "qa":
@@ -205,10 +211,11 @@ def finetune(job: FinetuneJob) -> dict[str, Any]:
         raise ConfigError(f"--seeds {job.seeds}: expected a positive number")
     tokenizer = Tokenizer.from_pretrained(job.tokenizer or ("minilm" if job.model == BILSTM else job.model))
     regression = job.head.regression
-    train_set = subsample(read_examples(name, job.train, job.reading, regression=regression), job.max_train)
+    classes = {"labels": job.head.labels}
+    train_set = subsample(read_examples(name, job.train, job.reading, classes, regression), job.max_train)
     evaluation = None
     if job.eval:
-        evaluation = subsample(read_examples(name, job.eval, job.reading, regression=regression), job.max_eval)
+        evaluation = subsample(read_examples(name, job.eval, job.reading, classes, regression), job.max_eval)
     task = build_task(name, job.head, tokenizer, train_set, job.max_length or MAX_LENGTH[name],
                       job.options.batch_size, job.options.precision)
     _check_metric(job.metric, task, evaluation)
@@ -241,7 +248,7 @@ def _one_run(job: FinetuneJob, task: Task, tokenizer: Tokenizer, features: list,
     options = replace(job.options, seed=seed)
     info = task.info() | job.reading.info() | ({"pooling": job.head.pooling} if name == "embed" else {})
     record: dict[str, Any] = {"task": name, "model": job.model, "train": job.train, "eval": job.eval,
-                              "train_examples": num_train, "train_features": len(features),
+                              **f1_note(task), "train_examples": num_train, "train_features": len(features),
                               "eval_examples": len(evaluation) if evaluation else 0,
                               "options": asdict(options), "info": info}
 
@@ -254,19 +261,32 @@ def _one_run(job: FinetuneJob, task: Task, tokenizer: Tokenizer, features: list,
                    run_dir=out, resume=job.resume)
     if distributed.is_main_process():
         write_log(result)
+        if not job.keep_state:
+            clear_checkpoints(out)
     return record | asdict(result) | {"out": str(out)}
+
+
+def seed_spread(values: list[float]) -> dict[str, Any]:
+    """Median, min, max and sample standard deviation of one metric over the seeds, and the values."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
+
+
+def f1_note(task: Task) -> dict[str, str]:
+    """{"f1_of": ...}: the class a binary F1 is computed for, or that it is a macro average; {} without F1."""
+    if not isinstance(task, ClassifyTask) or task.regression:
+        return {}
+    labels = task.labels
+    return {"f1_of": f"class {labels[1]!r}" if len(labels) == 2 else f"macro average over {len(labels)} classes"}
 
 
 def _summarize(runs: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     """Median, min, max and standard deviation of each best eval metric over the seeds; written to seeds.json."""
     keys = [k for k in (runs[0].get("best") or {}) if k.startswith("eval_")]
-    spread = {}
-    for key in keys:
-        values = [run["best"][key] for run in runs]
-        spread[key] = {"median": statistics.median(values), "min": min(values), "max": max(values),
-                       "std": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
+    spread = {key: seed_spread([run["best"][key] for run in runs]) for key in keys}
     summary = {"task": runs[0]["task"], "seeds": [run["options"]["seed"] for run in runs], "metrics": spread,
-               "runs": [{"seed": run["options"]["seed"], "out": run["out"], "best": run["best"]} for run in runs]}
+               "runs": [{"seed": run["options"]["seed"], "out": run["out"], "best": run["best"]} for run in runs],
+               **{k: v for k, v in runs[0].items() if k == "f1_of"}}
     if distributed.is_main_process():
         atomic_write_text(out / "seeds.json", json.dumps(summary, indent=2) + "\n")
     return summary
@@ -286,13 +306,19 @@ def task_for_model(job: EvaluateJob, model: torch.nn.Module, info: dict, tokeniz
     common = {"batch_size": job.batch_size or BATCH_SIZE[name], "precision": job.precision}
     if name == "classify":
         labels = None if model.regression else model.labels or _numbered(model)
-        return ClassifyTask(tokenizer, max_length, labels, model.regression, **common)
+        return ClassifyTask(tokenizer, max_length, labels, model.regression, stride=_given(job.stride, given.stride),
+                            combine=job.combine or given.combine, **common)
     if name == "ner":
         return TagTask(tokenizer, max_length, model.labels or _numbered(model), **common)
     if name == "qa":
         return QATask(tokenizer, max_length, given.doc_stride, given.max_query_length, given.max_answer_length,
                       given.n_best, given.allow_null, **common)
     return EmbedTask(tokenizer, max_length, info.get("loss") or "cosent", **common)
+
+
+def _given(value: Any, default: Any) -> Any:
+    """An option given on the command line, else the folder's setting."""
+    return default if value is None else value
 
 
 def _numbered(model: torch.nn.Module) -> list[str]:
@@ -318,7 +344,8 @@ def evaluate(job: EvaluateJob) -> dict[str, Any]:
         metrics = task.score(examples, predictions)
     if job.predictions and predictions is not None:
         _write_predictions(Path(job.predictions), job.task, examples, predictions)
-    return {"task": job.task, "model": job.model, "data": job.data, "examples": len(examples), "metrics": metrics}
+    return {"task": job.task, "model": job.model, "data": job.data, "examples": len(examples), "metrics": metrics,
+            **f1_note(task)}
 
 
 def _write_predictions(path: Path, task: str, examples: list, predictions: list) -> None:

@@ -1,15 +1,19 @@
-"""Readers for fine-tuning data: GLUE-style TSV/CSV, JSONL, CoNLL column files, SQuAD v1.1/v2.0 JSON.
+"""Readers for fine-tuning data: GLUE-style TSV/CSV, JSONL, folders of class folders, CoNLL files, SQuAD JSON.
 
 Every reader is strict: a malformed row or a byte that is not UTF-8 raises InputError naming the file and line (or
 the SQuAD question id); nothing is dropped silently; a BOM is accepted. A .csv follows RFC 4180. A .tsv follows
 GLUE, whose files keep quote characters as text (`"Would you like to?"`); a field is unquoted only where a writer
-must have quoted it: wrapped in quotes with a doubled quote or a tab inside, as pandas writes such fields.
+must have quoted it: wrapped in quotes with a doubled quote or a tab inside, as pandas writes such fields. A .csv
+whose first line has more tabs than commas is read as tab-separated (the SemEval STS benchmark's sts-*.csv files).
+Rows with more or fewer fields than the first are refused, unless the text and label columns are all named: then
+each row needs only those (SemEval STS rows carry trailing source fields), and a warning gives the count.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +22,7 @@ from encoderlab import io
 from encoderlab.errors import InputError
 
 PathLike = str | os.PathLike
+log = logging.getLogger(__name__)
 
 # Header names that hold the label or score, and pairs of text columns, of the GLUE tasks and their kin.
 LABEL_NAMES = ("label", "labels", "gold_label", "score", "similarity", "relatedness", "quality",
@@ -78,10 +83,11 @@ def read_text(path: PathLike) -> str:
 
 
 def _delimiter(path: Path, first_line: str) -> str:
-    """Comma for .csv, tab for .tsv; otherwise a tab if the first line has one, else a comma."""
+    """Comma for .csv (tab if its first line has more tabs than commas), tab for .tsv; otherwise a tab if the first
+    line has one, else a comma."""
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return ","
+        return "\t" if first_line.count("\t") > first_line.count(",") else ","
     return "\t" if suffix == ".tsv" or "\t" in first_line else ","
 
 
@@ -155,8 +161,9 @@ def _column_index(spec: str, names: list[str], path: Path) -> int:
 
 
 def choose_columns(names: list[str], path: Path, text_cols: list[str] | None = None,
-                   label_col: str | None = None, need_label: bool = True) -> Columns:
-    """The text and label columns: those named, else detected from GLUE's usual header names."""
+                   label_col: str | None = None, need_label: bool = True, hint: str = "") -> Columns:
+    """The text and label columns: those named, else detected from GLUE's usual header names; `hint` ends the
+    error when the label column cannot be told."""
     lowered = [name.strip().lower() for name in names]
     if label_col is not None:
         label = _column_index(label_col, names, path)
@@ -164,7 +171,7 @@ def choose_columns(names: list[str], path: Path, text_cols: list[str] | None = N
         label = next((lowered.index(n) for n in LABEL_NAMES if n in lowered), None)
         if label is None and need_label:
             raise InputError(f"{path}: cannot tell which column holds the label (columns: {', '.join(names)}); "
-                             f"name it with --label-col")
+                             f"name it with --label-col{hint}")
     if text_cols:
         text = [_column_index(spec, names, path) for spec in text_cols]
     else:
@@ -207,19 +214,78 @@ def read_table(path: PathLike, text_cols: list[str] | None = None, label_col: st
         (_, names), rows = records[0], records[1:]
     else:
         names, rows = [str(i) for i in range(len(records[0][1]))], records
-    columns = choose_columns(names, path, text_cols, label_col, need_label)
-    out = []
+    reason = _looks_like_data(names) if header else None
+    hint = f"; the first row looks like data ({reason}): if the file has no header, pass --no-header" if reason else ""
+    columns = choose_columns(names, path, text_cols, label_col, need_label, hint)
+    if header and _named_by_index(names, text_cols, label_col):
+        _refuse_data_as_header(path, records[0][0], names, rows, columns, regression)
+    named = bool(text_cols) and (label_col is not None or not need_label)
+    out, irregular = [], 0
     for number, fields in rows:
         where = f"{path}:{number}"
-        if len(fields) != len(names):
-            raise InputError(f"{where}: expected {len(names)} fields ({', '.join(names)}), got {len(fields)}")
+        irregular += _check_width(fields, names, columns, named, where)
         label = None if columns.label is None else parse_label(fields[columns.label], regression, where)
         texts = tuple(fields[i] for i in columns.text)
         _require_texts(texts, [names[i] for i in columns.text], where)
         out.append(TextExample(texts, label, where))
     if not out:
         raise InputError(f"{path}: no examples (only a header?)")
+    if irregular:  # said once per file: the SemEval STS rows carry 1-2 trailing source fields
+        log.warning(f"{path}: {irregular} of {len(out)} rows have other than {len(names)} fields; read by the named "
+                    f"columns, other fields ignored")
     return out
+
+
+def _check_width(fields: list[str], names: list[str], columns: Columns, named: bool, where: str) -> int:
+    """1 for a row of another width that is accepted (every column named and present), 0 for a regular row."""
+    if len(fields) == len(names):
+        return 0
+    needed = max(columns.text + ([] if columns.label is None else [columns.label])) + 1
+    if named and len(fields) >= needed:
+        return 1
+    raise InputError(f"{where}: expected {len(names)} fields ({', '.join(names)}), got {len(fields)}")
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _looks_like_data(cells: list[str]) -> str | None:
+    """Why a header row looks like a data row (a cell is a number, or a text of five words or more), or None."""
+    for cell in cells:
+        value = cell.strip()
+        if value and _is_number(value):
+            return f"{value!r} is a number"
+        if len(value.split()) >= 5:
+            return f"{value[:40]!r} is a text"
+    return None
+
+
+def _named_by_index(names: list[str], text_cols: list[str] | None, label_col: str | None) -> bool:
+    """Whether a column is given by index rather than by a header name."""
+    lowered = {name.strip().lower() for name in names}
+    specs = (text_cols or []) + ([label_col] if label_col is not None else [])
+    return any(spec.strip().lower() not in lowered for spec in specs)
+
+
+def _refuse_data_as_header(path: Path, number: int, names: list[str], rows: list, columns: Columns,
+                           regression: bool) -> None:
+    """Columns named by index over a header row that looks like data (CoLA read without --no-header): stop."""
+    reason = None
+    if columns.label is not None:
+        value = names[columns.label].strip()
+        labels = {fields[columns.label].strip() for _, fields in rows if len(fields) > columns.label}
+        if (regression and _is_number(value)) or (not regression and value in labels):
+            reason = f"its label {value!r} is {'a score' if regression else 'one of the labels of the other rows'}"
+    long = [names[i] for i in columns.text if len(names[i].split()) >= 5]
+    reason = reason or (f"its text {long[0][:40]!r} is long for a column name" if long else None)
+    if reason:
+        raise InputError(f"{path}:{number}: the first row looks like data ({reason}) but is read as the header, "
+                         f"because the columns are named by index; pass --no-header to read it as data")
 
 
 def read_jsonl(path: PathLike, text_cols: list[str] | None = None, label_col: str | None = None,
@@ -278,11 +344,36 @@ def is_jsonl(path: PathLike) -> bool:
 
 
 def read_texts(path: PathLike, text_cols: list[str] | None = None, label_col: str | None = None,
-               regression: bool = False, header: bool = True, need_label: bool = True) -> list[TextExample]:
-    """A TSV/CSV table or a JSONL file, chosen by extension."""
+               regression: bool = False, header: bool = True, need_label: bool = True,
+               classes: list[str] | None = None) -> list[TextExample]:
+    """A TSV/CSV table or a JSONL file, chosen by extension; a folder of class folders (`classes`: which ones)."""
+    if Path(path).is_dir():
+        return read_class_folders(path, classes)
     if is_jsonl(path):
         return read_jsonl(path, text_cols, label_col, regression, need_label)
     return read_table(path, text_cols, label_col, regression, header, need_label)
+
+
+def read_class_folders(path: PathLike, classes: list[str] | None = None) -> list[TextExample]:
+    """One example per .txt file of each class folder, the folder's name its label (aclImdb's train/pos,
+    train/neg); `classes` picks the folders (default: every subfolder holding .txt files)."""
+    path = Path(path)
+    found = sorted(p.name for p in path.iterdir() if p.is_dir() and any(p.glob("*.txt")))
+    chosen = list(classes or found)
+    missing = [name for name in chosen if name not in found]
+    if not chosen or missing:
+        raise InputError(f"{path}: expected one subfolder of .txt files per class"
+                         + (f"; no .txt files in {', '.join(missing)}" if missing else "")
+                         + f" (subfolders with .txt files: {', '.join(found) or 'none'})")
+    ignored = [name for name in found if name not in chosen]
+    if ignored:  # aclImdb/train/unsup: unlabelled reviews beside the classes
+        log.info(f"{path}: folders {', '.join(ignored)} are not among the classes {', '.join(chosen)}: not read")
+    out = []
+    for label in chosen:
+        for file in sorted((path / label).glob("*.txt")):
+            text = " ".join(read_text(file).split("\n")).strip()
+            out.append(TextExample((text,), label, str(file)))
+    return out
 
 
 # ---- CoNLL ---------------------------------------------------------------------------------------------------

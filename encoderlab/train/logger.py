@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from tqdm import tqdm
 
-from encoderlab.io import atomic_write_text
+from encoderlab.io import atomic_write_text, progress_bar
 from encoderlab.viz.curves import plot_metrics
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,7 @@ class RunLogger:
 
     def progress(self, start: int, total: int, show: bool = True, name: str = "train") -> tqdm:
         """The progress bar (steps), shown on rank 0 only."""
-        return tqdm(total=total, initial=start, desc=name, unit="step", disable=not (show and self.shown),
-                    file=sys.stderr, dynamic_ncols=True)
+        return progress_bar(total=total, initial=start, desc=name, unit="step", disable=not (show and self.shown))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Append one row to metrics.csv and the same scalars to TensorBoard."""

@@ -167,7 +167,7 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
             step += 1
             bar.update(1)
             bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{metrics['lr']:.2e}",
-                            tok_s=f"{metrics['tokens_per_s']:.0f}")
+                            tok_s=f"{metrics['tokens_per_s']:.0f}", refresh=False)  # drawn at the next interval
             if step % options.log_every == 0 or step == stop_at:
                 logger.log(step, metrics)
             if evaluation is not None and dist.is_main:

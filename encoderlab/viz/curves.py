@@ -1,8 +1,9 @@
-"""Training curves from a run's metrics.csv: loss on the left, accuracy on the right."""
+"""Training curves from a run's metrics.csv (loss on the left, accuracy on the right); a benchmark's per-seed spread."""
 
 from __future__ import annotations
 
 import csv
+import statistics
 from pathlib import Path
 
 from encoderlab.io import atomic_write
@@ -41,6 +42,25 @@ def plot_metrics(csv_path: str | Path, out_path: str | Path, title: str | None =
         if axis.get_legend_handles_labels()[0]:
             axis.legend()
     fig.suptitle(title or Path(csv_path).parent.name)
+    fig.tight_layout()
+    out_path = Path(out_path)
+    atomic_write(out_path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    return out_path
+
+
+def plot_spread(values: dict[str, list[float]], out_path: str | Path, title: str) -> Path:
+    """One row per figure: each seed's value as a dot and the median as a bar, so the spread over seeds shows."""
+    from matplotlib.figure import Figure  # a bare Figure, as plot_metrics
+
+    names = list(values)
+    fig = Figure(figsize=(8, 1 + 0.4 * len(names)))
+    axis = fig.subplots()
+    for row, name in enumerate(names):
+        axis.scatter(values[name], [row] * len(values[name]), s=18, color="tab:blue", alpha=0.7)
+        axis.scatter([statistics.median(values[name])], [row], marker="|", s=300, color="black")
+    axis.set(yticks=range(len(names)), yticklabels=names, xlabel="score (per seed; bar: median)", title=title)
+    axis.invert_yaxis()
+    axis.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     out_path = Path(out_path)
     atomic_write(out_path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))

@@ -1,0 +1,83 @@
+"""`encoderlab benchmark SUITE`: a model scored on GLUE, CoNLL-2003, SQuAD, STS-B or IMDB (tasks.benchmark)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+from typing import Any
+
+import torch
+
+from encoderlab.cli.finetune import DEVICE, given
+from encoderlab.cli.options import add_json, add_model, add_options, add_precision, add_threads, apply_threads
+from encoderlab.compare import cpu_name
+from encoderlab.tasks.benchmark import QUICK, SUITES, BenchJob, benchmark, markdown
+from encoderlab.tasks.finetune import split_names
+
+LAYOUTS = {
+    "glue": "the GLUE folder layout: CoLA/, SST-2/, MRPC/, STS-B/, QQP/, MNLI/, QNLI/, RTE/, WNLI/, each with "
+            "train.tsv and dev.tsv (MNLI: dev_matched.tsv, dev_mismatched.tsv) in the task's official format; "
+            "absent tasks are skipped and listed",
+    "conll": "CoNLL-2003: train.txt, valid.txt and test.txt (or eng.train, eng.testa, eng.testb); entity F1",
+    "squad": "SQuAD: train-v1.1.json and dev-v1.1.json, train-v2.0.json and dev-v2.0.json, or train.json and "
+             "dev.json; F1 and exact match",
+    "sts": "STS-B: GLUE's train.tsv and dev.tsv, or the SemEval STS benchmark's sts-train.csv, sts-dev.csv and "
+           "sts-test.csv; Pearson and Spearman",
+    "imdb": "IMDB: aclImdb's train/ and test/ folders (pos/, neg/, one review per .txt file), or train.tsv and "
+            "test.tsv with text and label columns; accuracy",
+}
+RECIPE = ("Default recipe, the BERT paper's (Devlin et al. 2019, section 4.1 and appendix A.3): batch 32, max length "
+          "128, 3 epochs, AdamW lr 2e-5 (from its grid 5e-5/3e-5/2e-5) with 10% linear warmup and weight decay "
+          "0.01, the best epoch on the first eval split kept; CoNLL-2003 and SQuAD take lr 5e-5 and lengths 256 and "
+          "384 (section 4.2; SQuAD v2.0: 2 epochs, batch 48). Every figure is the median over the seeds, with the "
+          "spread; OUT gets results.md and results.json. A rerun skips finished tasks and resumes an interrupted one.")
+
+
+def cmd_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    """Fine-tune and score a model on every task of a suite; print the table."""
+    apply_threads(args.threads)
+    machine = f"{cpu_name()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads" + (
+        f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "")
+    job = BenchJob(**given(args, BenchJob), progress=not args.no_progress, machine=machine,
+                   command_line=shlex.join(["encoderlab", *args.argv]))
+    summary = benchmark(job)
+    # The table, without the commands' list that results.md ends with.
+    print(json.dumps(summary, indent=2) if args.json else markdown(summary).split("\n## Commands")[0].rstrip())
+    return summary
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register `benchmark` with one sub-command per suite."""
+    parser = subparsers.add_parser("benchmark", help="score a model on GLUE, CoNLL-2003, SQuAD, STS-B or IMDB",
+                                   description="Fine-tune and score a model on a standard suite. " + RECIPE)
+    suites = parser.add_subparsers(dest="suite", required=True, metavar="SUITE")
+    for suite, layout in LAYOUTS.items():
+        sub = suites.add_parser(suite, help=layout.split(":")[0], description=f"{cmd_benchmark.__doc__} "
+                                f"--data: {layout}. {RECIPE}")
+        add_model(sub)
+        sub.add_argument("--data", required=True, metavar="DIR", help=layout)
+        sub.add_argument("--out", required=True, metavar="DIR", help="folder for OUT/TASK/seed-S (model, "
+                         "training.json, result.json), OUT/TASK/result.json, OUT/results.md and OUT/results.json")
+        add_options(sub, (
+            ("--tasks", split_names, None, "A,B", f"only these of {', '.join(s.name for s in SUITES[suite])} "
+             "(default: all that are there)"),
+            ("--seeds", int, 1, "K", "runs with seeds S, S+1, ...: each figure is their median (default: 1)"),
+            ("--seed", int, 42, "S", "first seed (default: 42)"),
+            ("--lr", float, None, "LR", "peak learning rate (default: 2e-5; CoNLL, SQuAD: 5e-5)"),
+            ("--epochs", float, None, "E", "passes over the training data (default: 3; --quick: 1)"),
+            ("--batch-size", int, None, "N", "examples per step (default: 32)"),
+            ("--max-length", int, None, "T", "tokens per input (default: 128; CoNLL 256, SQuAD 384)"),
+            ("--max-train", int, None, "N", "train on a fixed random subset of N examples (default: all)"),
+            ("--max-eval", int, None, "N", "score a fixed random subset of N examples (default: all)"),
+            ("--quick", bool, None, None, f"a smoke run: {QUICK['max_train']} training and {QUICK['max_eval']} "
+             "eval examples, one epoch"),
+            ("--keep-state", argparse.BooleanOptionalAction, False, None, "keep each run's OUT/TASK/seed-S/"
+             "checkpoints (resumable optimizer state, about 3x the model) once it has finished (default: drop)"),
+            ("--plot", bool, None, None, "also draw OUT/spread.png: each seed's figure (needs matplotlib)"), DEVICE))
+        add_precision(sub, training=True)
+        add_threads(sub)
+        sub.add_argument("--no-progress", action="store_true", help="no progress bar")
+        add_json(sub, "print the results as JSON")
+        sub.set_defaults(func=cmd_benchmark)

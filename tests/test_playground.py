@@ -1,0 +1,176 @@
+"""The playground behind `encoderlab serve`: the page and its files, /attention, and the API key that guards every
+data endpoint (and the refusal to serve beyond loopback without one). The browser itself: test_playground_browser.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from test_server import ROOT, WORDS, Stub, task_folders  # noqa: F401 (task_folders: a fixture)
+
+from encoderlab import EncoderConfig, MaskedLMModel
+from encoderlab.cli import main
+from encoderlab.errors import InputError
+from encoderlab.infer.server import PLAYGROUND, Limits, check_exposure, create_app, load_pipelines
+from encoderlab.tokenizer import Tokenizer
+from encoderlab.viz.attention import attention_maps
+
+KEY = "s3cret-key-for-tests"
+DATA_REQUESTS = [("GET", "/health", None), ("GET", "/openapi.json", None), ("GET", "/docs", None),
+                 ("POST", "/embed", {"texts": ["a cat"]}), ("POST", "/attention", {"text": "a cat"}),
+                 ("POST", "/ner", {"texts": ["a cat"]}), ("POST", "/nowhere", {})]
+
+
+def test_page_and_its_files_are_served_and_request_nothing_from_elsewhere():
+    with TestClient(create_app({"embed": Stub()}, Limits(), model="stub")) as client:
+        page = client.get("/")
+        files = {name: client.get(f"/playground/{name}") for name in ("playground.js", "playground.css")}
+    assert page.status_code == 200 and "encoderlab playground" in page.text
+    assert all(r.status_code == 200 for r in files.values())
+    for path in PLAYGROUND.iterdir():  # no CDN, no web font: the only URL is SVG's namespace name, never fetched
+        urls = set(re.findall(r"(?:https?:)?//[\w.-]+\.\w+", path.read_text()))
+        assert urls <= {"http://www.w3.org"}, (path.name, urls)
+        assert "@import" not in path.read_text() and "url(" not in path.read_text(), path.name
+
+
+@pytest.mark.parametrize("head", [None, 1, -1])
+def test_attention_endpoint_equals_viz_attention(task_folders, head):
+    pipes, reasons = load_pipelines(str(task_folders["mlm"]))
+    text = "anna lives in paris and john went to rome"
+    pipe = pipes["fill-mask"]
+    expected = attention_maps(pipe.model, pipe.tokenizer, text).select(-1, head)
+    with TestClient(create_app(pipes, Limits(), model="mlm", unavailable=reasons)) as client:
+        got = client.post("/attention", json={"text": text, "head": head, "task": "fill-mask"}).json()
+    assert got["tokens"][0] == "[CLS]" and len(got["tokens"]) == expected.shape[-1]
+    assert (got["layer"], got["num_layers"], got["num_heads"]) == (1, 2, 2)
+    torch.testing.assert_close(torch.tensor(got["maps"]), expected if head is None else expected[None],
+                               atol=6e-5, rtol=0)  # the endpoint rounds to 4 decimals
+
+
+@pytest.mark.parametrize("body, needle", [({"text": "anna", "layer": 2}, "layer 2 out of range"),
+                                          ({"text": "anna", "head": 5}, "head 5 out of range"),
+                                          ({"text": "anna", "task": "qa"}, "task 'qa' is not served"),
+                                          ({"text": "  "}, "text")])
+def test_attention_refuses_bad_requests_with_422(task_folders, body, needle):
+    pipes, _ = load_pipelines(str(task_folders["mlm"]))
+    with TestClient(create_app(pipes, Limits(), model="mlm")) as client:
+        response = client.post("/attention", json=body)
+    assert response.status_code == 422 and needle in str(response.json()["detail"]), response.text
+
+
+def test_api_key_guards_every_data_endpoint_but_not_the_page():
+    stub = Stub()
+    with TestClient(create_app({"embed": stub}, Limits(), model="stub", api_key=KEY)) as client:
+        for headers in ({}, {"x-api-key": "wrong"}, {"x-api-key": KEY[:-1]}, {"x-api-key": KEY + "x"}):
+            for method, path, body in DATA_REQUESTS:
+                response = client.request(method, path, json=body, headers=headers)
+                assert response.status_code == 401, (path, headers, response.text)
+                assert "API key" in response.json()["detail"]
+        assert stub.calls == []  # refused before the model was touched
+        assert client.get("/").status_code == 200 and client.get("/playground/playground.js").status_code == 200
+        good = {"x-api-key": KEY}
+        assert client.get("/health", headers=good).status_code == 200
+        answer = client.post("/embed", json={"texts": ["abc"]}, headers=good).json()
+        assert answer == {"results": [{"embedding": [3.0]}]}
+        assert client.post("/ner", json={"texts": ["a"]}, headers=good).status_code == 404  # past the key: the route
+    assert stub.calls == [["abc"]]
+
+
+def test_without_a_key_nothing_is_asked():
+    with TestClient(create_app({"embed": Stub()}, Limits(), model="stub")) as client:
+        assert client.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.5", "::1", "localhost"])
+def test_loopback_needs_no_key(host):
+    check_exposure(host, None)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "example.org"])
+def test_other_addresses_need_a_key(host):
+    with pytest.raises(InputError, match=f"--host {re.escape(host)}: serving beyond this machine needs an API key"):
+        check_exposure(host, None)
+    with pytest.raises(InputError):
+        check_exposure(host, "")
+    check_exposure(host, KEY)
+
+
+def serve_command(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "encoderlab", "serve", "--model", "minilm", "--threads", "1", "--tasks", "embed",
+            *extra]
+
+
+def test_cli_refuses_a_public_address_without_a_key():
+    env = {k: v for k, v in os.environ.items() if k != "ENCODERLAB_API_KEY"} | {"PYTHONPATH": str(ROOT)}
+    started = time.monotonic()
+    done = subprocess.run(serve_command("--host", "0.0.0.0"), cwd=ROOT, capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "needs an API key; set ENCODERLAB_API_KEY or pass --api-key-file" in done.stderr
+    assert time.monotonic() - started < 60  # refused before the model is loaded
+
+
+def test_cli_refuses_an_empty_key_file(tmp_path, capsys):
+    (tmp_path / "key").write_text("  \n")
+    assert main(["serve", "--model", "minilm", "--api-key-file", str(tmp_path / "key")]) == 2
+    assert "the file is empty (expected the key)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source", ["env", "file"])
+def test_cli_reads_the_key_from_the_environment_or_a_file(tmp_path, source):
+    with socket.socket() as sock:  # a free port, as test_server does
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (tmp_path / "key").write_text(KEY + "\n")
+    extra = ("--api-key-file", str(tmp_path / "key")) if source == "file" else ()
+    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"} | (
+        {"ENCODERLAB_API_KEY": KEY} if source == "env" else {"ENCODERLAB_API_KEY": "not-this-one"})
+    process = subprocess.Popen(serve_command("--port", str(port), *extra), cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status = httpx.get(f"{url}/health", timeout=2).status_code
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and process.poll() is None, "serve did not start"
+                time.sleep(0.2)
+        assert status == 401
+        assert httpx.post(f"{url}/embed", json={"texts": ["a"]}).status_code == 401
+        assert httpx.get(f"{url}/health", headers={"x-api-key": KEY}).status_code == 200
+        assert httpx.get(f"{url}/").status_code == 200
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+@pytest.mark.parametrize("preset", ["bert-tiny", "roberta-mini", "distilbert-mini", "albert-mini", "electra-mini",
+                                    "deberta-v3-mini"])
+def test_attention_endpoint_serves_every_family(tmp_path, preset):
+    """Whatever the family (DeBERTa's relative attention among them), /attention gives viz.attention's maps."""
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=120, min_frequency=1)
+    config = EncoderConfig.from_preset(preset, hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
+                                       vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = MaskedLMModel(config)
+    model.save_pretrained(tmp_path)
+    tokenizer.save(tmp_path)
+    pipes, _ = load_pipelines(str(tmp_path), tasks=["fill-mask"])
+    text = "anna lives in paris and john went to rome"
+    expected = attention_maps(pipes["fill-mask"].model, tokenizer, text, layers=[0]).probs[0]
+    with TestClient(create_app(pipes, Limits(), model=preset)) as client:
+        got = client.post("/attention", json={"text": text, "layer": 0}).json()
+    torch.testing.assert_close(torch.tensor(got["maps"]), expected, atol=6e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(got["maps"]).sum(-1), torch.ones(2, len(got["tokens"])), atol=1e-3,
+                               rtol=0)

@@ -1,0 +1,215 @@
+"""The playground in a real browser: headless Chromium (Debian's `chromium` package) driven by Playwright's Python
+package with executable_path at the system Chromium (`playwright install` would need the network). Each test types
+into a panel, reads what the page rendered and checks it against the Python API on the same input, then saves a
+screenshot of the panel: into $ENCODERLAB_SCREENSHOTS where set (the committed ones:
+ENCODERLAB_SCREENSHOTS=docs/playground), else into a temporary folder, so that a test run leaves the checkout as it
+was (the tiny random models' outputs, and so their pictures, change from run to run: `tokenizers` orders a trained
+vocabulary differently each time).
+
+One server for the module, on loopback: the shipped fill-mask model, MiniLM for /embed, and tiny random
+classify / NER / QA models (test_server.task_folders), so every panel is live."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_server import ROOT, Stub, running, task_folders  # noqa: F401 (task_folders: a fixture)
+
+from encoderlab.infer.pipelines import pipeline
+from encoderlab.infer.server import Limits, create_app
+from encoderlab.viz.attention import attention_maps
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine (apt-get install chromium)"),
+              pytest.mark.usefixtures("one_thread")]
+FILL_MASK_MODEL = ROOT / "models" / "encoderlab-fill-mask"
+
+
+@pytest.fixture(scope="module")
+def pipelines(task_folders, minilm_path) -> dict:
+    """Every endpoint: real models where we ship them, tiny random ones for the three fine-tuned tasks."""
+    if not (FILL_MASK_MODEL / "model.safetensors").exists():
+        pytest.skip(f"the shipped fill-mask model is absent: {FILL_MASK_MODEL}")
+    return {"embed": pipeline("embed", minilm_path), "fill-mask": pipeline("fill-mask", FILL_MASK_MODEL),
+            "classify": pipeline("classify", task_folders["classify"]), "ner": pipeline("ner", task_folders["ner"]),
+            "qa": pipeline("qa", task_folders["qa"])}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def page(pipelines, browser) -> Iterator:
+    """The playground of the all-panels server, loaded and connected."""
+    with running(create_app(pipelines, Limits(), model="playground-test")) as url:
+        tab = browser.new_page(viewport={"width": 1300, "height": 1000})
+        tab.goto(url)
+        tab.wait_for_selector("body[data-ready=yes]", timeout=20_000)
+        yield tab
+        tab.close()
+
+
+def submit(page, panel: str) -> None:
+    """Press the panel's button and wait until its answer (or error) is rendered."""
+    done = int(page.get_attribute(f"#{panel}", "data-done") or 0)
+    page.click(f"#{panel} button")
+    page.wait_for_function(f"document.getElementById('{panel}').dataset.done === '{done + 1}'", timeout=30_000)
+    assert page.query_selector(f"#{panel} .error") is None, page.inner_text(f"#{panel} .out")
+
+
+def rows(where, selector: str = "") -> list[tuple[str, float]]:
+    """(label, score) of each probability bar under `selector` of a page (or in an element), as rendered."""
+    return [(row.get_attribute("data-label"), float(row.get_attribute("data-score")))
+            for row in where.query_selector_all(f"{selector} .row")]
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    """Where the panels' screenshots go."""
+    folder = Path(os.environ["ENCODERLAB_SCREENSHOTS"]) if os.environ.get("ENCODERLAB_SCREENSHOTS") else (
+        tmp_path_factory.mktemp("screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def shoot(page, folder: Path, panel: str, name: str) -> None:
+    """A PNG of one panel, as the browser drew it."""
+    page.mouse.move(0, 0)  # no hover outline in the picture
+    page.locator(f"#{panel}").screenshot(path=str(folder / f"{name}.png"))
+    assert (folder / f"{name}.png").stat().st_size > 2000  # a drawn panel, not an empty box
+
+
+def test_fill_mask_panel_shows_the_pipelines_predictions(page, pipelines, shots):
+    text = "Paris is the [MASK] of France. It is a very [MASK] city."
+    page.fill("#panel-fill-mask input[name=text]", text)
+    page.fill("#panel-fill-mask input[name=top_k]", "5")
+    submit(page, "panel-fill-mask")
+    expected = pipeline("fill-mask", FILL_MASK_MODEL)([text], top_k=5)[0]
+    shown = [rows(mask) for mask in page.query_selector_all("#panel-fill-mask .mask")]
+    assert len(expected["masks"]) == len(shown) == 2
+    for mask, got in zip(expected["masks"], shown):
+        assert [token for token, _ in got] == [p["token"] for p in mask["predictions"]]
+        np.testing.assert_allclose([s for _, s in got], [p["score"] for p in mask["predictions"]], atol=1e-6)
+    assert page.inner_text("#panel-fill-mask .filled") == expected["filled"]
+    shoot(page, shots, "panel-fill-mask", "fill-mask")
+
+
+def test_similarity_panel_ranks_as_the_embeddings_do(page, minilm_path, shots):
+    query, sentences = "A man is playing a guitar.", ["Someone plays an instrument.", "A woman is slicing an onion.",
+                                                      "The stock market fell sharply today.",
+                                                      "A person strums a guitar on stage."]
+    page.fill("#panel-similarity input[name=query]", query)
+    page.fill("#panel-similarity textarea[name=sentences]", "\n".join(sentences))
+    submit(page, "panel-similarity")
+    vectors = np.array([r["embedding"] for r in pipeline("embed", minilm_path)([query, *sentences])], dtype=np.float64)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    cosines = vectors[1:] @ vectors[0]
+    got = rows(page, "#panel-similarity")
+    assert [label for label, _ in got] == [sentences[i] for i in np.argsort(-cosines)]
+    np.testing.assert_allclose([s for _, s in got], np.sort(cosines)[::-1], atol=1e-5)
+    assert {label for label, _ in got[:2]} == {sentences[0], sentences[3]}  # a real sentence embedder at work
+    shoot(page, shots, "panel-similarity", "similarity")
+
+
+def test_attention_panel_draws_every_head_then_one_heads_strongest_links(page, pipelines, shots):
+    text = "The cat sat on the mat because it was tired."
+    page.fill("#panel-attention input[name=text]", text)
+    page.select_option("#panel-attention select[name=task]", "fill-mask")
+    submit(page, "panel-attention")  # every head of the last layer, as thumbnails
+    pipe = pipelines["fill-mask"]
+    maps = attention_maps(pipe.model, pipe.tokenizer, text)
+    assert len(page.query_selector_all("#panel-attention .heads canvas")) == maps.num_heads
+    shoot(page, shots, "panel-attention", "attention-heads")
+    assert len(page.query_selector_all("#panel-attention select[name=layer] option")) == maps.num_layers
+    page.select_option("#panel-attention select[name=layer]", "2")
+    page.select_option("#panel-attention select[name=head]", "5")
+    submit(page, "panel-attention")
+    head = maps.select(2, 5).clone()  # (T, T)
+    last = head.shape[0] - 1
+    head.fill_diagonal_(0)
+    head[[0, last], :] = head[:, [0, last]] = 0  # the page leaves these out of its links by default
+    links = [(int(li.get_attribute("data-query")), int(li.get_attribute("data-key")),
+              float(li.get_attribute("data-score"))) for li in page.query_selector_all("#panel-attention ol li")]
+    assert len(links) == 12
+    twelfth = head.flatten().topk(12).values[-1].item()
+    for query, key, score in links:  # the page's values rounded to 4 decimals: ties may swap places, nothing more
+        assert abs(score - head[query, key].item()) < 6e-5 and score >= twelfth - 1e-4
+    assert abs(links[0][2] - head.max().item()) < 6e-5
+    assert page.inner_text("#panel-attention h3").startswith("layer 2 of 0..5, head 5")
+    canvas = page.query_selector("#panel-attention .out > canvas")
+    assert canvas is not None and canvas.bounding_box()["width"] > 200
+    shoot(page, shots, "panel-attention", "attention")
+
+
+def test_ner_panel_highlights_the_pipelines_entities(page, task_folders, shots):
+    text = "anna lives in paris and john went to rome"
+    page.fill("#panel-ner textarea[name=text]", text)
+    submit(page, "panel-ner")
+    entities = pipeline("ner", task_folders["ner"])([text])[0]["entities"]
+    assert entities, "the tiny random model tags nothing: the highlighting would go untested"
+    marks = page.query_selector_all("#panel-ner mark")
+    assert [(int(m.get_attribute("data-start")), int(m.get_attribute("data-end")), m.get_attribute("data-tag"),
+             m.evaluate("m => m.firstChild.textContent")) for m in marks] == [
+        (e["start"], e["end"], e["entity"], text[e["start"]:e["end"]]) for e in entities]
+    assert page.evaluate("document.querySelector('#panel-ner .text').firstChild.textContent") == text[
+        :entities[0]["start"]]  # the text before the first entity, as typed
+    shoot(page, shots, "panel-ner", "ner")
+
+
+def test_qa_panel_highlights_the_answer_span(page, task_folders, shots):
+    question, context = "where does anna live ?", "anna lives in paris . john went to rome ."
+    page.fill("#panel-qa input[name=question]", question)
+    page.fill("#panel-qa textarea[name=context]", context)
+    submit(page, "panel-qa")
+    expected = pipeline("qa", task_folders["qa"])([{"question": question, "context": context}])[0]
+    mark = page.query_selector("#panel-qa mark.answer")
+    if expected["answer"]:
+        assert (int(mark.get_attribute("data-start")), int(mark.get_attribute("data-end"))) == (expected["start"],
+                                                                                               expected["end"])
+        assert mark.inner_text() == context[expected["start"]:expected["end"]] == expected["answer"]
+        assert page.inner_text("#panel-qa .answer-text") == expected["answer"]
+    else:
+        assert mark is None
+    shoot(page, shots, "panel-qa", "qa")
+
+
+def test_classify_panel_shows_the_class_probabilities(page, task_folders, shots):
+    text, pair = "the movie was very good", "anna saw it in rome"
+    page.fill("#panel-classify textarea[name=text]", text)
+    page.fill("#panel-classify input[name=pair]", pair)
+    submit(page, "panel-classify")
+    expected = pipeline("classify", task_folders["classify"])([[text, pair]])[0]["scores"]
+    got = rows(page, "#panel-classify")
+    assert [label for label, _ in got] == sorted(expected, key=expected.get, reverse=True)
+    np.testing.assert_allclose([s for _, s in got], sorted(expected.values(), reverse=True), atol=1e-6)
+    shoot(page, shots, "panel-classify", "classify")
+
+
+def test_panels_without_a_model_say_so_and_the_key_is_asked_for(browser):
+    reasons = {"ner": "not asked for (--tasks)", "fill-mask": "stub has no masked-LM head"}
+    app = create_app({"embed": Stub()}, Limits(), model="stub", unavailable=reasons, api_key="k3y")
+    with running(app) as url:
+        tab = browser.new_page()
+        tab.goto(url)
+        tab.wait_for_selector("body[data-ready=error]", timeout=20_000)
+        assert "needs an API key" in tab.inner_text("#status")
+        assert "needed" in tab.get_attribute("#key-form", "class")
+        tab.fill("#api-key", "k3y")
+        tab.click("#key-form button")
+        tab.wait_for_selector("body[data-ready=yes]", timeout=20_000)
+        assert tab.inner_text("#panel-ner .missing") == "Not loaded on this server: not asked for (--tasks)"
+        assert "stub has no masked-LM head" in tab.inner_text("#panel-fill-mask .missing")
+        assert not tab.is_visible("#panel-ner form") and tab.is_visible("#panel-similarity form")
+        tab.close()
