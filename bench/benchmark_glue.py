@@ -9,6 +9,7 @@ evaluate exactly; the median and spread over 3 seeds are reported.
     python bench/benchmark_glue.py               # full: the whole of SST-2 and STS-B, 3 epochs, 3 seeds (hours on CPU)
     python bench/benchmark_glue.py --quick       # the harness's --quick: 500 train / 500 eval examples, one epoch
     python bench/benchmark_glue.py --smoke       # a tiny random model, synthetic data (make test)
+    python bench/benchmark_glue.py --max-train 2000   # full dev sets, 3 epochs, on 2,000 training examples a task
 """
 
 from __future__ import annotations
@@ -45,21 +46,21 @@ def glue_folder(data: Path, folder: Path) -> Path:
 SIZES = {"smoke": (32, 16, 1), "quick": (500, 500, 1), "full": None}
 
 
-def limits(size: str, evaluate: bool = False) -> list[str]:
-    """--max-train, --max-eval and --epochs of a size (evaluate: --max-eval alone)."""
+def limits(size: str, evaluate: bool = False, max_train: int | None = None) -> list[str]:
+    """--max-train, --max-eval and --epochs of a size (evaluate: --max-eval alone); max_train: a full run's budget."""
     if SIZES[size] is None:
-        return []
+        return ["--max-train", max_train] if max_train and not evaluate else []
     train, held_out, epochs = SIZES[size]
     return ["--max-eval", held_out] if evaluate else ["--max-train", train, "--max-eval", held_out, "--epochs", epochs]
 
 
-def by_hand(model: str, glue: Path, work: Path, size: str, task: str) -> dict[str, float]:
+def by_hand(model: str, glue: Path, work: Path, size: str, task: str, max_train: int | None) -> dict[str, float]:
     """Seed 42 of a task through `encoderlab finetune` then `encoderlab evaluate --json`: its metrics."""
     name, extra, metric = TASKS[task]
     out = work / "by-hand" / name
     encoderlab("finetune", "classify", "--model", model, "--train", glue / task / "train.tsv", "--eval",
                glue / task / "dev.tsv", "--out", out, *extra, "--seed", "42", "--metric", metric, "--no-progress",
-               "--threads", "1", *limits(size))
+               "--threads", "1", *limits(size, max_train=max_train))
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):  # evaluate --json prints its result
         encoderlab("evaluate", "classify", "--model", out, "--data", glue / task / "dev.tsv", "--batch-size", "32",
@@ -68,7 +69,10 @@ def by_hand(model: str, glue: Path, work: Path, size: str, task: str) -> dict[st
 
 
 def main() -> None:
-    opts = common.parser(__doc__, quick="the harness's --quick: 500/500 examples, one epoch (minutes)").parse_args()
+    args = common.parser(__doc__, quick="the harness's --quick: 500/500 examples, one epoch (minutes)")
+    args.add_argument("--max-train", type=int, default=None, metavar="N",
+                      help="a full run on N training examples a task (a fixed random subset; all dev examples)")
+    opts = args.parse_args()
     size = common.size(opts)
     with tempfile.TemporaryDirectory(prefix="encoderlab-bench-") as tmp:
         work = Path(tmp)
@@ -78,12 +82,14 @@ def main() -> None:
         model = str(tiny_model(work / "tiny")) if opts.smoke else "minilm"
         glue = glue_folder(data, work / "glue")
         encoderlab("benchmark", "glue", "--model", model, "--data", glue, "--out", work / "out", "--seeds", SEEDS,
-                   "--no-progress", "--threads", "1", *(["--quick"] if size == "quick" else limits(size)))
+                   "--no-progress", "--threads", "1",
+                   *(["--quick"] if size == "quick" else limits(size, max_train=opts.max_train)))
         summary = json.loads((work / "out" / "results.json").read_text(encoding="utf-8"))
-        hand = {task: by_hand(model, glue, work, size, task) for task in TASKS}
+        hand = {task: by_hand(model, glue, work, size, task, opts.max_train) for task in TASKS}
         table = (work / "out" / "results.md").read_text(encoding="utf-8").replace(str(work), "$WORK")
         summary["command"] = summary["command"].replace(str(work), "$WORK")
     figures, goals = report(summary, hand, table)
+    figures["training_examples_per_task"] = opts.max_train or "all"
     print(table)
     print(f"wrote {write_results(opts, 'benchmark_glue', figures, goals)}")
 
