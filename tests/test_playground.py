@@ -3,12 +3,14 @@ data endpoint (and the refusal to serve beyond loopback without one). The browse
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -125,34 +127,64 @@ def test_cli_refuses_an_empty_key_file(tmp_path, capsys):
     assert "the file is empty (expected the key)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("source", ["env", "file"])
-def test_cli_reads_the_key_from_the_environment_or_a_file(tmp_path, source):
-    with socket.socket() as sock:  # a free port, as test_server does
+@contextlib.contextmanager
+def served(env: dict[str, str], *extra: str) -> Iterator[str]:
+    """`encoderlab serve` (minilm, /embed) in a subprocess on a free port, as test_server does: its URL."""
+    with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    (tmp_path / "key").write_text(KEY + "\n")
-    extra = ("--api-key-file", str(tmp_path / "key")) if source == "file" else ()
-    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"} | (
-        {"ENCODERLAB_API_KEY": KEY} if source == "env" else {"ENCODERLAB_API_KEY": "not-this-one"})
     process = subprocess.Popen(serve_command("--port", str(port), *extra), cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env=env)
+                               stderr=subprocess.DEVNULL, env=os.environ | {"PYTHONPATH": str(ROOT),
+                                                                           "OMP_NUM_THREADS": "1"} | env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                status = httpx.get(f"{url}/health", timeout=2).status_code
+                httpx.get(f"{url}/", timeout=2)
                 break
             except httpx.TransportError:
                 assert time.monotonic() < deadline and process.poll() is None, "serve did not start"
                 time.sleep(0.2)
-        assert status == 401
-        assert httpx.post(f"{url}/embed", json={"texts": ["a"]}).status_code == 401
-        assert httpx.get(f"{url}/health", headers={"x-api-key": KEY}).status_code == 200
-        assert httpx.get(f"{url}/").status_code == 200
+        yield url
     finally:
         process.terminate()
         process.wait(30)
+
+
+@pytest.mark.parametrize("source", ["env", "file"])
+def test_cli_reads_the_key_from_the_environment_or_a_file(tmp_path, source):
+    (tmp_path / "key").write_text(KEY + "\n")
+    extra = ("--api-key-file", str(tmp_path / "key")) if source == "file" else ()
+    with served({"ENCODERLAB_API_KEY": KEY if source == "env" else "not-this-one"}, *extra) as url:
+        assert httpx.get(f"{url}/health").status_code == 401
+        assert httpx.post(f"{url}/embed", json={"texts": ["a"]}).status_code == 401
+        assert httpx.get(f"{url}/health", headers={"x-api-key": KEY}).status_code == 200
+        assert httpx.get(f"{url}/").status_code == 200
+        # the key guards it, so any Host may ask (a name behind a proxy, say)
+        assert httpx.get(f"{url}/health", headers={"x-api-key": KEY, "host": "encoder.example"}).status_code == 200
+
+
+def test_cli_without_a_key_answers_only_requests_addressed_to_loopback():
+    """DNS rebinding: a web page whose host name now points at 127.0.0.1 sends its own name in Host."""
+    with served({"ENCODERLAB_API_KEY": ""}) as url:
+        port = url.rsplit(":", 1)[1]
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", f"[::1]:{port}", "[::1]"):
+            assert httpx.get(f"{url}/health", headers={"host": host}).status_code == 200, host
+        for host in (f"attacker.example:{port}", "attacker.example", f"127.0.0.1.attacker.example:{port}",
+                     f"192.168.1.20:{port}", f"[::2]:{port}"):
+            refused = httpx.post(f"{url}/embed", json={"texts": ["a"]}, headers={"host": host})
+            assert refused.status_code == 400, host
+            assert f"Host {host.lower()} is not this machine's loopback" in refused.json()["detail"]
+
+
+def test_app_answers_any_host_unless_told_loopback_only():
+    with TestClient(create_app({"embed": Stub()}, Limits(), model="stub")) as client:
+        assert client.get("/health", headers={"host": "attacker.example"}).status_code == 200
+    with TestClient(create_app({"embed": Stub()}, Limits(), model="stub", loopback_only=True)) as client:
+        assert client.get("/health", headers={"host": "attacker.example"}).status_code == 400
+        assert client.get("/", headers={"host": "attacker.example"}).status_code == 400  # the page too
+        assert client.get("/health", headers={"host": "localhost:8000"}).status_code == 200
 
 
 @pytest.mark.parametrize("preset", ["bert-tiny", "roberta-mini", "distilbert-mini", "albert-mini", "electra-mini",

@@ -295,6 +295,26 @@ class KeyCheck:
         await self.app(scope, receive, send)
 
 
+class HostCheck:
+    """ASGI middleware: 400 for a request whose Host header names anything but this machine's loopback. A keyless
+    server on 127.0.0.1 is otherwise open to any web page the user visits, by DNS rebinding (a page's own host name
+    re-pointed at 127.0.0.1 gets past the browser's same-origin rule; the Host header still carries that name)."""
+
+    NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1").lower()
+            name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") and "]:" in host else host
+            if name not in self.NAMES:
+                return await _refuse(send, 400, f"Host {host or '(none)'} is not this machine's loopback: a server "
+                                                f"without an API key answers only localhost, 127.0.0.1 and [::1]")
+        await self.app(scope, receive, send)
+
+
 async def _drain(receive: Callable, seconds: float) -> None:
     """Read and drop the rest of a request body: up to DRAIN_BYTES, for up to `seconds`, until a DRAIN_IDLE_S pause."""
     loop = asyncio.get_running_loop()
@@ -340,9 +360,11 @@ def _key(task: str, body: BaseModel) -> Hashable:
 
 
 def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
-               unavailable: dict[str, str] | None = None, api_key: str | None = None) -> FastAPI:
+               unavailable: dict[str, str] | None = None, api_key: str | None = None,
+               loopback_only: bool = False) -> FastAPI:
     """The FastAPI app serving these pipelines (task -> pipeline) and the playground page at /; `unavailable`
-    says why others are missing; with an api_key, every other request must carry it (KeyCheck)."""
+    says why others are missing; with an api_key, every other request must carry it (KeyCheck); loopback_only:
+    answer only requests addressed to localhost (HostCheck)."""
     unknown = sorted(set(pipelines) - set(TASKS))
     if unknown:
         raise InputError(f"no endpoint for task(s) {', '.join(unknown)}; expected some of {', '.join(TASKS)}")
@@ -370,6 +392,8 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
     app.add_middleware(BodyCheck, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     if api_key:
         app.add_middleware(KeyCheck, key=api_key)  # added last, so it runs first: a refused body is never read
+    if loopback_only:
+        app.add_middleware(HostCheck)
     _add_error_handlers(app)
     app.mount("/playground", StaticFiles(directory=PLAYGROUND), name="playground")
     app.get("/", include_in_schema=False)(lambda: FileResponse(PLAYGROUND / "index.html"))
@@ -528,7 +552,8 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, tasks: list[str
     check_exposure(host, api_key)
     options = {"batch_size": batch_size, "compile": compile} | ({"max_length": max_length} if max_length else {})
     pipelines, reasons = load_pipelines(model, tasks, precision, fill_mask_model, **options)
-    app = create_app(pipelines, limits or Limits(), model=str(model), unavailable=reasons, api_key=api_key)
+    app = create_app(pipelines, limits or Limits(), model=str(model), unavailable=reasons, api_key=api_key,
+                     loopback_only=not api_key)  # check_exposure: no key means a loopback host
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     log.info("encoderlab serve: %s on http://%s:%d/ (the playground; API docs: http://%s:%d/docs)%s", model, shown,
              port, shown, port, ", API key required" if api_key else "")
