@@ -248,7 +248,8 @@ def _relative(row: Row, reference: Row) -> Row:
 # ---- SST-2 accuracy from bench results --------------------------------------------------------------
 def sst2_accuracies(files: Sequence[str | Path] | None = None) -> dict[str, dict[str, Any]]:
     """Preset name -> {"sst2_accuracy", "sst2_source"} from bench result files (default: bench/results/*.json), their
-    `sst2` or `sst2-*` records whose `preset` or `model` names it; the first match wins, full runs before quick ones."""
+    `sst2` or `sst2-*` records whose `preset` or `model` names it, or `encoderlab benchmark`'s OUT/results.json (named
+    by its model folder); the first match wins, full runs before quick ones."""
     if files is None:
         found = sorted(RESULTS.glob("*.json")) if RESULTS.is_dir() else []
         paths = sorted(found, key=lambda path: path.stem.endswith("_quick"))
@@ -272,6 +273,8 @@ def _sst2_records(path: Path, explicit: bool) -> list[tuple[str, dict]]:
         if explicit:
             raise InputError(f"{path}: not a JSON bench result ({err})") from None
         return []
+    if isinstance(data, dict) and data.get("suite") and isinstance(data.get("tasks"), list):
+        return _harness_records(data)
     figures = data.get("figures") if isinstance(data, dict) else None
     if not isinstance(figures, dict):
         if explicit:
@@ -280,6 +283,17 @@ def _sst2_records(path: Path, explicit: bool) -> list[tuple[str, dict]]:
     return [(key, record) for key, record in figures.items()
             if (key == "sst2" or key.startswith("sst2-")) and isinstance(record, dict)
             and isinstance(record.get("accuracy"), (int, float)) and (record.get("preset") or record.get("model"))]
+
+
+def _harness_records(summary: dict) -> list[tuple[str, dict]]:
+    """The SST-2 record of an `encoderlab benchmark` OUT/results.json: the median dev accuracy over its seeds."""
+    records = []
+    for task in summary["tasks"]:
+        median = task.get("metrics", {}).get("dev", {}).get("accuracy", {}).get("median")
+        if task.get("task") == "sst2" and isinstance(median, (int, float)):
+            seeds = ",".join(map(str, task.get("seeds", [])))
+            records.append((f"sst2 median of seeds {seeds}", {"model": summary["model"], "accuracy": median / 100}))
+    return records  # the harness reports percent, compare fractions
 
 
 # ---- output ----------------------------------------------------------------------------------------

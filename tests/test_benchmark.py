@@ -19,6 +19,7 @@ import pytest
 
 from test_tasks_finetune import CITIES, NAMES, sentence, tagged, tiny_model  # noqa: F401 (tiny_model: a fixture)
 
+from encoderlab import compare as cmp
 from encoderlab.cli import main
 from encoderlab.tasks.benchmark import GLUE
 
@@ -121,6 +122,18 @@ def test_glue_every_task_in_its_official_format(glue, tiny_model, tmp_path, caps
     assert (tmp_path / "out" / "spread.png").stat().st_size > 1000
     assert not (tmp_path / "out" / "sst2" / "seed-42" / "checkpoints").exists()  # --no-keep-state by default
     assert "| cola | dev | mcc |" in capsys.readouterr().out
+
+
+def test_compare_reads_the_harness_sst2_median(glue, tiny_model, tmp_path):
+    """`encoderlab compare --sst2-results OUT/results.json`: the median over the seeds' own result files."""
+    bench("glue", "--model", tiny_model, "--data", glue, "--out", tmp_path / "out", "--tasks", "sst2", "--seeds", "3",
+          *FAST)
+    per_seed = [json.loads((tmp_path / "out" / "sst2" / f"seed-{s}" / "result.json").read_text())
+                ["scores"]["dev"]["accuracy"] for s in (42, 43, 44)]
+    found = cmp.sst2_accuracies([tmp_path / "out" / "results.json"])
+    assert list(found) == [Path(tiny_model).name]
+    assert found[Path(tiny_model).name]["sst2_accuracy"] == pytest.approx(statistics.median(per_seed))
+    assert found[Path(tiny_model).name]["sst2_source"].endswith("results.json:sst2 median of seeds 42,43,44")
 
 
 def test_absent_tasks_are_listed(glue, tiny_model, tmp_path):

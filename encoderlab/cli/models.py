@@ -156,6 +156,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         ("--out", None, None, "FILE", "also write the output to FILE (atomically)"),
         ("--no-progress", bool, None, None, "no progress bar on stderr")))
     parser.add_argument("--sst2-results", nargs="+", metavar="FILE", default=None,
-                        help="bench result JSON files to read SST-2 accuracy from (default: bench/results/*.json)")
+                        help="bench result JSON files, or `encoderlab benchmark`'s OUT/results.json (the median "
+                             "over its seeds), to read SST-2 accuracy from (default: bench/results/*.json)")
     add_json(parser, "machine-readable rows instead of markdown")
     parser.set_defaults(func=cmd_compare)
