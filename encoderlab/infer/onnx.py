@@ -171,6 +171,27 @@ def _copy_tokenizer(folder: Path, dest: Path) -> bool:
     return True
 
 
+def _write(module: nn.Module, fields: dict, vocab_size: int, out: Path, int8: bool, opset: int) -> int:
+    """The graph written to `out` atomically, int8 if asked; the size of its fp32 form in bytes."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as scratch:
+        fp32 = Path(scratch) / "fp32.onnx"
+        _write_graph(module, fields, vocab_size, fp32, opset)
+        fp32_bytes = fp32.stat().st_size
+        atomic_write(out, (lambda tmp: _quantize(fp32, tmp)) if int8 else (lambda tmp: os.replace(fp32, tmp)))
+    return fp32_bytes
+
+
+def export_encoder(encoder: nn.Module, out: Path, int8: bool = False, opset: int = DEFAULT_OPSET) -> None:
+    """An Encoder alone as an ONNX file (ids, mask, segments -> last_hidden_state (B, T, H)), int8 if asked: the
+    forward pass that `--engine onnxruntime` delegates (encoderlab.infer.backends); no sidecar, no tokenizer."""
+    with torch.device("meta"):  # a shell for the encoder, so _graph_module sees the model interface
+        shell = kinds.EncoderModel(encoder.config, pooler=False)
+    shell.encoder = encoder
+    _write(_graph_module(shell), {"task": "embed", "outputs": ["last_hidden_state"]}, encoder.config.vocab_size, out,
+           int8, opset)
+
+
 def export_onnx(model_name_or_path: str | os.PathLike, out_path: str | os.PathLike, int8: bool = False,
                 kind: str = "base", opset: int = DEFAULT_OPSET) -> dict:
     """Export a checkpoint, alias or fine-tuned folder to ONNX (int8 if asked), plus sidecar and tokenizer, each file
@@ -182,12 +203,7 @@ def export_onnx(model_name_or_path: str | os.PathLike, out_path: str | os.PathLi
         raise ConfigError(f"opset {opset}: expected {MIN_OPSET} to {MAX_OPSET}")
     folder, model, fields = _load_for_export(model_name_or_path, kind)
     module, vocab_size = _graph_module(model), model.config.vocab_size
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as scratch:
-        fp32 = Path(scratch) / "fp32.onnx"
-        _write_graph(module, fields, vocab_size, fp32, opset)
-        fp32_bytes = fp32.stat().st_size
-        atomic_write(out, (lambda tmp: _quantize(fp32, tmp)) if int8 else (lambda tmp: os.replace(fp32, tmp)))
+    fp32_bytes = _write(module, fields, vocab_size, out, int8, opset)
     tokenizer = _copy_tokenizer(folder, out.parent)
     sidecar = {"format": SIDECAR_FORMAT, "source": str(folder), "kind": kind, "inputs": list(INPUT_NAMES),
                "hidden_size": model.config.hidden_size, "opset": opset, "int8": int8, "tokenizer": tokenizer} | fields
