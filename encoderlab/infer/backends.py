@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -199,7 +198,11 @@ def candidates(config: EncoderConfig, engine: str, precision: str, what: str) ->
 
 def _available(engine: str, config: EncoderConfig) -> bool:
     """Whether `engine` is installed and holds this architecture (for auto, which skips it otherwise)."""
-    return importlib.util.find_spec(engine) is not None and not (engine == "ctranslate2" and ct2_unsupported(config))
+    try:
+        _import(engine)
+    except ConfigError:
+        return False
+    return not (engine == "ctranslate2" and ct2_unsupported(config))
 
 
 def _sample(tokenizer: Tokenizer, max_length: int) -> list[dict[str, torch.Tensor]]:
