@@ -157,7 +157,8 @@ def ct2_spec(config: EncoderConfig, state: dict[str, torch.Tensor]) -> Any:
         for linear, name in ((layer.self_attention.linear[0], "attn.qkv"), (layer.self_attention.linear[1], "attn.out"),
                              (layer.ffn.linear_0, "mlp.up"), (layer.ffn.linear_1, "mlp.down")):
             linear.weight, linear.bias = w[f"layers.{i}.{name}.weight"], w[f"layers.{i}.{name}.bias"]
-        norms += [(layer.self_attention.layer_norm, f"layers.{i}.attn_norm"), (layer.ffn.layer_norm, f"layers.{i}.mlp_norm")]
+        norms += [(layer.self_attention.layer_norm, f"layers.{i}.attn_norm"),
+                  (layer.ffn.layer_norm, f"layers.{i}.mlp_norm")]
     for norm, name in norms:
         norm.gamma, norm.beta = w[f"{name}.weight"], w[f"{name}.bias"]
     spec.config.layer_norm_epsilon = config.layer_norm_eps
