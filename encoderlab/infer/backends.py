@@ -207,9 +207,10 @@ def _available(engine: str, config: EncoderConfig) -> bool:
 
 
 def _sample(tokenizer: Tokenizer, max_length: int) -> list[dict[str, torch.Tensor]]:
-    """auto's two batches: 32 short sentences and 4 passages of up to 128 tokens (SAMPLE repeated)."""
-    short = encode(tokenizer, [SAMPLE[i % len(SAMPLE)] for i in range(32)])
-    long = encode(tokenizer, [" ".join(SAMPLE[i:] + SAMPLE * 4) for i in range(4)])  # cut below, without a warning
+    """auto's two batches: 16 short sentences and 2 passages of up to 128 tokens (SAMPLE repeated); small, so that
+    timing six candidates takes a few seconds, with rows as long as real ones."""
+    short = encode(tokenizer, [SAMPLE[i % len(SAMPLE)] for i in range(16)])
+    long = encode(tokenizer, [" ".join(SAMPLE[i:] + SAMPLE * 4) for i in range(2)])  # cut below, without a warning
     return [pad_batch([e.input_ids[:limit] for e in items], [e.token_type_ids[:limit] for e in items],
                       tokenizer.pad_id) for items, limit in ((short, max_length), (long, min(128, max_length)))]
 
@@ -232,9 +233,10 @@ def _fastest(model: nn.Module, pairs: list[tuple[str, str]], batches: list[dict]
     reference = [_vectors(model.encoder, batch) for batch in batches]
     best, report = None, []
     for engine, precision in pairs:
-        built = _build(model, engine, precision, cache, threads)
-        cosine = min(float((_vectors(built.encoder, b) * r).sum(-1).mean()) for b, r in zip(batches, reference))
-        seconds = sum(precisions.best_time(lambda b=b: _vectors(built.encoder, b), repeats=2) for b in batches)
+        built, got = _build(model, engine, precision, cache, threads), {}
+        seconds = sum(precisions.best_time(lambda i=i: got.__setitem__(i, _vectors(built.encoder, batches[i])),
+                                           repeats=2) for i in range(len(batches)))
+        cosine = min(float((got[i] * r).sum(-1).mean()) for i, r in enumerate(reference))
         report.append(f"{engine} {precision} {seconds * 1e3:.0f} ms cosine {cosine:.4f}")
         if cosine >= MIN_COSINE and (best is None or seconds < best[0]):
             best = (seconds, built, precision, engine)
@@ -261,6 +263,7 @@ def resolve(model: nn.Module, engine: str, precision: str, probe: Callable[[nn.M
     known = read_json_file(choices) if choices.is_file() else {}
     if key in known:
         chosen, mode = known[key]
+        log.info("engine auto: %s %s, as measured before on this machine (%s)", chosen, mode, choices)
         return _build(model, chosen, mode, folder, threads), mode, chosen
     folder.mkdir(parents=True, exist_ok=True)
     built, mode, chosen = _fastest(model, pairs, _sample(tokenizer, max_length), folder, threads)
