@@ -1,6 +1,6 @@
 """`--engine onnxruntime|ctranslate2|auto` (encoderlab.infer.backends): the encoder's forward pass in another runtime
-gives what the torch path gives, within the precision's tolerance, for every pipeline; auto says what it picked;
-missing runtimes, unsupported architectures and options are refused by name."""
+gives what the torch path gives, within the precision's tolerance, for every pipeline and family; auto says what it
+picked; missing runtimes, unsupported architectures and options are refused by name."""
 
 from __future__ import annotations
 
@@ -15,15 +15,17 @@ from torch.testing import assert_close
 from transformers import (BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
                           BertForTokenClassification, BertModel)
 
+from encoderlab.checkpoint import load_model
 from encoderlab.cli import main
 from encoderlab.config import EncoderConfig
 from encoderlab.engine import pad_batch
 from encoderlab.errors import ConfigError, InputError
-from encoderlab.infer.backends import ct2_unsupported
+from encoderlab.infer.backends import cache_dir, candidates, ct2_unsupported, runtime_model
 from encoderlab.infer.pipelines import Embed, pipeline
 from encoderlab.infer.server import load_pipelines
 from encoderlab.nn.model import SentenceEmbedder
 from encoderlab.tokenizer import Tokenizer
+from test_family import HF_CONFIGS, family_batch, save_tiny_hf
 from test_pipelines import TAGS, TEXTS, hf_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
@@ -177,3 +179,23 @@ def test_options_a_runtime_cannot_honour_are_refused(folders, cache):
     batch = batch_of(pipe, TEXTS[:1])
     with pytest.raises(InputError, match="attention maps .* need --engine torch"):
         pipe.model(batch["input_ids"], batch["attention_mask"], output_attentions=True)
+
+
+@pytest.mark.parametrize("engine", RUNTIMES)
+@pytest.mark.parametrize("family", sorted(HF_CONFIGS))
+def test_every_family_runs_or_is_refused_by_name(tmp_path, cache, family, engine):
+    """Each family's encoder on each runtime equals ours on real positions, or (CTranslate2) is refused naming what
+    its post-norm BERT spec lacks."""
+    model = load_model(save_tiny_hf(family, "base", tmp_path / family), kind="embed").eval()
+    missing = ct2_unsupported(model.config) if engine == "ctranslate2" else []
+    if missing:
+        with pytest.raises(ConfigError, match="CTranslate2's encoder has no"):
+            candidates(model.config, engine, "fp32", "embed")
+        assert family in ("albert", "electra", "deberta-v2", "modernbert"), missing  # electra: factorized here
+        return
+    batch = family_batch(model.config)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        expected = model.encoder(**batch).last_hidden_state[real]
+        got = runtime_model(model, engine, "fp32", cache_dir(model.encoder, cache), 1).encoder(**batch)
+    assert_close(got.last_hidden_state[real], expected, **FP32)
