@@ -1,16 +1,13 @@
 """Other runtimes under our pipelines (`--engine`): the encoder's forward pass in ONNX Runtime or CTranslate2, while
-tokenization, batching, windows, pooling and the task heads stay ours (encoderlab.engine, nn/heads).
-
-On a 2-core AVX2 EPYC without VNNI (issue 18, bench/results/inference.json) CTranslate2 int8 ran MiniLM on SST-2
-sentences about 1.2x faster than our best torch mode, and ONNX Runtime int8 256-token passages about 1.1x; where a
-CPU has VNNI torch int8 is the one to beat. `auto` measures rather than guesses.
-- onnxruntime: the Encoder exported once (infer.onnx.export_encoder; int8: ORT's dynamic quantization, per-channel
-  weights) into a cache keyed by a hash of the weights, then run by OnnxRunner.
+tokenization, batching, windows, pooling and the task heads stay ours. On a 2-core AVX2 EPYC without VNNI (issue 18)
+CTranslate2 int8 ran MiniLM sentences about 1.2x faster than our best torch mode, ONNX Runtime int8 256-token
+passages about 1.1x; with VNNI torch int8 is the one to beat, so `auto` measures rather than guesses.
+- onnxruntime: the Encoder exported once (infer.onnx.export_encoder; int8: ORT's dynamic quantization) into a cache
+  keyed by a hash of the weights, run by OnnxRunner.
 - ctranslate2: a TransformerEncoderSpec filled from our state dict and saved once (ctranslate2's own converter
   imports transformers, which encoderlab never does); int8 is its compute_type, weights quantized at load.
-- auto: every candidate timed on two batches (short sentences, 128-token passages), kept only where its mean-pooled
-  vectors stay within cosine MIN_COSINE of torch fp32; the choice is cached per weights, CPU, threads and request.
-"""
+- auto: each candidate timed on two small batches and kept only where its mean-pooled vectors stay within cosine
+  MIN_COSINE of torch fp32; the choice is cached per weights, CPU, threads and request."""
 
 from __future__ import annotations
 
@@ -27,17 +24,15 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.config import EncoderConfig
-from encoderlab.engine import encode, pad_batch
+from encoderlab.engine import Output, encode, pad_batch, sentence_vectors
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.infer import precision as precisions
 from encoderlab.infer.onnx import OnnxRunner, export_encoder
 from encoderlab.io import atomic_write_text, read_json_file
 from encoderlab.nn.encoder import EncoderOutput
-from encoderlab.nn.pooling import pool
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -47,7 +42,6 @@ EXTRA = "pip install 'encoderlab[engines]'"
 MIN_COSINE = 0.99  # auto keeps a candidate whose mean-pooled vectors have a mean cosine >= this to torch fp32
 CT2_ACTIVATIONS = {"gelu": "GELU", "gelu_new": "GELUTanh", "gelu_pytorch_tanh": "GELUTanh", "relu": "RELU",
                    "silu": "SWISH"}  # config.json hidden_act -> ctranslate2.specs.common_spec.Activation
-CT2_COMPUTE = {"fp32": "float32", "int8": "int8"}
 SAMPLE = ("The film was a delight from start to finish.", "Where does Anna live?", "Paris is the capital of France.",
           "It rained all day, so the match was put off until the following week, much to everyone's dismay.",
           "A remarkably dull plot.", "Researchers measured the speed of sound in water at several temperatures.")
@@ -111,7 +105,8 @@ def _ct2_run(encoder: nn.Module, precision: str, cache: Path, threads: int) -> C
             ct2_spec(encoder.config, encoder.state_dict()).save(scratch)
             os.replace(scratch, folder)  # whole or not at all
             os.mkdir(scratch)  # for the context manager's clean-up
-    model = ct2.Encoder(str(folder), "cpu", compute_type=CT2_COMPUTE[precision], intra_threads=threads)
+    model = ct2.Encoder(str(folder), "cpu", compute_type="int8" if precision == "int8" else "float32",
+                        intra_threads=threads)
     segments = bool(encoder.config.type_vocab_size)
 
     def run(ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
@@ -219,7 +214,7 @@ def _sample(tokenizer: Tokenizer, max_length: int) -> list[dict[str, torch.Tenso
 def _vectors(encoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Mean-pooled, normalised last hidden states (B, H): what auto compares to torch fp32."""
     hidden = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
-    return F.normalize(pool(hidden.float(), batch["attention_mask"], "mean"), dim=-1)
+    return sentence_vectors(Output(hidden=hidden), batch["attention_mask"], "mean", normalize=True)
 
 
 def _build(model: nn.Module, engine: str, precision: str, cache: Path, threads: int) -> nn.Module:
