@@ -102,9 +102,13 @@ def _ct2_run(encoder: nn.Module, precision: str, cache: Path, threads: int) -> C
     if not (folder / "model.bin").is_file():
         cache.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=cache, prefix=".ctranslate2.") as scratch:
-            ct2_spec(encoder.config, encoder.state_dict()).save(scratch)
-            os.replace(scratch, folder)  # whole or not at all
-            os.mkdir(scratch)  # for the context manager's clean-up
+            os.mkdir(f"{scratch}/model")
+            ct2_spec(encoder.config, encoder.state_dict()).save(f"{scratch}/model")
+            try:
+                os.replace(f"{scratch}/model", folder)  # whole or not at all
+            except OSError:
+                if not (folder / "model.bin").is_file():  # else another process saved it first
+                    raise
     model = ct2.Encoder(str(folder), "cpu", compute_type="int8" if precision == "int8" else "float32",
                         intra_threads=threads)
     segments = bool(encoder.config.type_vocab_size)
