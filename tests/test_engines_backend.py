@@ -20,6 +20,7 @@ from encoderlab.cli import main
 from encoderlab.config import EncoderConfig
 from encoderlab.engine import pad_batch
 from encoderlab.errors import ConfigError, InputError
+from encoderlab.infer import precision as precisions
 from encoderlab.infer.backends import cache_dir, candidates, ct2_unsupported, runtime_model
 from encoderlab.infer.pipelines import Embed, pipeline
 from encoderlab.infer.server import load_pipelines
@@ -199,3 +200,12 @@ def test_every_family_runs_or_is_refused_by_name(tmp_path, cache, family, engine
         expected = model.encoder(**batch).last_hidden_state[real]
         got = runtime_model(model, engine, "fp32", cache_dir(model.encoder, cache), 1).encoder(**batch)
     assert_close(got.last_hidden_state[real], expected, **FP32)
+
+
+def test_pooling_asked_for_reaches_a_converted_model(folders):
+    """--pooling cls with int8 (a converted copy of the model) pools as asked, as the fp32 model does."""
+    if not precisions.int8_supported():
+        pytest.skip("no int8 kernel on this CPU")
+    fp32 = {p: pipeline("embed", folders["embed"], pooling=p).embed(TEXTS) for p in ("cls", "mean")}
+    int8 = pipeline("embed", folders["embed"], "int8", pooling="cls").embed(TEXTS)
+    assert cosines(int8, fp32["cls"]).mean() > max(0.99, cosines(int8, fp32["mean"]).mean())

@@ -70,8 +70,8 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
     """--precision, --compile, --batch-size, --max-length, --threads: how a pipeline runs."""
     add_precision(parser)
     parser.add_argument("--engine", choices=ENGINES, default="torch", help=ENGINE_HELP)
-    parser.add_argument("--engine-cache", default=None, metavar="DIR", help="where onnxruntime and ctranslate2 "
-                        "keep their converted models (default: $ENCODERLAB_CACHE/engines, else ~/.cache/encoderlab)")
+    parser.add_argument("--engine-cache", default=None, metavar="DIR", help="where onnxruntime and ctranslate2 keep "
+                        "their converted models (default: $ENCODERLAB_CACHE/engines, else ~/.cache/encoderlab/engines)")
     parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="inputs per forward pass (default: 32)")
     parser.add_argument("--max-length", type=int, default=None, metavar="T",
