@@ -249,7 +249,7 @@ def resolve(model: nn.Module, engine: str, precision: str, probe: Callable[[nn.M
             device: torch.device, tokenizer: Tokenizer, max_length: int, what: str,
             cache: str | os.PathLike | None = None) -> tuple[nn.Module, str, str]:
     """The model to run, its precision and its engine: as asked, or the fastest candidate within tolerance."""
-    if engine == "torch":
+    if engine == "torch" or (engine == "auto" and device.type != "cpu"):  # the runtimes here run on the CPU
         return (*precisions.resolve(model, precision, probe, device), "torch")
     pairs = candidates(model.config, engine, precision, what)
     if device.type != "cpu":
