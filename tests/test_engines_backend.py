@@ -21,7 +21,7 @@ from encoderlab.config import EncoderConfig
 from encoderlab.engine import pad_batch
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.infer import precision as precisions
-from encoderlab.infer.backends import cache_dir, candidates, ct2_unsupported, runtime_model
+from encoderlab.infer.backends import cache_dir, candidates, ct2_unsupported, resolve, runtime_model
 from encoderlab.infer.pipelines import Embed, pipeline
 from encoderlab.infer.server import load_pipelines
 from encoderlab.nn.model import SentenceEmbedder
@@ -209,3 +209,11 @@ def test_pooling_asked_for_reaches_a_converted_model(folders):
     fp32 = {p: pipeline("embed", folders["embed"], pooling=p).embed(TEXTS) for p in ("cls", "mean")}
     int8 = pipeline("embed", folders["embed"], "int8", pooling="cls").embed(TEXTS)
     assert cosines(int8, fp32["cls"]).mean() > max(0.99, cosines(int8, fp32["mean"]).mean())
+
+
+def test_off_the_cpu_auto_is_torch_and_a_runtime_is_refused(folders):
+    pipe = pipeline("embed", folders["embed"])
+    args = (pipe.model, "fp32", None, torch.device("meta"), pipe.tokenizer, pipe.max_length, "embed")
+    assert resolve(args[0], "auto", *args[1:])[2] == "torch"
+    with pytest.raises(ConfigError, match="--engine onnxruntime runs on the CPU; on meta use --engine torch"):
+        resolve(args[0], "onnxruntime", *args[1:])
