@@ -66,9 +66,9 @@ COMPILED = ["fp32", "int8"] if precisions.int8_kernel() == "int_mm" else []
 # OpenVINO int8 (nncf's calibration alone takes ~30 s on 2 cores), encoderlab's ONNX export (each export and
 # quantization takes seconds; onnxruntime runs the transformers model's export) and our pipeline on the runtimes in
 # fp32 (int8 and auto stay: they are where encoderlab's best mode may come from).
-# The full run's subsets keep it near 10 minutes on 2 quiet cores with 12 engines, 3 rounds, at 1 and 2 threads
-# (12 engines before the five `--engine` modes; with them expect about 14 minutes, estimated from --quick, not measured)
-# (estimated from the texts/s and from --quick under load: 8 to 10 minutes).
+# The full run's subsets kept it near 10 minutes on 2 quiet cores with 12 engines, 3 rounds, at 1 and 2 threads
+# (estimated from the texts/s and from --quick under load: 8 to 10 minutes; measured: 533 s). The five
+# `--engine` modes make 17: expect about 13 minutes (scaled by the engine count, not measured).
 SIZES = {"full": {"sst2": 320, "passages": 24, "passage_tokens": 256, "mix": (96, 12), "pairs": 500,
                   "rounds": 3, "threads": "1,all", "calibration": 128, "drop": ()},
          "quick": {"sst2": 64, "passages": 8, "passage_tokens": 256, "mix": (12, 4), "pairs": 32,
