@@ -16,6 +16,9 @@ vectors in input order, tokenization included. Test/bench dependencies only: enc
   (OpenVINO would pick bf16 by itself on AVX512-BF16/AMX CPUs); int8 by nncf.quantize (post-training int8 of
   weights and activations, ModelType.TRANSFORMER, calibrated on `Setting.calibration`; nncf's PTQ guide).
 - encoderlab-MODE[+compile]: pipeline("embed", precision=MODE, compile=...), each precision this CPU runs.
+- encoderlab-ENGINE-MODE: pipeline("embed", precision=MODE, engine=ENGINE): our pipeline (tokenization, batching,
+  pooling) with the encoder's forward pass in onnxruntime or CTranslate2 (encoderlab.infer.backends), its converted
+  model built into the scratch folder at load; encoderlab-auto: engine and precision auto, timed at load.
 - encoderlab-onnx-fp32/-int8: encoderlab's own ONNX export (encoderlab.infer.onnx) on onnxruntime.
 
 The third-party runtimes (onnxruntime, CTranslate2, OpenVINO) get what a careful user gives them: the folder's fast
@@ -303,11 +306,15 @@ def openvino(int8: bool) -> Callable[[Setting], Embedder]:
 
 
 # ---- encoderlab -------------------------------------------------------------------------------------------
-def encoderlab(mode: str, compile: bool = False) -> Callable[[Setting], Embedder]:
-    """encoderlab's embed pipeline in one precision (compiled: warmed up at load, so its compile time is load time)."""
+def encoderlab(mode: str, compile: bool = False, engine: str = "torch") -> Callable[[Setting], Embedder]:
+    """encoderlab's embed pipeline in one precision on one engine (compiled: warmed up at load, so its compile time
+    is load time; another engine: its conversion is load time too)."""
 
     def load(setting: Setting) -> Embedder:
-        embedder = pipeline("embed", setting.folder, precision=mode, max_length=MAX_LENGTH, compile=compile)
+        if engine in ("onnxruntime", "ctranslate2"):
+            require(engine)
+        embedder = pipeline("embed", setting.folder, precision=mode, max_length=MAX_LENGTH, compile=compile,
+                            engine=engine, engine_cache=setting.work / "encoderlab-engines")
 
         def run(texts: list[str], batch_size: int) -> np.ndarray:
             embedder.engine.batch_size = batch_size  # one compiled model for every workload's batch size
@@ -340,4 +347,7 @@ def catalog(modes: list[str], compiled: list[str]) -> dict[str, Callable[[Settin
         engines |= {f"{name}-fp32": loader(False), f"{name}-int8": loader(True)}
     engines |= {f"encoderlab-{mode}": encoderlab(mode) for mode in modes}
     engines |= {f"encoderlab-{mode}+compile": encoderlab(mode, True) for mode in compiled if mode in modes}
+    engines |= {f"encoderlab-{name}-{mode}": encoderlab(mode, engine=name) for name in ("onnxruntime", "ctranslate2")
+                for mode in ("fp32", "int8")}
+    engines["encoderlab-auto"] = encoderlab("auto", engine="auto")
     return engines | {"encoderlab-onnx-fp32": encoderlab_onnx(False), "encoderlab-onnx-int8": encoderlab_onnx(True)}

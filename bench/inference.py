@@ -4,7 +4,9 @@ One run, all-MiniLM-L6-v2 (`minilm`), mean-pooled L2-normalised embeddings, toke
 and the same thread count for every engine (bench/engines.py lists them and how each is set up): transformers eager
 fp32 (the 1.00x baseline), sentence-transformers (torch; onnx and openvino backends where they run offline),
 onnxruntime, CTranslate2 and OpenVINO in fp32 and int8, and every encoderlab mode (each precision this CPU runs,
-compiled ones, and encoderlab's own ONNX export on onnxruntime). An engine not installed is skipped with its reason.
+compiled ones, our pipeline on onnxruntime and CTranslate2 (`--engine`) in fp32 and int8, `--engine auto
+--precision auto`, and encoderlab's own ONNX export on onnxruntime). An engine not installed is skipped with its
+reason.
 
 Workloads, each at 1 thread and at all cores (torch threads, ORT intra-op threads, CTranslate2 intra_threads,
 OpenVINO INFERENCE_NUM_THREADS; tokenizers' own Rust pool is the same for all):
@@ -61,15 +63,18 @@ COMPILED = ["fp32", "int8"] if precisions.int8_kernel() == "int_mm" else []
 # Texts per workload (sst2 None: all 872), mix as (sentences, passages), STS-B pairs (None: all 1500), rounds,
 # thread counts ("all": os.cpu_count()), calibration texts (SST-2 train) for OpenVINO int8, engines left out.
 # The mix is not a multiple of the batch: one batch holds both kinds. --quick leaves out 1 thread, compiling,
-# OpenVINO int8 (nncf's calibration alone takes ~30 s on 2 cores) and encoderlab's ONNX export (each export and
-# quantization takes seconds; onnxruntime runs the transformers model's export).
-# The full run's subsets keep it near 10 minutes on 2 quiet cores with 12 engines, 3 rounds, at 1 and 2 threads
-# (estimated from the issue's texts/s and from --quick under load: 8 to 10 minutes).
+# OpenVINO int8 (nncf's calibration alone takes ~30 s on 2 cores), encoderlab's ONNX export (each export and
+# quantization takes seconds; onnxruntime runs the transformers model's export) and our pipeline on the runtimes in
+# fp32 (int8 and auto stay: they are where encoderlab's best mode may come from).
+# The full run's subsets kept it near 10 minutes on 2 quiet cores with 12 engines, 3 rounds, at 1 and 2 threads
+# (estimated from the issue's texts/s and from --quick under load: 8 to 10 minutes; measured: 533 s). The five
+# `--engine` modes make 17: expect about 13 minutes (scaled by the engine count, not measured).
 SIZES = {"full": {"sst2": 320, "passages": 24, "passage_tokens": 256, "mix": (96, 12), "pairs": 500,
                   "rounds": 3, "threads": "1,all", "calibration": 128, "drop": ()},
          "quick": {"sst2": 64, "passages": 8, "passage_tokens": 256, "mix": (12, 4), "pairs": 32,
                    "rounds": 1, "threads": "all", "calibration": 0,
-                   "drop": ("openvino-int8", "encoderlab-onnx-fp32", "encoderlab-onnx-int8")},
+                   "drop": ("openvino-int8", "encoderlab-onnx-fp32", "encoderlab-onnx-int8",
+                            "encoderlab-onnxruntime-fp32", "encoderlab-ctranslate2-fp32")},
          "smoke": {"sst2": 16, "passages": 4, "passage_tokens": 64, "mix": (8, 2), "pairs": 16,
                    "rounds": 1, "threads": "1", "calibration": 8, "drop": ()}}
 

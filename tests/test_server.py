@@ -99,7 +99,8 @@ def embed(client: httpx.Client, texts: list[str]) -> np.ndarray:
 def test_health(client):
     health = client.get("/health").json()
     assert health["status"] == "ok" and health["model"] == "minilm" and health["tasks"] == ["embed"]
-    assert health["precision"] == {"embed": "fp32"} and health["queue"] == 0 and health["uptime_s"] > 0
+    assert health["precision"] == {"embed": "fp32"} and health["engine"] == {"embed": "torch"}
+    assert health["queue"] == 0 and health["uptime_s"] > 0
     assert "minilm" in health["models"]["embed"]  # the fixture loads it by its folder
     assert "no masked-LM head" in health["unavailable"]["fill-mask"]  # load_pipelines alone adds no fallback
     assert "--model encoderlab-fill-mask (the default)" in health["unavailable"]["fill-mask"]
@@ -272,7 +273,7 @@ def wait_for_health(url: str, process: subprocess.Popen) -> dict:
 class Stub:
     """A stand-in embed pipeline: 'bad' texts raise InputError, 'boom' a RuntimeError; records its calls."""
 
-    task, precision, model_name = "embed", "fp32", ""
+    task, precision, model_name, engine_name = "embed", "fp32", "", "torch"
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []

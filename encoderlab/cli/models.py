@@ -80,7 +80,8 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
     atomic_write(out, write)
     print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} float32 "
-          f"({embedder.pooling} pooling{', normalized' if embedder.normalize else ''}, {embedder.precision})")
+          f"({embedder.pooling} pooling{', normalized' if embedder.normalize else ''}, {embedder.precision}"
+          f"{'' if embedder.engine_name == 'torch' else ' on ' + embedder.engine_name})")
 
 
 # ---- similarity -----------------------------------------------------------------------------------

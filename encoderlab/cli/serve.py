@@ -21,7 +21,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
     apply_threads(args.threads)
     limits = Limits(args.max_batch, args.max_text_chars, args.max_body_bytes, args.batch_wait_ms, args.body_timeout_s)
     server.serve(args.model, args.host, args.port, args.tasks, args.precision, limits, args.batch_size,
-                 args.max_length, "debug" if args.verbose else "info", args.compile, api_key=api_key(args.api_key_file))
+                 args.max_length, "debug" if args.verbose else "info", args.compile, api_key=api_key(args.api_key_file),
+                 engine=args.engine, engine_cache=args.engine_cache)
 
 
 def api_key(path: Path | None) -> str | None:

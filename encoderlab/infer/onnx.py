@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from encoderlab.checkpoint import load_model, read_task_info, resolve_model_path, settings
+from encoderlab.config import EncoderConfig
 from encoderlab.engine import Engine, Output, check_texts, sentence_vectors
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.io import atomic_write, atomic_write_text, read_json_file
@@ -134,6 +135,26 @@ def _write_graph(module: nn.Module, fields: dict, vocab_size: int, path: Path, o
                           dynamic_axes=axes)
 
 
+def _drop_nan_guards(path: Path) -> None:
+    """Remove the exporter's Where(IsNaN(p), 0, p) after each attention softmax (torch.onnx's opset-14 SDPA symbolic,
+    for rows whose keys are all masked), in place. Under a key-padding mask no row of a text is all masked; and on
+    256-token passages those two passes over (B, heads, T, T) took a fifth of int8 MiniLM's time in onnxruntime."""
+    import onnx
+
+    model = onnx.load(str(path))
+    guarded = {node.output[0] for node in model.graph.node if node.op_type == "IsNaN"}
+    guards = [n for n in model.graph.node if n.op_type == "IsNaN" or (n.op_type == "Where" and n.input[0] in guarded)]
+    bypass = {n.output[0]: n.input[2] for n in guards if n.op_type == "Where"}  # the guard's output -> softmax's
+    for node in guards:
+        model.graph.node.remove(node)
+    for node in model.graph.node:
+        node.input[:] = [bypass.get(name, name) for name in node.input]
+    used = {name for node in model.graph.node for name in node.input}
+    for node in [n for n in model.graph.node if n.op_type == "Constant" and n.output[0] not in used]:
+        model.graph.node.remove(node)  # the guards' zeros (onnxruntime warns of each unused one at load)
+    onnx.save(model, str(path))
+
+
 def _quantize(src: Path, dst: Path) -> None:
     """Dynamic int8 quantization: MatMul weights and the embedding tables (Gather) to int8, activations at run time.
     Per-channel weight scales: on MiniLM and 64 SST-2 dev sentences, one scale per tensor gave a mean embedding cosine
@@ -171,6 +192,28 @@ def _copy_tokenizer(folder: Path, dest: Path) -> bool:
     return True
 
 
+def _write(module: nn.Module, fields: dict, config: EncoderConfig, out: Path, int8: bool, opset: int) -> int:
+    """The graph written to `out` atomically, int8 if asked; the size of its fp32 form in bytes."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as scratch:
+        fp32 = Path(scratch) / "fp32.onnx"
+        _write_graph(module, fields, config.vocab_size, fp32, opset)
+        if not (config.relative_attention or config.local_attention):  # their masks can hide a whole row
+            _drop_nan_guards(fp32)
+        fp32_bytes = fp32.stat().st_size
+        atomic_write(out, (lambda tmp: _quantize(fp32, tmp)) if int8 else (lambda tmp: os.replace(fp32, tmp)))
+    return fp32_bytes
+
+
+def export_encoder(encoder: nn.Module, out: Path, int8: bool = False, opset: int = DEFAULT_OPSET) -> None:
+    """An Encoder alone as an ONNX file (ids, mask, segments -> last_hidden_state (B, T, H)), int8 if asked: the
+    forward pass that `--engine onnxruntime` delegates (encoderlab.infer.backends); no sidecar, no tokenizer."""
+    with torch.device("meta"):  # a shell for the encoder, so _graph_module sees the model interface
+        shell = kinds.EncoderModel(encoder.config, pooler=False)
+    shell.encoder = encoder
+    _write(_graph_module(shell), {"task": "embed", "outputs": ["last_hidden_state"]}, encoder.config, out, int8, opset)
+
+
 def export_onnx(model_name_or_path: str | os.PathLike, out_path: str | os.PathLike, int8: bool = False,
                 kind: str = "base", opset: int = DEFAULT_OPSET) -> dict:
     """Export a checkpoint, alias or fine-tuned folder to ONNX (int8 if asked), plus sidecar and tokenizer, each file
@@ -182,12 +225,7 @@ def export_onnx(model_name_or_path: str | os.PathLike, out_path: str | os.PathLi
         raise ConfigError(f"opset {opset}: expected {MIN_OPSET} to {MAX_OPSET}")
     folder, model, fields = _load_for_export(model_name_or_path, kind)
     module, vocab_size = _graph_module(model), model.config.vocab_size
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as scratch:
-        fp32 = Path(scratch) / "fp32.onnx"
-        _write_graph(module, fields, vocab_size, fp32, opset)
-        fp32_bytes = fp32.stat().st_size
-        atomic_write(out, (lambda tmp: _quantize(fp32, tmp)) if int8 else (lambda tmp: os.replace(fp32, tmp)))
+    fp32_bytes = _write(module, fields, model.config, out, int8, opset)
     tokenizer = _copy_tokenizer(folder, out.parent)
     sidecar = {"format": SIDECAR_FORMAT, "source": str(folder), "kind": kind, "inputs": list(INPUT_NAMES),
                "hidden_size": model.config.hidden_size, "opset": opset, "int8": int8, "tokenizer": tokenizer} | fields

@@ -27,8 +27,8 @@ from torch import nn
 from encoderlab.checkpoint import Settings, load_model, read_config, resolve_model_path, settings, stored_kind
 from encoderlab.engine import (COMBINE, Encoded, Engine, Output, as_list, check_texts, encode, forward, mean_by_owner,
                                sentence_vectors, split_windows)
-from encoderlab.errors import CheckpointError, InputError, MissingHeadError
-from encoderlab.infer import precision as precisions
+from encoderlab.errors import CheckpointError, ConfigError, InputError, MissingHeadError
+from encoderlab.infer import backends
 from encoderlab.infer.compiled import compile_encoders
 from encoderlab.nn.model import IGNORE_INDEX, MODEL_CLASSES, SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
@@ -50,9 +50,11 @@ class Pipeline:
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", batch_size: int = 32,
                  max_length: int | None = None, device: str | torch.device = "cpu", compile: bool = False,
-                 settings: Settings | None = None, model_name: str = "") -> None:
+                 settings: Settings | None = None, model_name: str = "", engine: str = "torch",
+                 engine_cache: str | Path | None = None) -> None:
         """settings: the folder's (encoderlab.engine.settings); compile: torch.compile the encoder in place and
-        warm it up here (encoderlab.infer.compiled); model_name: the folder or alias it came from."""
+        warm it up here (encoderlab.infer.compiled); model_name: the folder or alias it came from; engine: what
+        runs the encoder's forward pass, engine_cache: where its exports go (encoderlab.infer.backends)."""
         if not isinstance(model, self.model_class):
             raise InputError(f"{self.task} needs {self.needs}, not a {type(model).__name__}")
         self.labels = list(model.config.labels or [])
@@ -63,7 +65,10 @@ class Pipeline:
         self.max_length = min(max_length or self.settings.max_length or limit, limit, tokenizer.model_max_length)
         self.engine = Engine(tokenizer, self.max_length, batch_size, self.device)
         model = model.eval().to(self.device)
-        self.model, self.precision = precisions.resolve(model, precision, self._probe, self.device)
+        if compile and engine != "torch":
+            raise ConfigError(f"--compile compiles torch's encoder; --engine {engine} runs another runtime")
+        self.model, self.precision, self.engine_name = backends.resolve(
+            model, engine, precision, self._probe, self.device, tokenizer, self.max_length, self.task, engine_cache)
         self.compiled = compile
         if compile:
             compile_encoders(self.model, self._probe)
@@ -117,8 +122,8 @@ class Pipeline:
         return mean_by_owner(rows.softmax(-1), owners, len(texts)).log()
 
     def info(self) -> dict[str, Any]:
-        """What this pipeline runs: task, precision, whether compiled, window, batch size."""
-        return {"task": self.task, "precision": self.precision, "compiled": self.compiled,
+        """What this pipeline runs: task, engine, precision, whether compiled, window, batch size."""
+        return {"task": self.task, "engine": self.engine_name, "precision": self.precision, "compiled": self.compiled,
                 "max_length": self.max_length, "batch_size": self.batch_size, "device": str(self.device)}
 
 
@@ -210,8 +215,10 @@ class Embed(Pipeline):
                  normalize: bool | None = None, stride: int | None = None, **options: Any) -> None:
         """pooling, normalize, stride: None follows the folder's settings; with a stride, a long text's vector is the
         mean of its windows' (pooled) vectors, then normalised."""
+        if pooling and isinstance(model, SentenceEmbedder):
+            model.pooling = pooling  # before the model is converted or copied: the embedder pools as asked
         super().__init__(model, tokenizer, precision, **options)
-        self.pooling = model.pooling = pooling or model.pooling  # the embedder pools as asked
+        self.pooling = self.model.pooling
         self.normalize = self.settings.normalize if normalize is None else normalize
         self._windowing(stride, None)
 

@@ -245,7 +245,7 @@ def resolve(model: nn.Module, precision: str, probe: Callable[[nn.Module], objec
     timings = {}
     for mode in modes:
         candidate = convert(model, mode)
-        timings[mode] = _time(lambda: probe(candidate))
+        timings[mode] = best_time(lambda: probe(candidate))
         if mode != "fp32":
             del candidate
     best = min(timings, key=timings.get)
@@ -253,7 +253,7 @@ def resolve(model: nn.Module, precision: str, probe: Callable[[nn.Module], objec
     return convert(model, best), best
 
 
-def _time(run: Callable[[], object], repeats: int = 3) -> float:
+def best_time(run: Callable[[], object], repeats: int = 3) -> float:
     """The fastest of `repeats` timed runs after one warm-up, in seconds."""
     run()
     best = float("inf")

@@ -119,6 +119,7 @@ class Health(BaseModel):
     tasks: list[str] = Field(description="the endpoints this model offers")
     unavailable: dict[str, str] = Field(description="endpoints it does not offer, and why")
     precision: dict[str, str] = Field(description="precision each pipeline runs in")
+    engine: dict[str, str] = Field(description="what runs each pipeline's encoder: torch, onnxruntime, ctranslate2")
     queue: int = Field(description="requests waiting or running")
     uptime_s: float
     stats: dict[str, dict[str, int]] = Field(description="per task: requests, texts, forward batches, errors")
@@ -403,6 +404,7 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
         return {"status": "ok", "model": model, "models": {t: p.model_name or model for t, p in pipelines.items()},
                 "tasks": list(pipelines), "unavailable": unavailable or {},
                 "precision": {t: p.precision for t, p in pipelines.items()},
+                "engine": {t: p.engine_name for t, p in pipelines.items()},
                 "queue": sum(len(b.pending) + b.running for b in batchers.values()),
                 "uptime_s": round(time.monotonic() - started, 3),
                 "stats": {t: dict(b.stats) for t, b in batchers.items()}, "limits": asdict(limits)}
@@ -544,13 +546,16 @@ def check_exposure(host: str, api_key: str | None) -> None:
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, tasks: list[str] | None = None,
           precision: str = "fp32", limits: Limits | None = None, batch_size: int = 32,
           max_length: int | None = None, log_level: str = "info", compile: bool = False,
-          fill_mask_model: str | None = DEFAULT_FILL_MASK_MODEL, api_key: str | None = None) -> None:
+          fill_mask_model: str | None = DEFAULT_FILL_MASK_MODEL, api_key: str | None = None, engine: str = "torch",
+          engine_cache: str | None = None) -> None:
     """Load the model's pipelines (/fill-mask by fill_mask_model where the model has no masked-LM head) and serve
-    them with uvicorn until interrupted; a host other than loopback needs an api_key (check_exposure)."""
+    them with uvicorn until interrupted; a host other than loopback needs an api_key (check_exposure); engine:
+    what runs the encoder (encoderlab.infer.backends)."""
     import uvicorn
 
     check_exposure(host, api_key)
-    options = {"batch_size": batch_size, "compile": compile} | ({"max_length": max_length} if max_length else {})
+    options = {"batch_size": batch_size, "compile": compile, "engine": engine, "engine_cache": engine_cache} | (
+        {"max_length": max_length} if max_length else {})
     pipelines, reasons = load_pipelines(model, tasks, precision, fill_mask_model, **options)
     app = create_app(pipelines, limits or Limits(), model=str(model), unavailable=reasons, api_key=api_key,
                      loopback_only=not api_key)  # check_exposure: no key means a loopback host

@@ -1,0 +1,270 @@
+"""Other runtimes under our pipelines (`--engine`): the encoder's forward pass in ONNX Runtime or CTranslate2, while
+tokenization, batching, windows, pooling and the task heads stay ours. On a 2-core AVX2 EPYC without VNNI (issue 18)
+CTranslate2 int8 ran MiniLM sentences about 1.2x faster than our best torch mode, ONNX Runtime int8 256-token
+passages about 1.1x; with VNNI torch int8 is the one to beat, so `auto` measures rather than guesses.
+- onnxruntime: the Encoder exported once (infer.onnx.export_encoder; int8: ORT's dynamic quantization) into a cache
+  keyed by a hash of the weights, run by OnnxRunner.
+- ctranslate2: a TransformerEncoderSpec filled from our state dict and saved once (ctranslate2's own converter
+  imports transformers, which encoderlab never does); int8 is its compute_type, weights quantized at load.
+- auto: each candidate timed on two small batches and kept only where its mean-pooled vectors stay within cosine
+  MIN_COSINE of torch fp32; the choice is cached per weights, CPU, threads and request."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from encoderlab.config import EncoderConfig
+from encoderlab.engine import Output, encode, pad_batch, sentence_vectors
+from encoderlab.errors import ConfigError, InputError
+from encoderlab.infer import precision as precisions
+from encoderlab.infer.onnx import OnnxRunner, export_encoder
+from encoderlab.io import atomic_write_text, read_json_file
+from encoderlab.nn.encoder import EncoderOutput
+from encoderlab.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+ENGINES = ("torch", "onnxruntime", "ctranslate2", "auto")
+RUNTIME_PRECISIONS = ("fp32", "int8")  # what onnxruntime and ctranslate2 run; torch: precision.PRECISIONS
+EXTRA = "pip install 'encoderlab[engines]'"
+MIN_COSINE = 0.99  # auto keeps a candidate whose mean-pooled vectors have a mean cosine >= this to torch fp32
+CT2_ACTIVATIONS = {"gelu": "GELU", "gelu_new": "GELUTanh", "gelu_pytorch_tanh": "GELUTanh", "relu": "RELU",
+                   "silu": "SWISH"}  # config.json hidden_act -> ctranslate2.specs.common_spec.Activation
+SAMPLE = ("The film was a delight from start to finish.", "Where does Anna live?", "Paris is the capital of France.",
+          "It rained all day, so the match was put off until the following week, much to everyone's dismay.",
+          "A remarkably dull plot.", "Researchers measured the speed of sound in water at several temperatures.")
+
+
+class RuntimeEncoder(nn.Module):
+    """An Encoder's forward pass run by another runtime: ids, mask, segments (B, T) -> EncoderOutput (B, T, H)."""
+
+    def __init__(self, encoder: nn.Module, run: Callable[..., np.ndarray], engine: str) -> None:
+        super().__init__()
+        self.config, self.run, self.engine = encoder.config, run, engine
+        self.embeddings = encoder.embeddings  # the MLM head is tied to the word embeddings
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, **flags: bool) -> EncoderOutput:
+        if any(flags.values()):
+            raise InputError(f"--engine {self.engine} gives the last hidden states only; attention maps and every "
+                             f"layer's states need --engine torch")
+        ids = input_ids.cpu().numpy()
+        mask = np.ones_like(ids) if attention_mask is None else attention_mask.cpu().numpy().astype(np.int64)
+        types = np.zeros_like(ids) if token_type_ids is None else token_type_ids.cpu().numpy()
+        return EncoderOutput(torch.from_numpy(np.ascontiguousarray(self.run(ids, mask, types))))
+
+
+def _import(engine: str) -> Any:
+    """The runtime's Python module; ConfigError naming the extra to install when it is missing."""
+    try:
+        return importlib.import_module(engine)
+    except ImportError:
+        raise ConfigError(f"--engine {engine} needs the {engine} package: {EXTRA}") from None
+
+
+def cache_dir(encoder: nn.Module, root: str | os.PathLike | None = None) -> Path:
+    """Where the runtimes' files for these weights live: root (default $ENCODERLAB_CACHE, else ~/.cache/encoderlab,
+    then engines/) / a hash of the config and weights, so a changed checkpoint never reuses a stale export."""
+    digest = hashlib.blake2b(repr(encoder.config).encode(), digest_size=8)
+    for name, tensor in encoder.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().contiguous().numpy())
+    default = Path(os.environ.get("ENCODERLAB_CACHE", Path.home() / ".cache" / "encoderlab")) / "engines"
+    return (Path(root) if root else default) / digest.hexdigest()
+
+
+# ---- the two runtimes -------------------------------------------------------------------------------------------
+def _onnx_run(encoder: nn.Module, precision: str, cache: Path, threads: int) -> Callable[..., np.ndarray]:
+    _import("onnxruntime")
+    path = cache / f"encoder-{precision}.onnx"
+    if not path.is_file():
+        log.info("exporting the encoder to %s (once)", path)
+        export_encoder(encoder, path, int8=precision == "int8")
+    runner = OnnxRunner(path, threads)
+    return lambda ids, mask, types: runner.run(ids, mask, types)["last_hidden_state"]
+
+
+def _ct2_run(encoder: nn.Module, precision: str, cache: Path, threads: int) -> Callable[..., np.ndarray]:
+    ct2 = _import("ctranslate2")
+    folder = cache / "ctranslate2"
+    if not (folder / "model.bin").is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache, prefix=".ctranslate2.") as scratch:
+            os.mkdir(f"{scratch}/model")
+            ct2_spec(encoder.config, encoder.state_dict()).save(f"{scratch}/model")
+            try:
+                os.replace(f"{scratch}/model", folder)  # whole or not at all
+            except OSError:
+                if not (folder / "model.bin").is_file():  # else another process saved it first
+                    raise
+    model = ct2.Encoder(str(folder), "cpu", compute_type="int8" if precision == "int8" else "float32",
+                        intra_threads=threads)
+    segments = bool(encoder.config.type_vocab_size)
+
+    def run(ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
+        # CTranslate2 takes lengths, not a mask: the engine's batches are right-padded.
+        lengths = ct2.StorageView.from_array(mask.sum(1).astype(np.int32))
+        out = model.forward_batch(ct2.StorageView.from_array(ids.astype(np.int32)), lengths,
+                                  types.tolist() if segments else None)
+        return np.asarray(out.last_hidden_state)
+
+    return run
+
+
+def ct2_unsupported(config: EncoderConfig) -> list[str]:
+    """What of this architecture CTranslate2's encoder spec (post-norm BERT) cannot hold; empty if nothing."""
+    checks = {"pre-norm layers": config.pre_norm, "relative attention": config.relative_attention,
+              "rotary positions": config.rope_theta, "local attention": config.local_attention,
+              "shared layers": config.shared_layers, "a gated feed-forward": config.gated_ffn,
+              "a projected embedding": config.embedding_width != config.hidden_size or config.always_project,
+              "bias-free layers": not config.bias, "learned absolute positions": not config.absolute_positions,
+              f"the {config.hidden_act} activation": config.hidden_act not in CT2_ACTIVATIONS}
+    return [name for name, unsupported in checks.items() if unsupported]
+
+
+def ct2_spec(config: EncoderConfig, state: dict[str, torch.Tensor]) -> Any:
+    """CTranslate2's TransformerEncoderModelSpec of our encoder (names: nn/encoder.py), as its BertLoader fills it
+    (ctranslate2/converters/transformers.py); our fused q, k, v rows are the layout its fuse_linear makes."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    w = {name: tensor.detach().float().cpu().numpy() for name, tensor in state.items()}
+    spec = transformer_spec.TransformerEncoderModelSpec(transformer_spec.TransformerEncoderSpec(
+        config.num_layers, config.num_heads, pre_norm=False, layernorm_embedding=True,
+        activation=getattr(common_spec.Activation, CT2_ACTIVATIONS[config.hidden_act]),
+        num_source_embeddings=1 + bool(config.type_vocab_size), embeddings_merge=common_spec.EmbeddingsMerge.ADD))
+    encoder = spec.encoder
+    encoder.scale_embeddings = False
+    encoder.embeddings[0].weight = w["embeddings.word.weight"]
+    if config.type_vocab_size:
+        encoder.embeddings[1].weight = w["embeddings.segment.weight"]
+    offset = config.pad_token_id + 1 if config.positions_after_pad else 0  # RoBERTa: position 0 is pad_id + 1
+    encoder.position_encodings.encodings = w["embeddings.position.weight"][offset:]
+    norms = [(encoder.layernorm_embedding, "embeddings.norm")]
+    for i, layer in enumerate(encoder.layer):
+        for linear, name in ((layer.self_attention.linear[0], "attn.qkv"), (layer.self_attention.linear[1], "attn.out"),
+                             (layer.ffn.linear_0, "mlp.up"), (layer.ffn.linear_1, "mlp.down")):
+            linear.weight, linear.bias = w[f"layers.{i}.{name}.weight"], w[f"layers.{i}.{name}.bias"]
+        norms += [(layer.self_attention.layer_norm, f"layers.{i}.attn_norm"),
+                  (layer.ffn.layer_norm, f"layers.{i}.mlp_norm")]
+    for norm, name in norms:
+        norm.gamma, norm.beta = w[f"{name}.weight"], w[f"{name}.bias"]
+    spec.config.layer_norm_epsilon = config.layer_norm_eps
+    spec.register_vocabulary([f"<{i}>" for i in range(config.vocab_size)])  # ids go in, never tokens
+    spec.validate()
+    return spec
+
+
+def runtime_model(model: nn.Module, engine: str, precision: str, cache: Path, threads: int) -> nn.Module:
+    """A shallow copy of the model whose encoder runs in `engine` at `precision`; heads and pooler stay torch's."""
+    run = (_onnx_run if engine == "onnxruntime" else _ct2_run)(model.encoder, precision, cache, threads)
+    out = copy.copy(model)
+    out._modules = dict(model._modules)  # the copy's own module table: the caller's model keeps its encoder
+    out.encoder = RuntimeEncoder(model.encoder, run, engine)
+    return out
+
+
+# ---- choosing -------------------------------------------------------------------------------------------------
+def candidates(config: EncoderConfig, engine: str, precision: str, what: str) -> list[tuple[str, str]]:
+    """The (engine, precision) pairs a request covers; ConfigError for one that cannot run, naming why."""
+    if engine not in ENGINES:
+        raise ConfigError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if engine not in ("auto", "torch"):
+        if precision not in ("auto", *RUNTIME_PRECISIONS):
+            raise ConfigError(f"--engine {engine} runs fp32 or int8 (or auto), not {precision}; bf16: --engine torch")
+        _import(engine)
+        missing = ct2_unsupported(config) if engine == "ctranslate2" else []
+        if missing:
+            raise ConfigError(f"--engine ctranslate2 cannot run {what} on this {config.model_type} model: "
+                              f"CTranslate2's encoder has no {', '.join(missing)}; use --engine torch or onnxruntime")
+    engines = ["torch", *(e for e in ENGINES[1:3] if _available(e, config))] if engine == "auto" else [engine]
+    pairs = [(e, mode) for e in engines for mode in (precisions.supported() if e == "torch" else RUNTIME_PRECISIONS)
+             if precision in ("auto", mode)]
+    if not pairs:
+        raise ConfigError(f"--engine {engine} --precision {precision}: no engine runs that on this machine")
+    return pairs
+
+
+def _available(engine: str, config: EncoderConfig) -> bool:
+    """Whether `engine` is installed and holds this architecture (for auto, which skips it otherwise)."""
+    try:
+        _import(engine)
+    except ConfigError:
+        return False
+    return not (engine == "ctranslate2" and ct2_unsupported(config))
+
+
+def _sample(tokenizer: Tokenizer, max_length: int) -> list[dict[str, torch.Tensor]]:
+    """auto's two batches: 16 short sentences and 2 passages of up to 128 tokens (SAMPLE repeated); small, so that
+    timing six candidates takes a few seconds, with rows as long as real ones."""
+    short = encode(tokenizer, [SAMPLE[i % len(SAMPLE)] for i in range(16)])
+    long = encode(tokenizer, [" ".join(SAMPLE[i:] + SAMPLE * 4) for i in range(2)])  # cut below, without a warning
+    return [pad_batch([e.input_ids[:limit] for e in items], [e.token_type_ids[:limit] for e in items],
+                      tokenizer.pad_id) for items, limit in ((short, max_length), (long, min(128, max_length)))]
+
+
+@torch.inference_mode()
+def _vectors(encoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean-pooled, normalised last hidden states (B, H): what auto compares to torch fp32."""
+    hidden = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
+    return sentence_vectors(Output(hidden=hidden), batch["attention_mask"], "mean", normalize=True)
+
+
+def _build(model: nn.Module, engine: str, precision: str, cache: Path, threads: int) -> nn.Module:
+    return precisions.convert(model, precision) if engine == "torch" else runtime_model(model, engine, precision,
+                                                                                        cache, threads)
+
+
+def _fastest(model: nn.Module, pairs: list[tuple[str, str]], batches: list[dict], cache: Path,
+             threads: int) -> tuple[nn.Module, str, str]:
+    """The fastest candidate whose vectors stay within MIN_COSINE of torch fp32's: (model, precision, engine)."""
+    reference = [_vectors(model.encoder, batch) for batch in batches]
+    best, report = None, []
+    for engine, precision in pairs:
+        built, got = _build(model, engine, precision, cache, threads), {}
+        seconds = sum(precisions.best_time(lambda i=i: got.__setitem__(i, _vectors(built.encoder, batches[i])),
+                                           repeats=2) for i in range(len(batches)))
+        cosine = min(float((got[i] * r).sum(-1).mean()) for i, r in enumerate(reference))
+        report.append(f"{engine} {precision} {seconds * 1e3:.0f} ms cosine {cosine:.4f}")
+        if cosine >= MIN_COSINE and (best is None or seconds < best[0]):
+            best = (seconds, built, precision, engine)
+    log.info("engine auto: %s", "; ".join(report))
+    if best is None:
+        raise ConfigError(f"no candidate stays within cosine {MIN_COSINE} of torch fp32: {'; '.join(report)}")
+    return best[1:]
+
+
+def resolve(model: nn.Module, engine: str, precision: str, probe: Callable[[nn.Module], object],
+            device: torch.device, tokenizer: Tokenizer, max_length: int, what: str,
+            cache: str | os.PathLike | None = None) -> tuple[nn.Module, str, str]:
+    """The model to run, its precision and its engine: as asked, or the fastest candidate within tolerance."""
+    if engine == "torch" or (engine == "auto" and device.type != "cpu"):  # the runtimes here run on the CPU
+        return (*precisions.resolve(model, precision, probe, device), "torch")
+    pairs = candidates(model.config, engine, precision, what)
+    if device.type != "cpu":
+        raise ConfigError(f"--engine {engine} runs on the CPU; on {device.type} use --engine torch")
+    folder, threads = cache_dir(model.encoder, cache), torch.get_num_threads()
+    if len(pairs) == 1:
+        return _build(model, *pairs[0], folder, threads), pairs[0][1], pairs[0][0]
+    choices = folder / "auto.json"
+    key = f"{precisions.cpuinfo('model name')} | {threads} threads | {engine} {precision} | {','.join(map(str, pairs))}"
+    known = read_json_file(choices) if choices.is_file() else {}
+    if key in known:
+        chosen, mode = known[key]
+        log.info("engine auto: %s %s, as measured before on this machine (%s)", chosen, mode, choices)
+        return _build(model, chosen, mode, folder, threads), mode, chosen
+    folder.mkdir(parents=True, exist_ok=True)
+    built, mode, chosen = _fastest(model, pairs, _sample(tokenizer, max_length), folder, threads)
+    atomic_write_text(choices, json.dumps(known | {key: [chosen, mode]}, indent=1) + "\n")
+    return built, mode, chosen
