@@ -63,6 +63,9 @@ class Setting:
     threads: int
     calibration: tuple[str, ...] = field(default=(), compare=False)
     """Texts for static int8 calibration (OpenVINO): never the texts timed or scored."""
+    user_cache: bool = field(default=False, compare=False)
+    """encoderlab's --engine modes keep their exports and auto's choice in the user's cache (ENCODERLAB_CACHE, as the
+    commands do), so a second run reuses them; False: in the scratch folder, made afresh each run."""
 
 
 def require(module: str) -> ModuleType:
@@ -314,7 +317,7 @@ def encoderlab(mode: str, compile: bool = False, engine: str = "torch") -> Calla
         if engine in ("onnxruntime", "ctranslate2"):
             require(engine)
         embedder = pipeline("embed", setting.folder, precision=mode, max_length=MAX_LENGTH, compile=compile,
-                            engine=engine, engine_cache=setting.work / "encoderlab-engines")
+                            engine=engine, engine_cache=None if setting.user_cache else setting.work / "encoderlab-engines")
 
         def run(texts: list[str], batch_size: int) -> np.ndarray:
             embedder.engine.batch_size = batch_size  # one compiled model for every workload's batch size

@@ -5,11 +5,14 @@ and the clients' CPU is not counted as its memory. Each client sends, one after 
 SST-2 dev sentences (synthetic text when ../shared/data/sst2/dev.tsv is absent) for a fixed time, and every
 answer is checked: status 200 and one vector per text. Latency is per request, as the client sees it.
 
-Each server set-up in --servers (a precision, with "+compile" for `serve --compile`) gets the same load in
-turn, one server at a time: by default fp32 eager and int8 compiled, the fastest mode of bench/inference.py.
+Each server set-up in --servers gets the same load in turn, one server at a time. A set-up is ENGINE:PRECISION
+(`serve --engine ENGINE --precision PRECISION`), with "+compile" for `serve --compile`; a bare PRECISION means
+torch. By default fp32 on torch against auto:auto, the best mode as bench/inference.py defines it (`--engine auto
+--precision auto`: measured at start-up, so the bench follows the machine); what auto picked is read from the
+server's /health and recorded.
 
-    python bench/serve_load.py            # 32 clients for 60 s, against fp32 then int8+compile
-    python bench/serve_load.py --quick    # 32 clients for 10 s against fp32: under a minute with the start
+    python bench/serve_load.py            # 32 clients for 60 s, against torch:fp32 then auto:auto
+    python bench/serve_load.py --quick    # 32 clients for 10 s against each: about a minute with the starts
     python bench/serve_load.py --smoke    # 2 clients for 1 s against a tiny random model (make test)
 """
 
@@ -129,19 +132,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def serve_options(spec: str) -> tuple[str, ...]:
-    """`serve` options for a set-up such as "fp32" or "int8+compile"."""
-    precision, _, extra = spec.partition("+")
-    if precision not in ("fp32", "bf16", "int8", "auto") or extra not in ("", "compile"):
-        raise SystemExit(f"--servers: {spec!r} is not PRECISION or PRECISION+compile (fp32, bf16, int8, auto)")
-    return ("--precision", precision) + (("--compile",) if extra else ())
+ENGINES = ("torch", "onnxruntime", "ctranslate2", "auto")  # encoderlab.infer.backends.ENGINES
+PRECISIONS = ("fp32", "bf16", "int8", "auto")
+DEFAULT_SERVERS = "torch:fp32,auto:auto"
+
+
+def serve_options(spec: str, cache: str) -> tuple[str, ...]:
+    """`serve` options for a set-up such as "fp32", "int8+compile" or "auto:auto"; cache: --engine-cache."""
+    setup, _, extra = spec.partition("+")
+    engine, _, precision = setup.rpartition(":")
+    engine = engine or "torch"
+    if engine not in ENGINES or precision not in PRECISIONS or extra not in ("", "compile"):
+        raise SystemExit(f"--servers: {spec!r} is not [ENGINE:]PRECISION[+compile] (engines: {', '.join(ENGINES)}; "
+                         f"precisions: {', '.join(PRECISIONS)})")
+    return (("--engine", engine, "--precision", precision) + (("--engine-cache", cache) if cache else ())
+            + (("--compile",) if extra else ()))
 
 
 def run_server(spec: str, texts: list[str], args: argparse.Namespace, seconds: float) -> dict[str, object]:
     """Start one server set-up, load it for `seconds`, stop it; its figures."""
     port = free_port()
     started = time.perf_counter()
-    server = start_server(port, args.threads, args.max_batch, serve_options(spec), args.model)
+    server = start_server(port, args.threads, args.max_batch, serve_options(spec, args.engine_cache),
+                          args.model)
     startup_s = time.perf_counter() - started
     try:
         figures = asyncio.run(load(f"http://127.0.0.1:{port}", texts, args.clients, seconds))
@@ -152,7 +165,8 @@ def run_server(spec: str, texts: list[str], args: argparse.Namespace, seconds: f
         server.wait(30)
     stats = health["stats"]["embed"]
     return figures | {"server_startup_s": round(startup_s, 1), "server_peak_rss_mib": rss,
-                      "server_precision": health["precision"]["embed"], "server_requests": stats["requests"],
+                      "server_precision": health["precision"]["embed"],
+                      "server_engine": health["engine"]["embed"], "server_requests": stats["requests"],
                       "server_forward_batches": stats["batches"],
                       "texts_per_forward_batch": round(stats["texts"] / max(stats["batches"], 1), 1)}
 
@@ -164,20 +178,32 @@ def main() -> None:
                         help="how long the clients send (default: 60, or 10 with --quick, 1 with --smoke)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the server (default: 1)")
     parser.add_argument("--max-batch", type=int, default=64, help="the server's --max-batch (default: 64)")
-    parser.add_argument("--servers", help="comma-separated server set-ups, each PRECISION or PRECISION+compile "
-                        "(default: fp32,int8+compile; with --quick: fp32)")
+    parser.add_argument("--servers", default=DEFAULT_SERVERS,
+                        help="comma-separated server set-ups, each [ENGINE:]PRECISION[+compile], e.g. torch:fp32, "
+                             f"ctranslate2:int8, int8+compile (default: {DEFAULT_SERVERS})")
+    parser.add_argument("--engine-cache", help="the servers' --engine-cache (default: serve's; a fresh folder with "
+                        "--smoke)")
     args = parser.parse_args()
-    specs = (args.servers or ("fp32" if args.quick or args.smoke else "fp32,int8+compile")).split(",")
+    specs = args.servers.split(",")
     for spec in specs:
-        serve_options(spec)  # a typo fails now, not after the first server's minute of load
+        serve_options(spec, "")  # a typo fails now, not after the first server's minute of load
     texts, source = sentences()
     load_before = os.getloadavg()
     seconds = args.seconds or {"smoke": 1, "quick": 10, "full": 60}[common.size(args)]
     args.clients = args.clients or (2 if args.smoke else 32)
     with tempfile.TemporaryDirectory(prefix="encoderlab-serve-load-") as work:
         args.model = str(tiny_model(Path(work) / "tiny")) if args.smoke else "minilm"
+        args.engine_cache = args.engine_cache or (str(Path(work) / "engines") if args.smoke else "")
         servers = {spec: run_server(spec, texts, args, seconds) for spec in specs}
     report(servers, source, args, load_before)
+
+
+def against_first(servers: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """Each later set-up's texts/s and p99 latency as multiples of the first set-up's (the fp32 server)."""
+    first = servers[next(iter(servers))]
+    return {spec: {"texts_per_s": round(one["texts_per_s"] / max(first["texts_per_s"], 1e-9), 2),
+                   "p99": round(one["latency_ms"]["p99"] / max(first["latency_ms"]["p99"], 1e-9), 2)}
+            for spec, one in list(servers.items())[1:]}
 
 
 def report(servers: dict[str, dict], source: str, args: argparse.Namespace,
@@ -200,7 +226,12 @@ def report(servers: dict[str, dict], source: str, args: argparse.Namespace,
               f"{args.clients} clients: {one['requests_per_s']} requests/s, {one['texts_per_s']} texts/s; "
               f"latency p50 {latency['p50']} ms, p99 {latency['p99']} ms; {one['errors']} errors; "
               f"{one['texts_per_forward_batch']} texts a forward batch; started in {one['server_startup_s']} s; "
-              f"server peak RSS {one['server_peak_rss_mib']} MiB")
+              f"server peak RSS {one['server_peak_rss_mib']} MiB; ran {one['server_engine']} "
+              f"{one['server_precision']}")
+    figures["against_first"] = against_first(servers)
+    for spec, ratio in figures["against_first"].items():
+        print(f"{spec} against {next(iter(servers))}: {ratio['texts_per_s']}x the texts/s, "
+              f"{ratio['p99']}x the p99 latency")
     path = write_results(args, "serve_load", figures, goals)
     print(f"wrote {path}")
 

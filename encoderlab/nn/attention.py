@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.nn.dropout import dropout as drop
+from encoderlab.nn.packing import Packing
 from encoderlab.nn.rotary import rotate
 
 
@@ -36,23 +37,36 @@ class SelfAttention(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, return_probs: bool = False,
-                rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+                packing: Packing | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """mask: boolean (B, 1, 1 or T, T), True where a key may be attended to, or None for no padding;
-        rotary: the cos and sin tables (T, hd) that rotate queries and keys (nn/rotary.py), or None."""
-        B, T, H = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
+        rotary: the cos and sin tables (T, hd) that rotate queries and keys (nn/rotary.py), or None;
+        packing: where x holds the real tokens only (N, H) (nn/packing.py), or None for x (B, T, H)."""
+        q, k, v = self.split(x, packing)  # (B, nh, T, hd) each
         if rotary is not None:
             q, k = rotate(q, *rotary), rotate(k, *rotary)
         dropout = self.dropout if self.training else 0.0
         if return_probs or (dropout and x.device.type == "cpu"):
             context, probs = self._eager(q, k, v, mask, dropout)
             probs = probs if return_probs else None
-        elif x.device.type == "cpu" and torch.compiler.is_compiling() and T <= SHORT:
+        elif x.device.type == "cpu" and torch.compiler.is_compiling() and q.shape[2] <= SHORT:
             context, probs = self._compiled_cpu(q, k, v, mask).to(x.dtype), None
         else:
             context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
-        context = context.transpose(1, 2).reshape(B, T, H)
-        return self.out(context), probs
+        return self.merge(context, packing), probs
+
+    def split(self, x: torch.Tensor, packing: Packing | None) -> torch.Tensor:
+        """x (B, T, H), or packed (N, H) -> q, k, v stacked (3, B, nh, T, hd). Packed, the projection runs on the
+        real tokens only and its output is unpacked for attention (CPU has no variable-length attention kernel)."""
+        qkv = self.qkv(x) if packing is None else packing.unpack(self.qkv(x))  # (B, T, 3H)
+        B, T, _ = qkv.shape
+        return qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+
+    def merge(self, context: torch.Tensor, packing: Packing | None) -> torch.Tensor:
+        """context (B, nh, T, hd) -> the output projection (B, T, H), or of the real tokens only (N, H) packed."""
+        B, nh, T, hd = context.shape
+        context = context.transpose(1, 2).reshape(B, T, nh * hd)
+        return self.out(context if packing is None else packing.pack(context))
 
     @staticmethod
     def _compiled_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

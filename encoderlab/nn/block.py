@@ -45,17 +45,11 @@ class Block(nn.Module):
                 packing: Packing | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, T, H), or the packed real tokens (N, H) with their `packing`; positions: DeBERTa's relative
         positions, or the rotary cos and sin tables, or None."""
-        def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            if packing is None:
-                return self.attn(h, mask, return_probs, positions)
-            attended, probs = self.attn(packing.unpack(h), mask, return_probs, positions)
-            return packing.pack(attended), probs
-
         if self.pre_norm:
-            attended, probs = attend(self.attn_norm(x))
+            attended, probs = self.attn(self.attn_norm(x), mask, return_probs, positions, packing)
             x = x + self.dropout(attended)
             return x + self.dropout(self.mlp(self.mlp_norm(x))), probs
-        attended, probs = attend(x)
+        attended, probs = self.attn(x, mask, return_probs, positions, packing)
         x = self.attn_norm(x + self.dropout(attended))
         x = self.mlp_norm(x + self.dropout(self.mlp(x)))
         return x, probs

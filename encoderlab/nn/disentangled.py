@@ -27,6 +27,7 @@ from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError
 from encoderlab.nn.attention import SelfAttention
 from encoderlab.nn.dropout import dropout as drop
+from encoderlab.nn.packing import Packing
 
 _TERMS = 3  # content-to-content, content-to-position, position-to-content
 
@@ -90,10 +91,10 @@ class DisentangledAttention(SelfAttention):
         self.scale = 1 / math.sqrt(self.head_dim * _TERMS)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, return_probs: bool,
-                positions: RelativePositions) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """mask: boolean, broadcastable to (B, 1, T, T), True where query i may attend to key j, or None."""
-        B, T, H = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
+                positions: RelativePositions, packing: Packing | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """mask: boolean, broadcastable to (B, 1, T, T), True where query i may attend to key j, or None;
+        packing: as in SelfAttention.forward."""
+        q, k, v = self.split(x, packing)  # (B, nh, T, hd) each
         bias = self.position_bias(q, k, positions)  # (B, nh, T, T)
         if mask is not None:
             bias = bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
@@ -106,7 +107,7 @@ class DisentangledAttention(SelfAttention):
         else:
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=self.scale)
             probs = None
-        return self.out(context.transpose(1, 2).reshape(B, T, H)), probs
+        return self.merge(context, packing), probs
 
     def position_bias(self, q: torch.Tensor, k: torch.Tensor, positions: RelativePositions) -> torch.Tensor:
         """c2p + p2c, scaled: queries and keys (B, nh, T, hd) -> (B, nh, T, T) (eq. 4, last two terms)."""
