@@ -67,7 +67,7 @@ def _losses(run: Path) -> list[tuple[int, float]]:
 def test_shipped_recipes_load():
     for recipe in sorted((ROOT / "configs").glob("*.yaml")):
         cfg = load_recipe(recipe)
-        assert cfg.preset.startswith("bert-") and cfg.max_steps > 0
+        assert cfg.preset.startswith(("bert-", "modernbert-")) and cfg.max_steps > 0
 
 
 def test_unknown_yaml_key_is_named(tmp_path):
