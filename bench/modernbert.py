@@ -15,7 +15,7 @@
     budget; the loss curves against FLOPs go to a picture. The two MLM losses are not comparable as numbers
     (30% against 15% masked), the SST-2 accuracies are.
 
-    python bench/modernbert.py --shards runs/wiki-data   # about 20 minutes on 2 shared cores
+    python bench/modernbert.py --shards runs/wiki-data   # about 20 minutes on 2 busy cores (2 threads)
     python bench/modernbert.py --quick    # 4 layers of base, few sentences, 6 + 6 pretraining steps: a minute or two
     python bench/modernbert.py --smoke    # seconds: 2 x 32 models, synthetic data (make test)
 """
@@ -121,9 +121,10 @@ def inference(sets: dict[str, list[list[int]]], overrides: dict, pad_id: int, vo
     return figures
 
 
-def inference_sets(size: str, data: Path, tokenizer: Tokenizer) -> dict[str, list[list[int]]]:
-    """SST-2 dev sentences and the mixed set, as id lists."""
-    _, count, mixed = INFERENCE[size]
+def inference_sets(size: str, data: Path, tokenizer: Tokenizer, count: int | None,
+                   mixed: int | None) -> dict[str, list[list[int]]]:
+    """SST-2 dev sentences and the mixed set, as id lists (counts: the size's unless given)."""
+    count, mixed = count or INFERENCE[size][1], mixed or INFERENCE[size][2]
     lines = (data / "sst2/dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
     sentences = [tokenizer.encode(line.split("\t")[0]) for line in lines]
     sentences = (sentences * (count // len(sentences) + 1))[:count]
@@ -166,11 +167,11 @@ def pretraining_speed(size: str) -> dict:
         (k, v) for k, v in TINY.items() if k != "num_layers")) if size == "smoke"
         else speed.Shape("modernbert-mini", overrides=overrides))
     batches, source = speed.masked_batches(2 if size == "smoke" else 4, shape, mlm_probability=0.3)
-    warmup, rounds = (1, 2) if size != "full" else (2, 10)
+    warmup, rounds = (1, 2) if size != "full" else (2, 6)
     precision = training_precision()
     modes = [speed.encoderlab_mode(f"encoderlab {precision}", precision, False, warmup + rounds + 1, shape),
              hf_modernbert_mode(f"transformers {precision}", precision, warmup + rounds + 1, shape)]
-    speed.run(modes, batches, warmup, rounds, time.perf_counter() + (30 if size != "full" else 240))
+    speed.run(modes, batches, warmup, rounds, time.perf_counter() + (30 if size != "full" else 150))
     rates = {m.name: sorted(m.rates)[len(m.rates) // 2] for m in modes}
     return {**source, "preset": shape.preset, "batch": shape.batch, "seq": shape.seq, "precision": precision,
             "tokens_per_s": {k: round(v, 1) for k, v in rates.items()},
@@ -240,10 +241,12 @@ def main() -> None:
     parser = common.parser(__doc__, quick="4 layers of base, 128 + 64 texts, 6 pretraining steps: a minute or two")
     parser.add_argument("--shards", type=Path, default=ROOT / "runs/wiki-data",
                         help="prepared Wikipedia shards for (c) (default: runs/wiki-data)")
-    parser.add_argument("--steps", type=int, default=120, help="bert-mini pretraining steps in (c) (default: 120)")
-    parser.add_argument("--max-train", type=int, default=4000, help="SST-2 training sentences (default: 4000)")
+    parser.add_argument("--steps", type=int, default=60, help="bert-mini pretraining steps in (c) (default: 60)")
+    parser.add_argument("--max-train", type=int, default=2000, help="SST-2 training sentences (default: 2000)")
     parser.add_argument("--lr", type=float, default=1e-4, help="SST-2 fine-tuning learning rate (default: 1e-4)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
+    parser.add_argument("--sentences", type=int, help="SST-2 dev sentences in (a) (default: all 872)")
+    parser.add_argument("--mixed", type=int, help="texts of the mixed set in (a) (default: 128)")
     opts = parser.parse_args()
     size = common.size(opts)
     torch.set_num_threads(opts.threads)
@@ -264,7 +267,8 @@ def main() -> None:
         tokenizer = Tokenizer.from_pretrained("minilm")
         extra = [*(SMOKE_RECIPE if size == "smoke" else [f"precision={training_precision()}"]), f"data={opts.shards}"]
         figures = {"threads": opts.threads,
-                   "inference": inference(inference_sets(size, data, tokenizer), INFERENCE[size][0],
+                   "inference": inference(inference_sets(size, data, tokenizer, opts.sentences, opts.mixed),
+                                          INFERENCE[size][0],
                                           tokenizer.pad_id, tokenizer.vocab_size),
                    "pretraining_speed": pretraining_speed(size), "equal_compute": equal_compute(opts, extra, work)}
     report(opts, figures, started)
