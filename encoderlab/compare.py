@@ -133,8 +133,9 @@ def sample_inputs(configs: Sequence[EncoderConfig], count: int, seed: int) -> li
     rng = np.random.default_rng(seed)
     pieces = np.exp(rng.normal(SST2_LOG_MEAN, SST2_LOG_STD, size=count)).round().astype(int)
     lengths = np.clip(pieces, *SST2_PIECES) + SPECIAL_TOKENS
-    low = 1 + max(config.pad_token_id for config in configs)  # no id reads as padding in any model
     high = min(config.vocab_size for config in configs)
+    # no id reads as padding in any model; a pad id beyond the smallest vocabulary (ModernBERT's 50283) is never drawn
+    low = 1 + max((config.pad_token_id for config in configs if config.pad_token_id < high), default=-1)
     if high - low < 2:
         raise ConfigError(f"vocab_size {high} leaves no token ids above pad_token_id {low - 1} to draw from")
     return [rng.integers(low, high, size=int(n)).tolist() for n in lengths]

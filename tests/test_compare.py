@@ -56,6 +56,8 @@ def test_inputs_are_seeded_valid_for_every_model_and_sst2_like():
     lengths = sorted(map(len, inputs))
     assert 4 <= lengths[0] and lengths[-1] <= 55
     assert 20 <= lengths[len(lengths) // 2] <= 30  # SST-2 dev: median 24.5 tokens
+    modern = [configs[0], EncoderConfig.from_preset("modernbert-mini", vocab_size=50368)]  # pad id 50283
+    assert all(3 < token < 500 for ids in cmp.sample_inputs(modern, 100, seed=7) for token in ids)
 
 
 def test_batches_are_length_sorted_and_padded_with_the_models_pad_id():
