@@ -105,8 +105,9 @@ def pack(token_lists: list[list[int]], cls_id: int, sep_id: int, pad_id: int, co
     return {"input_ids": input_ids, "attention_mask": (input_ids != pad_id).long()}
 
 
-def masked_batches(num_batches: int, shape: Shape) -> tuple[list[dict[str, torch.Tensor]], dict[str, object]]:
-    """num_batches of batch x seq, masked 15% (80/10/10) once with a fixed seed; plus where the text came from."""
+def masked_batches(num_batches: int, shape: Shape,
+                   mlm_probability: float = 0.15) -> tuple[list[dict[str, torch.Tensor]], dict[str, object]]:
+    """num_batches of batch x seq, masked (15%, 80/10/10) once with a fixed seed; plus where the text came from."""
     tokenizer = Tokenizer.from_pretrained("minilm")
     count, seq = num_batches * shape.batch, shape.seq
     if shape.real_data and WIKI.is_dir() and any(WIKI.glob("wiki_0*.gz")):
@@ -119,7 +120,8 @@ def masked_batches(num_batches: int, shape: Shape) -> tuple[list[dict[str, torch
         ids[:, 0], ids[:, -1] = tokenizer.cls_id, tokenizer.sep_id
         seqs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         source = {"data": "RANDOM token ids" + ("" if not shape.real_data else f": {WIKI} not found")}
-    collator = MaskingCollator(tokenizer.vocab_size, tokenizer.mask_id, tokenizer.pad_id, tokenizer.special_ids)
+    collator = MaskingCollator(tokenizer.vocab_size, tokenizer.mask_id, tokenizer.pad_id, tokenizer.special_ids,
+                               mlm_probability=mlm_probability)
     generator = torch.Generator().manual_seed(SEED)
     input_ids, labels = collator.mask(seqs["input_ids"], seqs["attention_mask"],
                                       torch.ones_like(seqs["input_ids"], dtype=torch.bool), generator)

@@ -72,6 +72,9 @@ class EncoderConfig:
     """Id of the padding token."""
     initializer_range: float = 0.02
     """Standard deviation of the normal init of weight matrices (BERT paper, appendix A)."""
+    initializer_cutoff_factor: float = 0.0
+    """0: BERT's plain normal init. c > 0 (ModernBERT: 2): normals truncated at c standard deviations, and each
+    block's output projections at initializer_range / sqrt(2 num_layers) (nn/encoder.py init_weights)."""
     labels: list[str] | None = None
     """Class names of a classification head (Hugging Face id2label), if any."""
     # ---- variant switches: each family sets some of these in its FamilyConfig.defaults --------------
@@ -246,7 +249,8 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
                      "max_position_embeddings"), _POSITIVE),
     "hidden_act": (lambda v: v in ACTIVATION_NAMES, f"one of {sorted(ACTIVATION_NAMES)}"),
     **dict.fromkeys(("hidden_dropout", "attention_dropout"), (lambda v: _is_number(v) and 0 <= v < 1, "in [0, 1)")),
-    **dict.fromkeys(("layer_norm_eps", "initializer_range"), (lambda v: _is_number(v) and v >= 0, "a number >= 0")),
+    **dict.fromkeys(("layer_norm_eps", "initializer_range", "initializer_cutoff_factor"),
+                    (lambda v: _is_number(v) and v >= 0, "a number >= 0")),
     **dict.fromkeys(("type_vocab_size", "pad_token_id", "position_buckets"), (lambda v: _is_int(v) and v >= 0,
                                                                              "an integer >= 0")),
     "labels": (lambda v: v is None or isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
@@ -267,7 +271,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 _VARIANT_FIELDS = ("shared_layers", "positions_after_pad", "absolute_positions", "relative_attention", "pooler",
                    "head_activation", "always_project", "embedding_size", "position_buckets", "max_relative_positions",
                    "rope_theta", "local_rope_theta", "local_attention", "global_attn_every_n_layers", "pre_norm",
-                   "gated_ffn", "bias", "classifier_pooling")
+                   "gated_ffn", "bias", "classifier_pooling", "initializer_cutoff_factor")
 _FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EncoderConfig)}
 
 

@@ -56,6 +56,8 @@ def test_inputs_are_seeded_valid_for_every_model_and_sst2_like():
     lengths = sorted(map(len, inputs))
     assert 4 <= lengths[0] and lengths[-1] <= 55
     assert 20 <= lengths[len(lengths) // 2] <= 30  # SST-2 dev: median 24.5 tokens
+    modern = [configs[0], EncoderConfig.from_preset("modernbert-mini", vocab_size=50368)]  # pad id 50283
+    assert all(3 < token < 500 for ids in cmp.sample_inputs(modern, 100, seed=7) for token in ids)
 
 
 def test_batches_are_length_sorted_and_padded_with_the_models_pad_id():
@@ -76,6 +78,20 @@ def test_claims_are_computed_from_the_rows():
     assert "Sanh et al. 2019" in sentence
     bigger = cmp._relative(row("roberta-base", 114_000_000, 40.0, 30.0), reference)
     assert "14% more than bert-base" in cmp.claim_sentences([reference, bigger])[0]
+
+
+def test_a_claim_against_another_family_is_measured_against_its_row():
+    def row(preset: str, latency: float, throughput: float) -> cmp.Row:
+        return cmp.Row(preset, "x", 12, 768, 12, 100_000_000, 25_000_000, latency, throughput)
+
+    reference, deberta, modern = row("bert-base", 40.0, 30.0), row("deberta-v3-base", 60.0, 12.0), row(
+        "modernbert-base", 30.0, 36.0)
+    rows = [cmp._relative(r, reference) for r in (reference, deberta, modern)]
+    sentence = cmp.claim_sentences(rows)[-1]
+    assert "Warner et al. 2024" in sentence and "GLUE 88.4" in sentence
+    assert "Measured against deberta-v3-base: 3.00x its batch throughput and 2.00x its batch-1 speed" in sentence
+    without = cmp.claim_sentences([rows[0], rows[2]])[0]
+    assert "Warner et al. 2024" in without and "Measured against" not in without
 
 
 def test_sst2_accuracy_is_read_from_bench_results(tmp_path):

@@ -23,10 +23,10 @@ def counted_training_flops(config: EncoderConfig, T: int) -> float:
     return counter.get_total_flops() / T
 
 
-@pytest.mark.parametrize("preset", ["bert-tiny", "albert-mini", "electra-mini"])
+@pytest.mark.parametrize("preset", ["bert-tiny", "albert-mini", "electra-mini", "modernbert-mini"])
 def test_encoder_count_agrees_with_torchs_flop_counter(preset: str) -> None:
-    config = EncoderConfig.from_preset(preset, vocab_size=100, max_position_embeddings=64, hidden_dropout=0.0,
-                                       attention_dropout=0.0)
+    config = EncoderConfig.from_preset(preset, vocab_size=100, pad_token_id=0, max_position_embeddings=64,
+                                       hidden_dropout=0.0, attention_dropout=0.0)
     assert encoder_flops_per_token(config, 64) == pytest.approx(counted_training_flops(config, 64), rel=1e-6)
 
 

@@ -136,3 +136,23 @@ def test_the_released_base_config_is_the_preset_in_both_layouts() -> None:
 def test_unsupported_modernbert_settings_are_refused_naming_the_key(change: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         EncoderConfig.from_hf_dict({**BASE_CONFIG, **change})
+
+
+def test_fresh_weights_follow_transformers_init_truncated_and_residual_scaled() -> None:
+    """A new model draws each matrix as transformers' ModernBertModel does: truncated at 2 standard deviations,
+    the attention output and feed-forward down projections at 0.02 / sqrt(2 L); BERT's families stay untruncated."""
+    config = EncoderConfig.from_preset("modernbert-mini", vocab_size=4000, pad_token_id=0)
+    torch.manual_seed(0)
+    ours = EncoderModel(config)
+    theirs = transformers.ModernBertModel(transformers.ModernBertConfig(**config.to_hf_dict("ModernBertModel")))
+    pairs = [(ours.encoder.embeddings.word.weight, theirs.embeddings.tok_embeddings.weight)]
+    for mine, hf in zip(ours.encoder.layers, theirs.layers):
+        pairs += [(mine.attn.qkv.weight, hf.attn.Wqkv.weight), (mine.attn.out.weight, hf.attn.Wo.weight),
+                  (mine.mlp.up.weight, hf.mlp.Wi.weight), (mine.mlp.down.weight, hf.mlp.Wo.weight)]
+    for mine, hf in pairs:
+        assert mine.std().item() == pytest.approx(hf.std().item(), rel=0.03)
+        assert mine.abs().max() <= hf.abs().max() * 1.001  # both truncated at the same bound
+    residual = 0.02 / (2 * config.num_layers) ** 0.5
+    assert ours.encoder.layers[0].attn.out.weight.abs().max() <= 2 * residual
+    bert = EncoderModel(EncoderConfig.from_preset("bert-mini", vocab_size=4000))
+    assert bert.encoder.layers[0].attn.out.weight.abs().max() > 3 * 0.02  # BERT's plain normal has tails

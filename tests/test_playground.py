@@ -188,12 +188,13 @@ def test_app_answers_any_host_unless_told_loopback_only():
 
 
 @pytest.mark.parametrize("preset", ["bert-tiny", "roberta-mini", "distilbert-mini", "albert-mini", "electra-mini",
-                                    "deberta-v3-mini"])
+                                    "deberta-v3-mini", "modernbert-mini"])
 def test_attention_endpoint_serves_every_family(tmp_path, preset):
     """Whatever the family (DeBERTa's relative attention among them), /attention gives viz.attention's maps."""
     tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=120, min_frequency=1)
     config = EncoderConfig.from_preset(preset, hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
-                                       vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
+                                       vocab_size=tokenizer.vocab_size, max_position_embeddings=64,
+                                       **({"pad_token_id": tokenizer.pad_id} if preset == "modernbert-mini" else {}))
     torch.manual_seed(0)
     model = MaskedLMModel(config)
     model.save_pretrained(tmp_path)
@@ -206,3 +207,21 @@ def test_attention_endpoint_serves_every_family(tmp_path, preset):
     torch.testing.assert_close(torch.tensor(got["maps"]), expected, atol=6e-5, rtol=0)
     torch.testing.assert_close(torch.tensor(got["maps"]).sum(-1), torch.ones(2, len(got["tokens"])), atol=1e-3,
                                rtol=0)
+
+
+def test_local_layers_attend_within_their_window_and_global_ones_beyond():
+    """ModernBERT's alternating attention shows in the maps: a local layer's are banded, zero beyond
+    local_attention // 2 tokens either side (and not merely small), a global layer's reach past it."""
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=120, min_frequency=1)
+    config = EncoderConfig.from_preset("modernbert-mini", hidden_size=32, num_heads=2, intermediate_size=64,
+                                       num_layers=3, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id,
+                                       local_attention=4, global_attn_every_n_layers=3)
+    torch.manual_seed(0)
+    maps = attention_maps(MaskedLMModel(config), tokenizer, "anna lives in paris and john went to rome")
+    distance = torch.arange(len(maps.tokens))
+    outside = (distance[:, None] - distance[None, :]).abs() > 2  # (T, T) beyond the half-window of 2
+    assert [config.is_local(i) for i in range(3)] == [False, True, True]
+    for layer in (1, 2):
+        assert maps.select(layer)[:, outside].abs().max() == 0, layer
+        assert maps.select(layer)[:, ~outside].min() > 0, layer
+    assert maps.select(0)[:, outside].min() > 0  # global: every key, near or far

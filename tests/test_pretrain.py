@@ -19,7 +19,7 @@ from encoderlab.errors import ConfigError
 from encoderlab.nn.model import MaskedLMModel
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train.config import load_recipe
-from encoderlab.train.optim import linear_schedule, param_groups
+from encoderlab.train.optim import linear_schedule, lr_schedule, param_groups, wsd_schedule
 from encoderlab.train.pretrain import pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ def _losses(run: Path) -> list[tuple[int, float]]:
 def test_shipped_recipes_load():
     for recipe in sorted((ROOT / "configs").glob("*.yaml")):
         cfg = load_recipe(recipe)
-        assert cfg.preset.startswith("bert-") and cfg.max_steps > 0
+        assert cfg.preset.startswith(("bert-", "modernbert-")) and cfg.max_steps > 0
 
 
 def test_unknown_yaml_key_is_named(tmp_path):
@@ -117,6 +117,42 @@ def test_schedule_warms_up_then_decays_to_zero():
     assert all(a <= b for a, b in zip(values[:10], values[1:10]))
     assert all(a >= b for a, b in zip(values[10:], values[11:]))
     assert values[100] == 0.0
+
+
+@pytest.mark.parametrize("sqrt", [False, True])
+def test_wsd_warms_up_holds_the_peak_then_decays_over_the_last_fraction(sqrt):
+    factor = wsd_schedule(warmup_steps=10, total_steps=100, decay_fraction=0.2, sqrt=sqrt)
+    values = [factor(s) for s in range(101)]
+    assert values[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
+    assert values[10:81] == [1.0] * 71  # stable: the peak from the end of warmup to the decay's start at step 80
+    assert all(a > b for a, b in zip(values[80:], values[81:])) and values[100] == 0.0
+    halfway = 1 - 0.5 ** 0.5 if sqrt else 0.5  # 1 - sqrt(t) falls fastest at the start of the decay
+    assert values[90] == pytest.approx(halfway)
+
+
+def test_schedule_names_are_checked_and_linear_is_the_default(prepared):
+    assert lr_schedule("linear", 10, 100, 0.2)(50) == linear_schedule(10, 100)(50)
+    assert _recipe(prepared).schedule == "linear"
+    with pytest.raises(ConfigError, match="schedule must be one of"):
+        _recipe(prepared, "schedule=cosine")
+    with pytest.raises(ConfigError, match="decay_fraction"):
+        _recipe(prepared, "schedule=wsd", "decay_fraction=0")
+
+
+def test_resume_across_the_stable_to_decay_boundary_is_exact(prepared, tmp_path):
+    """Stopped in the stable phase (step 3 of 8, decay from step 4), resumed: the same losses, lrs and weights."""
+    extra = ("max_steps=8", "save_every=0", "eval_every=0", "schedule=wsd-sqrt", "decay_fraction=0.5")
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    pretrain(_recipe(prepared, *extra), straight, progress=False)
+    pretrain(_recipe(prepared, *extra), broken, stop_after=3, progress=False)
+    pretrain(_recipe(prepared, *extra), broken, resume=True, progress=False)
+    assert _losses(broken) == _losses(straight)
+    rates = [float(r["lr"]) for r in csv.DictReader((straight / "metrics.csv").open()) if r["lr"]]
+    assert rates == [float(r["lr"]) for r in csv.DictReader((broken / "metrics.csv").open()) if r["lr"]]
+    assert rates[2:4] == [0.003, 0.003] and rates[4] < 0.003 and rates[-1] == 0.0, rates  # held, then decayed
+    for (name, a), b in zip(load_model(straight / "model").state_dict().items(),
+                            load_model(broken / "model").state_dict().values()):
+        assert torch.equal(a, b), name
 
 
 # ---- the loop -----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from test_family import HF_CONFIGS, family_batch, tiny_config
 
 from encoderlab import EncoderConfig, load_model
 from encoderlab.cli.finetune import add_commands
+from encoderlab.infer import precision as precisions
 from encoderlab.infer.pipelines import Embed, entities, pipeline
 from encoderlab.models import FAMILIES
 from encoderlab.checkpoint import save_pretrained
@@ -345,6 +346,22 @@ def test_fill_mask_gives_the_mlm_models_probabilities(checkpoints, family):
         assert [p["id"] for p in mask["predictions"]] == top.indices.tolist()
         assert [p["score"] for p in mask["predictions"]] == pytest.approx(top.values.tolist(), abs=1e-6)
         assert all(p["token"] == tokenizer.id_to_token(p["id"]) for p in mask["predictions"])
+
+
+@pytest.mark.parametrize("family", FAMILY_PARAMS)
+def test_int8_fill_mask_stays_close_to_fp32(checkpoints, family):
+    """--precision int8 quantizes every linear of the family (ModernBERT's have no bias): logits stay close."""
+    if "int8" not in precisions.supported():
+        pytest.skip("no int8 kernel on this CPU")
+    folder = checkpoints(family)
+    fp32, int8 = pipeline("fill-mask", folder), pipeline("fill-mask", folder, precision="int8")
+    assert int8.precision == "int8"
+    ids = torch.tensor([Tokenizer.from_pretrained(folder).encode("anna lives in paris and the movie was good")])
+    with torch.no_grad():
+        expected, got = fp32.model(ids).logits, int8.model(ids).logits.float()
+    cosine = torch.nn.functional.cosine_similarity(got.flatten(1), expected.flatten(1))
+    assert cosine.min() > 0.99, cosine
+    assert (got.argmax(-1) == expected.argmax(-1)).float().mean() >= 0.9
 
 
 @pytest.mark.parametrize("family", FAMILY_PARAMS)

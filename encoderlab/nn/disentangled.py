@@ -113,7 +113,8 @@ class DisentangledAttention(SelfAttention):
         """c2p + p2c, scaled: queries and keys (B, nh, T, hd) -> (B, nh, T, T) (eq. 4, last two terms)."""
         B, nh, T, hd = q.shape
         table = drop(positions.embeddings, self.position_dropout, self.training)  # (R, H)
-        pos_q, pos_k = F.linear(table, self.qkv.weight[:2 * nh * hd], self.qkv.bias[:2 * nh * hd]).chunk(2, dim=-1)
+        # Through qkv itself, value part dropped: an int8 qkv (infer/precision.py) holds no `.weight` to slice.
+        pos_q, pos_k = self.qkv(table)[:, :2 * nh * hd].chunk(2, dim=-1)  # (R, nh * hd) each
         pos_q = pos_q.view(-1, nh, hd).transpose(0, 1)  # (nh, R, hd)
         pos_k = pos_k.view(-1, nh, hd).transpose(0, 1)
         index = positions.index.expand(B, nh, T, T)

@@ -5,6 +5,7 @@ forward, and ends in a final LayerNorm with `pre_norm`."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -88,19 +89,30 @@ class Encoder(nn.Module):
         return {False: (mask, rotary[0]), True: (window, rotary[1])}
 
 
-def init_weights(module: nn.Module, std: float) -> None:
-    """BERT's initialization: N(0, std) weights, zero biases, unit LayerNorm (BERT repo, modeling.py)."""
+def init_weights(module: nn.Module, config: EncoderConfig) -> None:
+    """BERT's initialization: N(0, initializer_range) weights, zero biases, unit LayerNorm (BERT repo, modeling.py).
+    With initializer_cutoff_factor c > 0, ModernBERT's (transformers' ModernBertPreTrainedModel._init_weights):
+    normals truncated at c standard deviations, and each block's attention output and feed-forward down
+    projections at initializer_range / sqrt(2 num_layers), GPT-2's scaling of the residual branches (Radford et
+    al. 2019, section 2.3)."""
+    std, cutoff = config.initializer_range, config.initializer_cutoff_factor
+    residual = {id(m) for b in module.modules() if isinstance(b, Block) for m in (b.attn.out, b.mlp.down)}
     for sub in module.modules():
-        if isinstance(sub, nn.Linear):
-            nn.init.normal_(sub.weight, std=std)
-            if sub.bias is not None:
-                nn.init.zeros_(sub.bias)
-        elif isinstance(sub, nn.Embedding):
-            nn.init.normal_(sub.weight, std=std)
-            if sub.padding_idx is not None:
-                with torch.no_grad():
-                    sub.weight[sub.padding_idx].zero_()
-        elif isinstance(sub, nn.LayerNorm):
+        if isinstance(sub, (nn.Linear, nn.Embedding)):
+            scaled = std / math.sqrt(2 * config.num_layers) if cutoff and id(sub) in residual else std
+            _normal(sub.weight, scaled, cutoff)
+        if isinstance(sub, nn.Embedding) and sub.padding_idx is not None:
+            with torch.no_grad():
+                sub.weight[sub.padding_idx].zero_()
+        if isinstance(sub, nn.LayerNorm):
             nn.init.ones_(sub.weight)
-            if sub.bias is not None:
-                nn.init.zeros_(sub.bias)
+        if isinstance(sub, (nn.Linear, nn.LayerNorm)) and sub.bias is not None:
+            nn.init.zeros_(sub.bias)
+
+
+def _normal(weight: torch.Tensor, std: float, cutoff: float) -> None:
+    """N(0, std) in place, truncated at cutoff standard deviations when cutoff > 0."""
+    if cutoff:
+        nn.init.trunc_normal_(weight, std=std, a=-cutoff * std, b=cutoff * std)
+    else:
+        nn.init.normal_(weight, std=std)

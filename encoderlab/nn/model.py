@@ -105,7 +105,7 @@ class Model(nn.Module):
 
     def init_weights(self) -> None:
         """Fresh random weights, as for pretraining from scratch."""
-        init_weights(self, self.config.initializer_range)
+        init_weights(self, self.config)
 
     def num_parameters(self) -> int:
         """Number of distinct parameters (tied weights counted once)."""
@@ -254,7 +254,7 @@ class SequenceClassifier(Model):
         self.head = SequenceHead(config, layout.dense is not None, layout.activation, layout.dropout_first,
                                  num_labels, head, layout.norm is not None)
         # Not self.init_weights(): a head module the user supplies keeps its own initialisation.
-        init_weights(self.encoder, config.initializer_range)
+        init_weights(self.encoder, config)
         if self.pooler is not None:
             init_linear(self.pooler.dense, config.initializer_range)
 

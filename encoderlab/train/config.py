@@ -19,6 +19,7 @@ from encoderlab.errors import ConfigError
 from encoderlab.models import FAMILIES
 from encoderlab.paths import resolve_model_path
 from encoderlab.objectives.rtd import generator_config
+from encoderlab.train.optim import SCHEDULES
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "rtd", "distill")
 PRECISIONS = ("fp32", "bf16")
@@ -53,7 +54,13 @@ class PretrainConfig:
     lr: float = 5e-4
     """Peak learning rate."""
     warmup_steps: int = 100
-    """Linear warmup from 0 to lr, then linear decay to 0 at max_steps (BERT paper, appendix A.2)."""
+    """Linear warmup from 0 to lr, then the schedule's decay to 0 at max_steps."""
+    schedule: str = "linear"
+    """linear: decay from the end of warmup (BERT paper, appendix A.2); wsd: warmup-stable-decay, the peak held
+    until the last decay_fraction of max_steps, then linear to 0; wsd-sqrt: the same with a 1 - sqrt decay
+    (ModernBERT, section 2.2.3; Hägele et al. 2024, arXiv:2405.18392)."""
+    decay_fraction: float = 0.1
+    """wsd, wsd-sqrt: the fraction of max_steps spent decaying (Hägele et al.: 10-20% matches cosine)."""
     weight_decay: float = 0.01
     """AdamW decoupled weight decay; never applied to biases or LayerNorm weights."""
     beta1: float = 0.9
@@ -125,6 +132,10 @@ class PretrainConfig:
         for name in ("max_length", "batch_size", "grad_accum", "max_steps"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if not 0 < self.decay_fraction <= 1:
+            raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if not 0 < self.mlm_probability < 1:
             raise ConfigError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
         if not isinstance(self.model, dict):

@@ -13,7 +13,8 @@ def encoder_flops_per_token(config: EncoderConfig, seq_len: int) -> float:
     """Forward + backward FLOPs of the encoder for one token of a seq_len-long sequence. A shared-layer model (ALBERT)
     computes as many layers as an unshared one; a factorized model pays for the embedding projection (E x H)."""
     L, H, I, E = config.num_layers, config.hidden_size, config.intermediate_size, config.embedding_width
-    block_weights = L * (4 * H * H + 2 * H * I)  # qkv + out, up + down
+    up = 2 * I if config.gated_ffn else I  # GeGLU's up-projection gives a value and a gate (ModernBERT)
+    block_weights = L * (4 * H * H + H * up + I * H)  # qkv + out, up + down
     projection = E * H if E != H else 0
     return 6 * (block_weights + projection) + 12 * L * seq_len * H
 

@@ -1,9 +1,16 @@
-"""AdamW with BERT's decay rule, and the linear warmup / linear decay schedule."""
+"""AdamW with BERT's decay rule; the linear warmup / linear decay schedule and warmup-stable-decay."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
 from torch import nn
+
+from encoderlab.errors import ConfigError
+
+SCHEDULES = ("linear", "wsd", "wsd-sqrt")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -35,3 +42,28 @@ def linear_schedule(warmup_steps: int, total_steps: int):
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     return factor
+
+
+def wsd_schedule(warmup_steps: int, total_steps: int, decay_fraction: float, sqrt: bool = False):
+    """Multiplier of the peak lr at a step, warmup-stable-decay (trapezoidal): 0 -> 1 over warmup, 1 until the last
+    decay_fraction of total_steps, then down to 0 at total_steps, linearly or as 1 - sqrt (Hägele et al. 2024,
+    arXiv:2405.18392, sections 3-4: the cooldown matches cosine, and 1 - sqrt does best; ModernBERT, Warner et
+    al. 2024, arXiv:2412.13663, section 2.2.3, trains with it and a 1 - sqrt decay)."""
+    decay_start = max(warmup_steps, total_steps - round(decay_fraction * total_steps))
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        done = min(1.0, max(0.0, (step - decay_start) / max(1, total_steps - decay_start)))  # of the decay
+        return 1 - math.sqrt(done) if sqrt else 1 - done
+
+    return factor
+
+
+def lr_schedule(kind: str, warmup_steps: int, total_steps: int, decay_fraction: float) -> Callable[[int], float]:
+    """The multiplier function of schedule `kind` (one of SCHEDULES)."""
+    if kind == "linear":
+        return linear_schedule(warmup_steps, total_steps)
+    if kind in ("wsd", "wsd-sqrt"):
+        return wsd_schedule(warmup_steps, total_steps, decay_fraction, sqrt=kind == "wsd-sqrt")
+    raise ConfigError(f"schedule must be one of {SCHEDULES}, got {kind!r}")

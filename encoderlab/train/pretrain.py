@@ -37,7 +37,7 @@ from encoderlab.tokenizer import Tokenizer
 from encoderlab.train import distributed
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.loop import Evaluation, LoopOptions, autocast, run_loop, to_device
-from encoderlab.train.optim import linear_schedule, make_optimizer
+from encoderlab.train.optim import lr_schedule, make_optimizer
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,8 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     evaluation = None if valid_batches is None else Evaluation(lambda: evaluate(model, valid_batches, cfg, micro,
                                                                                 dist.device))
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.warmup_steps, cfg.max_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule(cfg.schedule, cfg.warmup_steps, cfg.max_steps,
+                                                                       cfg.decay_fraction))
     if cfg.compile:
         for module in model.modules():
             if isinstance(module, Encoder):
