@@ -168,7 +168,7 @@ def test_serve_of_minilm_answers_fill_mask_with_the_shipped_model(monkeypatch):
     monkeypatch.setattr(uvicorn, "run", lambda app, **config: apps.append(app))  # the app `serve` built, in-process
     assert main(["serve", "--model", "minilm", "--tasks", "embed", "fill-mask", "--threads", "1"]) == 0
     expected = pipeline("fill-mask")(SEED_SENTENCES, top_k=5)
-    with TestClient(apps[0]) as client:
+    with TestClient(apps[0], base_url="http://localhost") as client:
         response = client.post("/fill-mask", json={"texts": SEED_SENTENCES})
         health = client.get("/health").json()
     assert response.status_code == 200, response.text
