@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ENCODERLAB_DATA", ROOT.parent / "shared" / "data"))
+
+# A shell that starts a job in the background (`make test &`, nohup) starts it with Ctrl-C ignored, and every process
+# a test spawns would inherit that: the tests that send SIGINT to a training run would see it finish instead. Give
+# the test process Python's own handler, which a spawned process resets to the default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def shared_file(relative: str) -> Path:
