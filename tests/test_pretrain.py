@@ -172,6 +172,23 @@ def test_loss_falls_and_outputs_are_written(prepared, tmp_path):
     assert Tokenizer.from_pretrained(run / "model").vocab_size == model.config.vocab_size
 
 
+def test_pad_vocab_multiple_rounds_the_model_vocabulary_up(prepared, tmp_path):
+    from transformers import AutoModelForMaskedLM
+
+    tokens = Tokenizer.from_pretrained(prepared / "tokenizer").vocab_size
+    result = pretrain(_recipe(prepared, "max_steps=4", "eval_every=4", "pad_vocab_multiple=64"), tmp_path / "run",
+                      progress=False)
+    model = load_model(tmp_path / "run" / "model")
+    assert model.config.vocab_size % 64 == 0 and 0 <= model.config.vocab_size - tokens < 64
+    assert 0.0 <= result["eval_mlm_accuracy"] <= 1.0
+    theirs = AutoModelForMaskedLM.from_pretrained(tmp_path / "run" / "model")  # the padded rows export and load
+    ids = torch.tensor([[2, 5, 9, 3]])
+    torch.testing.assert_close(model(ids).logits, theirs(ids).logits, atol=1e-5, rtol=1e-5)
+    assert theirs.get_output_embeddings().weight.shape[0] == model.config.vocab_size
+    with pytest.raises(ConfigError, match="pad_vocab_multiple"):
+        _recipe(prepared, "pad_vocab_multiple=0")
+
+
 @pytest.mark.parametrize("objective", ["mlm", "mlm+nsp", "mlm+sop"])
 def test_resume_gives_the_same_losses_as_an_uninterrupted_run(prepared, tmp_path, objective):
     extra = ("max_steps=8", "save_every=0", "eval_every=0", f"objective={objective}", "grad_accum=2")

@@ -18,9 +18,10 @@ from encoderlab.tokenizer import Tokenizer
 
 
 def model_config(cfg, tokenizer: Tokenizer) -> EncoderConfig:
-    """The recipe's preset sized to the tokenizer's vocabulary (or init_from's architecture), with the recipe's
-    overrides."""
-    config = cfg.encoder_config(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id)
+    """The recipe's preset sized to the tokenizer's vocabulary, rounded up to pad_vocab_multiple (or init_from's
+    architecture), with the recipe's overrides."""
+    rows = -(-tokenizer.vocab_size // cfg.pad_vocab_multiple) * cfg.pad_vocab_multiple
+    config = cfg.encoder_config(vocab_size=rows, pad_token_id=tokenizer.pad_id)
     source = f"init_from {cfg.init_from!r}" if cfg.init_from else f"preset {cfg.preset!r}"
     if cfg.init_from and tokenizer.pad_id != config.pad_token_id:
         raise ConfigError(f"the data's tokenizer pads with id {tokenizer.pad_id}, {source} with "
