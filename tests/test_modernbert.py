@@ -18,7 +18,9 @@ from test_tasks_family import outputs
 
 from encoderlab import EncoderConfig, load_model
 from encoderlab.errors import ConfigError
+from encoderlab.nn import window
 from encoderlab.nn.model import EncoderModel, SequenceClassifier
+from encoderlab.nn.window import Band
 
 # Four layers: 0 and 3 global, 1 and 2 local with a window of 6 (3 each side); rotary bases far apart, so a layer
 # that used the other's base would not match.
@@ -79,6 +81,27 @@ def test_padding_changes_nothing_for_the_real_tokens() -> None:
         padded = model(**batch).last_hidden_state
         alone = model(batch["input_ids"][1:, :12]).last_hidden_state
     assert_close(padded[1:, :12], alone, **TOL)
+
+
+@pytest.mark.parametrize("lengths", [(29, 17, 5), (40,) * 4 + (33, 9, 3, 1)], ids=["padded", "packed"])
+def test_banded_local_attention_equals_the_dense_window(monkeypatch, lengths) -> None:
+    """Local layers in blocks (nn/window.py) give the dense band mask's outputs, on the padded path and on packed
+    tokens (>= 256 in the batch), with lengths that are not a multiple of the block; fp32 and gradients too."""
+    model = EncoderModel(tiny_config("modernbert").replace(num_layers=3, local_attention=6)).eval()
+    randomize(model, seed=3)
+    batch = family_batch(model.config, lengths=lengths)
+    T, real = batch["input_ids"].shape[1], batch["attention_mask"].bool()
+    assert Band(3, None).banded(T) and window.banded_attention  # the blocks run at this length
+    runs = {}
+    for name, start in (("banded", window.BANDED_FROM), ("dense", 10**6)):
+        monkeypatch.setattr(window, "BANDED_FROM", start)
+        model.zero_grad()
+        hidden = model(**batch).last_hidden_state
+        hidden[real].square().sum().backward()
+        runs[name] = hidden[real].detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    assert_close(runs["banded"][0], runs["dense"][0], **TOL)
+    for a, b in zip(runs["banded"][1], runs["dense"][1], strict=True):  # sums in another order: relative to norm
+        assert float((a - b).norm()) <= 1e-5 * float(b.norm()) + 1e-7
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])

@@ -18,6 +18,7 @@ from torch import nn
 from encoderlab.nn.dropout import dropout as drop
 from encoderlab.nn.packing import Packing
 from encoderlab.nn.rotary import rotate
+from encoderlab.nn.window import Band, banded_attention
 
 
 # Up to this many tokens, compiled CPU attention is written out; longer, the flash kernel's tiling wins (the
@@ -36,16 +37,21 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, return_probs: bool = False,
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | Band | None, return_probs: bool = False,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
                 packing: Packing | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """mask: boolean (B, 1, 1 or T, T), True where a key may be attended to, or None for no padding;
-        rotary: the cos and sin tables (T, hd) that rotate queries and keys (nn/rotary.py), or None;
-        packing: where x holds the real tokens only (N, H) (nn/packing.py), or None for x (B, T, H)."""
+        """mask: boolean (B, 1, 1 or T, T), True where a key may be attended to, or None for no padding, or a local
+        layer's Band (nn/window.py); rotary: the cos and sin tables (T, hd) that rotate queries and keys
+        (nn/rotary.py), or None; packing: where x holds the real tokens only (N, H) (nn/packing.py), or None for
+        x (B, T, H)."""
         q, k, v = self.split(x, packing)  # (B, nh, T, hd) each
         if rotary is not None:
             q, k = rotate(q, *rotary), rotate(k, *rotary)
         dropout = self.dropout if self.training else 0.0
+        T = q.shape[2]
+        if isinstance(mask, Band) and mask.banded(T) and not (return_probs or dropout):
+            return self.merge(banded_attention(q, k, v, mask), packing), None
+        mask = mask.dense(T, q.device) if isinstance(mask, Band) else mask
         if return_probs or (dropout and x.device.type == "cpu"):
             context, probs = self._eager(q, k, v, mask, dropout)
             probs = probs if return_probs else None

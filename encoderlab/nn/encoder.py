@@ -1,7 +1,7 @@
 """The encoder stack: embeddings, then N transformer blocks; weight init lives here, in one place. With
 `relative_attention` (DeBERTa) it also holds the relative-position table, computed once per forward for all layers;
-with `rope_theta` and `local_attention` (ModernBERT) it makes the rotary tables and the local window's mask once per
-forward, and ends in a final LayerNorm with `pre_norm`."""
+with `rope_theta` and `local_attention` (ModernBERT) it makes the rotary tables and the local window (nn/window.py)
+once per forward, and ends in a final LayerNorm with `pre_norm`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from encoderlab.nn.disentangled import RelativeEmbeddings
 from encoderlab.nn.embeddings import Embeddings
 from encoderlab.nn.packing import packing
 from encoderlab.nn.rotary import rotary_tables
+from encoderlab.nn.window import Band
 
 
 @dataclass
@@ -79,11 +80,8 @@ class Encoder(nn.Module):
 
     def layer_inputs(self, mask: torch.Tensor | None, T: int, device: torch.device) -> dict[bool, tuple]:
         """The mask and the rotary tables (or None) of global (False) and local (True) layers."""
-        config, window = self.config, mask
-        if config.local_attention:
-            i = torch.arange(T, device=device)
-            band = ((i[:, None] - i[None, :]).abs() <= config.local_attention // 2)[None, None]  # (1, 1, T, T)
-            window = band if mask is None else mask & band  # (B, 1, T, T)
+        config = self.config
+        window = Band(config.local_attention // 2, mask) if config.local_attention else mask
         thetas = (config.rope_theta, config.local_rope_theta or config.rope_theta)
         rotary = [theta and rotary_tables(T, config.head_dim, theta, device) for theta in thetas]
         return {False: (mask, rotary[0]), True: (window, rotary[1])}
