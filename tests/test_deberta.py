@@ -112,8 +112,9 @@ def test_fast_path_gives_the_eager_outputs_and_gradients() -> None:
     (fast, fast_grads), (eager, eager_grads) = results
     assert_close(fast, eager, **TOL)
     assert fast_grads.keys() == eager_grads.keys()
-    for name in fast_grads:
-        assert_close(fast_grads[name], eager_grads[name], **TOL, msg=name)
+    for name in fast_grads:  # gradients here reach ~100: float32 sums of that size differ by ~1e-5 between kernels
+        scale = max(1.0, float(eager_grads[name].abs().max()))
+        assert_close(fast_grads[name], eager_grads[name], rtol=TOL["rtol"], atol=TOL["atol"] * scale, msg=name)
     assert fast_grads["encoder.relative.table.weight"].abs().sum() > 0  # the positions are learned through the bias
 
 
