@@ -314,8 +314,9 @@ def encoderlab(mode: str, compile: bool = False, engine: str = "torch") -> Calla
     is load time; another engine: its conversion is load time too)."""
 
     def load(setting: Setting) -> Embedder:
-        if engine in ("onnxruntime", "ctranslate2"):
-            require(engine)
+        if engine != "torch":
+            for module in ("openvino", "nncf") if engine == "openvino" else (engine,):
+                require(module)
         embedder = pipeline("embed", setting.folder, precision=mode, max_length=MAX_LENGTH, compile=compile,
                             engine=engine, engine_cache=None if setting.user_cache else setting.work / "encoderlab-engines")
 
@@ -350,7 +351,7 @@ def catalog(modes: list[str], compiled: list[str]) -> dict[str, Callable[[Settin
         engines |= {f"{name}-fp32": loader(False), f"{name}-int8": loader(True)}
     engines |= {f"encoderlab-{mode}": encoderlab(mode) for mode in modes}
     engines |= {f"encoderlab-{mode}+compile": encoderlab(mode, True) for mode in compiled if mode in modes}
-    engines |= {f"encoderlab-{name}-{mode}": encoderlab(mode, engine=name) for name in ("onnxruntime", "ctranslate2")
-                for mode in ("fp32", "int8")}
+    engines |= {f"encoderlab-{name}-{mode}": encoderlab(mode, engine=name)
+                for name in ("onnxruntime", "ctranslate2", "openvino") for mode in ("fp32", "int8")}
     engines["encoderlab-auto"] = encoderlab("auto", engine="auto")
     return engines | {"encoderlab-onnx-fp32": encoderlab_onnx(False), "encoderlab-onnx-int8": encoderlab_onnx(True)}

@@ -78,7 +78,7 @@ SIZES = {"full": {"sst2": 320, "passages": 24, "passage_tokens": 256, "mix": (96
                    "drop": ("openvino-fp32", "openvino-int8", "onnxruntime-fp32", "ctranslate2-fp32",
                             "sentence-transformers-onnx", "sentence-transformers-openvino", "encoderlab-onnx-fp32",
                             "encoderlab-onnx-int8", "encoderlab-onnxruntime-fp32", "encoderlab-onnxruntime-int8",
-                            "encoderlab-ctranslate2-fp32")},
+                            "encoderlab-ctranslate2-fp32", "encoderlab-openvino-fp32")},
          "smoke": {"sst2": 16, "passages": 4, "passage_tokens": 64, "mix": (8, 2), "pairs": 16,
                    "rounds": 1, "threads": "1", "calibration": 8, "drop": ()}}
 

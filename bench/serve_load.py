@@ -132,7 +132,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-ENGINES = ("torch", "onnxruntime", "ctranslate2", "auto")  # encoderlab.infer.backends.ENGINES
+ENGINES = ("torch", "onnxruntime", "ctranslate2", "openvino", "auto")  # encoderlab.infer.backends.ENGINES
 PRECISIONS = ("fp32", "bf16", "int8", "auto")
 DEFAULT_SERVERS = "torch:fp32,auto:auto"
 

@@ -21,7 +21,7 @@ from hf_oracle import randomize
 from encoderlab import EncoderConfig
 from encoderlab.cli import main
 from encoderlab.checkpoint import Settings, save_pretrained, settings
-from encoderlab.engine import pad, pad_batch, sorted_batches
+from encoderlab.engine import MAX_PADDING, pad, pad_batch, sorted_batches
 from encoderlab.infer.onnx import OnnxRunner, export_onnx
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.infer.server import Limits, create_app, load_pipelines
@@ -49,6 +49,22 @@ def test_pad_fills_rows_to_the_longest_or_a_multiple():
 
 def test_sorted_batches_are_longest_first():
     assert sorted_batches([2, 9, 4, 7, 1], 2) == [[1, 3], [2, 0], [4]]
+    assert sorted_batches([], 4) == []
+
+
+def test_a_batch_closes_where_the_next_input_would_pad_it_beyond_the_cap():
+    lengths = [20] * 40 + [250] * 4 + [240] * 2  # short sentences and long passages: one batch of 32 would mix them
+    batches = sorted_batches(lengths, 32)
+    assert [lengths[i] for i in batches[0]] == [250] * 4 + [240] * 2  # closed before the first short one
+    assert [len(b) for b in batches] == [6, 32, 8]
+    for batch in batches:
+        positions = len(batch) * max(lengths[i] for i in batch)
+        assert positions - sum(lengths[i] for i in batch) <= MAX_PADDING * positions
+
+
+def test_a_batch_of_few_tokens_is_not_cut_for_padding():
+    lengths = [9, 2, 2, 2]  # 15 real tokens of 36 positions: below MIN_BATCH_TOKENS, one batch all the same
+    assert sorted_batches(lengths, 8) == [[0, 1, 2, 3]]
 
 
 # ---- a folder's settings -------------------------------------------------------------------------------------

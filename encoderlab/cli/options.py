@@ -19,7 +19,8 @@ MODEL_HELP = "checkpoint folder, or the alias 'minilm' (all-MiniLM-L6-v2 from it
 PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic per-token quantization of the "
                   "linear layers), or auto: the fastest of those, timed at load; onnxruntime and ctranslate2 run "
                   "fp32 or int8 (default: fp32)")
-ENGINE_HELP = ("what runs the encoder's forward pass: torch, onnxruntime or ctranslate2 (extra 'engines'), or auto: "
+ENGINE_HELP = ("what runs the encoder's forward pass: torch, onnxruntime, ctranslate2 or openvino (extra 'engines'), or "
+               "auto: "
                "the fastest within cosine 0.99 of torch fp32, timed once at load, of every engine at --precision "
                "(auto: every combination) (default: torch)")
 COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on SST-2: about 1.3x), but the "
@@ -70,7 +71,7 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
     """--precision, --compile, --batch-size, --max-length, --threads: how a pipeline runs."""
     add_precision(parser)
     parser.add_argument("--engine", choices=ENGINES, default="torch", help=ENGINE_HELP)
-    parser.add_argument("--engine-cache", default=None, metavar="DIR", help="where onnxruntime and ctranslate2 keep "
+    parser.add_argument("--engine-cache", default=None, metavar="DIR", help="where the runtime engines keep "
                         "their converted models (default: $ENCODERLAB_CACHE/engines, else ~/.cache/encoderlab/engines)")
     parser.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="inputs per forward pass (default: 32)")

@@ -1,11 +1,17 @@
-"""Other runtimes under our pipelines (`--engine`): the encoder's forward pass in ONNX Runtime or CTranslate2, while
-tokenization, batching, windows, pooling and the task heads stay ours. On a 2-core AVX2 EPYC without VNNI (issue 18)
-CTranslate2 int8 ran MiniLM sentences about 1.2x faster than our best torch mode, ONNX Runtime int8 256-token
-passages about 1.1x; with VNNI torch int8 is the one to beat, so `auto` measures rather than guesses.
+"""Other runtimes under our pipelines (`--engine`): the encoder's forward pass in ONNX Runtime, CTranslate2 or OpenVINO,
+while tokenization, batching, windows, pooling and the task heads stay ours. On a 2-core AVX2 EPYC without VNNI
+(issue 18) CTranslate2 int8 ran MiniLM sentences about 1.2x faster than our best torch mode, ONNX Runtime int8
+256-token passages about 1.1x; on a 2-core AVX-512 VNNI Ice Lake OpenVINO's static int8 ran sentences 1.2x faster
+than our compiled torch int8 and 1.7x the ONNX Runtime int8 (bench/results/icelake-avx512-vnni/inference.json), so
+`auto` measures rather than guesses.
 - onnxruntime: the Encoder exported once (infer.onnx.export_encoder; int8: ORT's dynamic quantization) into a cache
   keyed by a hash of the weights, run by OnnxRunner.
 - ctranslate2: a TransformerEncoderSpec filled from our state dict and saved once (ctranslate2's own converter
   imports transformers, which encoderlab never does); int8 is its compute_type, weights quantized at load.
+- openvino: the same ONNX export read by OpenVINO's CPU plugin at f32 inference precision (left alone it would pick
+  bf16 on AVX512-BF16/AMX CPUs); int8 by nncf's post-training quantization (weights and activations, its
+  TRANSFORMER preset), activation ranges calibrated once on CALIBRATION, 60 English sentences and passages of our
+  own (static ranges need sample text; dynamic quantization of weight-compressed models ran at half the speed).
 - auto: each candidate timed on two small batches and kept only where its mean-pooled vectors stay within cosine
   MIN_COSINE of torch fp32; the choice is cached per weights, CPU, threads and request."""
 
@@ -36,9 +42,12 @@ from encoderlab.nn.encoder import EncoderOutput
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
-ENGINES = ("torch", "onnxruntime", "ctranslate2", "auto")
-RUNTIME_PRECISIONS = ("fp32", "int8")  # what onnxruntime and ctranslate2 run; torch: precision.PRECISIONS
+ENGINES = ("torch", "onnxruntime", "ctranslate2", "openvino", "auto")
+RUNTIMES = ENGINES[1:4]
+RUNTIME_PRECISIONS = ("fp32", "int8")  # what the runtimes run; torch: precision.PRECISIONS
 EXTRA = "pip install 'encoderlab[engines]'"
+CALIBRATION = Path(__file__).with_name("calibration") / "en.txt"  # OpenVINO int8's activation ranges
+IMPORT_NAMES = {"openvino": ("openvino", "nncf")}  # an engine's modules, where it needs more than its own
 MIN_COSINE = 0.99  # auto keeps a candidate whose mean-pooled vectors have a mean cosine >= this to torch fp32
 CT2_ACTIVATIONS = {"gelu": "GELU", "gelu_new": "GELUTanh", "gelu_pytorch_tanh": "GELUTanh", "relu": "RELU",
                    "silu": "SWISH"}  # config.json hidden_act -> ctranslate2.specs.common_spec.Activation
@@ -67,11 +76,12 @@ class RuntimeEncoder(nn.Module):
 
 
 def _import(engine: str) -> Any:
-    """The runtime's Python module; ConfigError naming the extra to install when it is missing."""
+    """The runtime's Python module; ConfigError naming the extra to install when it (or a module it needs) is
+    missing."""
     try:
-        return importlib.import_module(engine)
-    except ImportError:
-        raise ConfigError(f"--engine {engine} needs the {engine} package: {EXTRA}") from None
+        return [importlib.import_module(name) for name in IMPORT_NAMES.get(engine, (engine,))][0]
+    except ImportError as err:
+        raise ConfigError(f"--engine {engine} needs the {err.name} package: {EXTRA}") from None
 
 
 def cache_dir(encoder: nn.Module, root: str | os.PathLike | None = None) -> Path:
@@ -86,7 +96,8 @@ def cache_dir(encoder: nn.Module, root: str | os.PathLike | None = None) -> Path
 
 
 # ---- the two runtimes -------------------------------------------------------------------------------------------
-def _onnx_run(encoder: nn.Module, precision: str, cache: Path, threads: int) -> Callable[..., np.ndarray]:
+def _onnx_run(encoder: nn.Module, precision: str, cache: Path, threads: int,
+              tokenizer: Tokenizer | None = None) -> Callable[..., np.ndarray]:
     _import("onnxruntime")
     path = cache / f"encoder-{precision}.onnx"
     if not path.is_file():
@@ -96,7 +107,8 @@ def _onnx_run(encoder: nn.Module, precision: str, cache: Path, threads: int) -> 
     return lambda ids, mask, types: runner.run(ids, mask, types)["last_hidden_state"]
 
 
-def _ct2_run(encoder: nn.Module, precision: str, cache: Path, threads: int) -> Callable[..., np.ndarray]:
+def _ct2_run(encoder: nn.Module, precision: str, cache: Path, threads: int,
+             tokenizer: Tokenizer | None = None) -> Callable[..., np.ndarray]:
     ct2 = _import("ctranslate2")
     folder = cache / "ctranslate2"
     if not (folder / "model.bin").is_file():
@@ -121,6 +133,58 @@ def _ct2_run(encoder: nn.Module, precision: str, cache: Path, threads: int) -> C
         return np.asarray(out.last_hidden_state)
 
     return run
+
+
+def _ov_run(encoder: nn.Module, precision: str, cache: Path, threads: int,
+            tokenizer: Tokenizer | None = None) -> Callable[..., np.ndarray]:
+    ov = _import("openvino")
+    path = cache / f"openvino-{precision}.xml"
+    if not path.is_file():
+        if precision == "int8" and tokenizer is None:
+            raise ConfigError("--engine openvino --precision int8 calibrates on text: it needs the model's tokenizer")
+        onnx = cache / "encoder-fp32.onnx"
+        if not onnx.is_file():
+            log.info("exporting the encoder to %s (once)", onnx)
+            export_encoder(encoder, onnx)
+        model = ov.Core().read_model(str(onnx))
+        if precision == "int8":
+            log.info("quantizing for OpenVINO int8, calibrated on %s (once)", CALIBRATION.name)
+            model = _ov_int8(model, tokenizer, encoder.config)
+        _save_ov(ov, model, path)
+    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    compiled = ov.Core().compile_model(str(path), "CPU", config)
+    request, names = compiled.create_infer_request(), [i.get_any_name() for i in compiled.inputs]
+
+    def run(ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
+        given = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        # The exporter drops inputs a graph does not use (segments, for a model without them).
+        return request.infer({n: given[n].astype(np.int64) for n in names})[compiled.output(0)]
+
+    return run
+
+
+def _ov_int8(model: Any, tokenizer: Tokenizer, config: EncoderConfig) -> Any:
+    """nncf's post-training int8 of an OpenVINO model, activation ranges from CALIBRATION in batches of 8, each text
+    cut to at most 128 tokens (and the model's positions)."""
+    nncf = importlib.import_module("nncf")  # _import("openvino") checked it is there
+    limit = min(128, config.max_position_embeddings - (config.pad_token_id + 1 if config.positions_after_pad else 0))
+    items = encode(tokenizer, CALIBRATION.read_text(encoding="utf-8").splitlines())
+    ids, types = [e.input_ids[:limit] for e in items], [e.token_type_ids[:limit] for e in items]
+    names = {i.get_any_name() for i in model.inputs}
+    batches = [{k: v.numpy() for k, v in pad_batch(ids[i:i + 8], types[i:i + 8], tokenizer.pad_id).items()
+                if k in names} for i in range(0, len(items), 8)]
+    logging.getLogger("nncf").setLevel(logging.WARNING)  # its progress tables
+    return nncf.quantize(model, nncf.Dataset(batches), model_type=nncf.ModelType.TRANSFORMER,
+                         subset_size=len(batches))
+
+
+def _save_ov(ov: Any, model: Any, path: Path) -> None:
+    """model.xml and model.bin written whole or not at all: the .bin first, the .xml (what is looked for) last."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".openvino.") as scratch:
+        ov.save_model(model, f"{scratch}/{path.name}", compress_to_fp16=False)
+        os.replace(f"{scratch}/{path.stem}.bin", path.with_suffix(".bin"))
+        os.replace(f"{scratch}/{path.name}", path)
 
 
 def ct2_unsupported(config: EncoderConfig) -> list[str]:
@@ -166,9 +230,14 @@ def ct2_spec(config: EncoderConfig, state: dict[str, torch.Tensor]) -> Any:
     return spec
 
 
-def runtime_model(model: nn.Module, engine: str, precision: str, cache: Path, threads: int) -> nn.Module:
-    """A shallow copy of the model whose encoder runs in `engine` at `precision`; heads and pooler stay torch's."""
-    run = (_onnx_run if engine == "onnxruntime" else _ct2_run)(model.encoder, precision, cache, threads)
+RUNNERS = {"onnxruntime": _onnx_run, "ctranslate2": _ct2_run, "openvino": _ov_run}
+
+
+def runtime_model(model: nn.Module, engine: str, precision: str, cache: Path, threads: int,
+                  tokenizer: Tokenizer | None = None) -> nn.Module:
+    """A shallow copy of the model whose encoder runs in `engine` at `precision`; heads and pooler stay torch's
+    (the tokenizer: OpenVINO int8's calibration text)."""
+    run = RUNNERS[engine](model.encoder, precision, cache, threads, tokenizer)
     out = copy.copy(model)
     out._modules = dict(model._modules)  # the copy's own module table: the caller's model keeps its encoder
     out.encoder = RuntimeEncoder(model.encoder, run, engine)
@@ -188,7 +257,7 @@ def candidates(config: EncoderConfig, engine: str, precision: str, what: str) ->
         if missing:
             raise ConfigError(f"--engine ctranslate2 cannot run {what} on this {config.model_type} model: "
                               f"CTranslate2's encoder has no {', '.join(missing)}; use --engine torch or onnxruntime")
-    engines = ["torch", *(e for e in ENGINES[1:3] if _available(e, config))] if engine == "auto" else [engine]
+    engines = ["torch", *(e for e in RUNTIMES if _available(e, config))] if engine == "auto" else [engine]
     pairs = [(e, mode) for e in engines for mode in (precisions.supported() if e == "torch" else RUNTIME_PRECISIONS)
              if precision in ("auto", mode)]
     if not pairs:
@@ -221,18 +290,19 @@ def _vectors(encoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor
     return sentence_vectors(Output(hidden=hidden), batch["attention_mask"], "mean", normalize=True)
 
 
-def _build(model: nn.Module, engine: str, precision: str, cache: Path, threads: int) -> nn.Module:
-    return precisions.convert(model, precision) if engine == "torch" else runtime_model(model, engine, precision,
-                                                                                        cache, threads)
+def _build(model: nn.Module, engine: str, precision: str, cache: Path, threads: int, tokenizer: Tokenizer) -> nn.Module:
+    if engine == "torch":
+        return precisions.convert(model, precision)
+    return runtime_model(model, engine, precision, cache, threads, tokenizer)
 
 
 def _fastest(model: nn.Module, pairs: list[tuple[str, str]], batches: list[dict], cache: Path,
-             threads: int) -> tuple[nn.Module, str, str]:
+             threads: int, tokenizer: Tokenizer) -> tuple[nn.Module, str, str]:
     """The fastest candidate whose vectors stay within MIN_COSINE of torch fp32's: (model, precision, engine)."""
     reference = [_vectors(model.encoder, batch) for batch in batches]
     best, report = None, []
     for engine, precision in pairs:
-        built, got = _build(model, engine, precision, cache, threads), {}
+        built, got = _build(model, engine, precision, cache, threads, tokenizer), {}
         seconds = sum(precisions.best_time(lambda i=i: got.__setitem__(i, _vectors(built.encoder, batches[i])),
                                            repeats=2) for i in range(len(batches)))
         cosine = min(float((got[i] * r).sum(-1).mean()) for i, r in enumerate(reference))
@@ -256,15 +326,15 @@ def resolve(model: nn.Module, engine: str, precision: str, probe: Callable[[nn.M
         raise ConfigError(f"--engine {engine} runs on the CPU; on {device.type} use --engine torch")
     folder, threads = cache_dir(model.encoder, cache), torch.get_num_threads()
     if len(pairs) == 1:
-        return _build(model, *pairs[0], folder, threads), pairs[0][1], pairs[0][0]
+        return _build(model, *pairs[0], folder, threads, tokenizer), pairs[0][1], pairs[0][0]
     choices = folder / "auto.json"
     key = f"{precisions.cpuinfo('model name')} | {threads} threads | {engine} {precision} | {','.join(map(str, pairs))}"
     known = read_json_file(choices) if choices.is_file() else {}
     if key in known:
         chosen, mode = known[key]
         log.info("engine auto: %s %s, as measured before on this machine (%s)", chosen, mode, choices)
-        return _build(model, chosen, mode, folder, threads), mode, chosen
+        return _build(model, chosen, mode, folder, threads, tokenizer), mode, chosen
     folder.mkdir(parents=True, exist_ok=True)
-    built, mode, chosen = _fastest(model, pairs, _sample(tokenizer, max_length), folder, threads)
+    built, mode, chosen = _fastest(model, pairs, _sample(tokenizer, max_length), folder, threads, tokenizer)
     atomic_write_text(choices, json.dumps(known | {key: [chosen, mode]}, indent=1) + "\n")
     return built, mode, chosen
