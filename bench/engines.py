@@ -314,7 +314,7 @@ def encoderlab(mode: str, compile: bool = False, engine: str = "torch") -> Calla
     is load time; another engine: its conversion is load time too)."""
 
     def load(setting: Setting) -> Embedder:
-        if engine != "torch":
+        if engine not in ("torch", "auto"):
             for module in ("openvino", "nncf") if engine == "openvino" else (engine,):
                 require(module)
         embedder = pipeline("embed", setting.folder, precision=mode, max_length=MAX_LENGTH, compile=compile,

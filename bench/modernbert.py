@@ -18,6 +18,7 @@
     python bench/modernbert.py --shards runs/wiki-data   # about 20 minutes on 2 busy cores (2 threads)
     python bench/modernbert.py --quick    # 4 layers of base, few sentences, 6 + 6 pretraining steps: a minute or two
     python bench/modernbert.py --smoke    # seconds: 2 x 32 models, synthetic data (make test)
+    python bench/modernbert.py --parts inference --results-dir DIR   # (a) alone: no shards needed
 """
 
 from __future__ import annotations
@@ -247,6 +248,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
     parser.add_argument("--sentences", type=int, help="SST-2 dev sentences in (a) (default: all 872)")
     parser.add_argument("--mixed", type=int, help="texts of the mixed set in (a) (default: 128)")
+    parser.add_argument("--parts", default="inference,pretraining,compute",
+                        help="which of (a) inference, (b) pretraining speed, (c) equal compute to run, comma-separated "
+                             "(default: all three; (c) needs --shards)")
     opts = parser.parse_args()
     size = common.size(opts)
     torch.set_num_threads(opts.threads)
@@ -261,33 +265,46 @@ def main() -> None:
             if size == "quick":
                 opts.steps, opts.max_train = 6, 128
         opts.data, opts.quick, opts.smoke = data, opts.quick, opts.smoke
-        if not (data / "sst2/dev.tsv").is_file() or not (opts.shards / "meta.json").is_file():
+        parts = set(opts.parts.split(","))
+        if parts - {"inference", "pretraining", "compute"}:
+            sys.exit(f"--parts {opts.parts}: expected some of inference, pretraining, compute")
+        needs_shards = "compute" in parts
+        if not (data / "sst2/dev.tsv").is_file() or (needs_shards and not (opts.shards / "meta.json").is_file()):
             sys.exit(f"skipped: needs {data}/sst2 and prepared Wikipedia shards ({opts.shards}; "
                      "configs/bert-mini-wiki.yaml says how to make them)")
         tokenizer = Tokenizer.from_pretrained("minilm")
         extra = [*(SMOKE_RECIPE if size == "smoke" else [f"precision={training_precision()}"]), f"data={opts.shards}"]
-        figures = {"threads": opts.threads,
-                   "inference": inference(inference_sets(size, data, tokenizer, opts.sentences, opts.mixed),
-                                          INFERENCE[size][0],
-                                          tokenizer.pad_id, tokenizer.vocab_size),
-                   "pretraining_speed": pretraining_speed(size), "equal_compute": equal_compute(opts, extra, work)}
+        figures = {"threads": opts.threads, "parts": sorted(parts)}
+        if "inference" in parts:
+            figures["inference"] = inference(inference_sets(size, data, tokenizer, opts.sentences, opts.mixed),
+                                             INFERENCE[size][0], tokenizer.pad_id, tokenizer.vocab_size)
+        if "pretraining" in parts:
+            figures["pretraining_speed"] = pretraining_speed(size)
+        if "compute" in parts:
+            figures["equal_compute"] = equal_compute(opts, extra, work)
     report(opts, figures, started)
 
 
 def report(opts: argparse.Namespace, figures: dict, started: float) -> None:
-    """The goals, the picture and the results file."""
-    picture = common.results_path(opts, "modernbert").with_name(
-        {"smoke": "modernbert-curves-smoke.png", "quick": "modernbert-curves-quick.png",
-         "full": "modernbert-curves.png"}[common.size(opts)])
-    plot(figures["equal_compute"], picture)
-    figures["equal_compute"]["curves"] = picture.name
+    """The goals of the parts that ran, the picture and the results file."""
+    goals = []
+    if "inference" in figures:
+        goals += [goal(f"inference, {name}: encoderlab / transformers sentences/s",
+                       figures["inference"][name]["speedup"], 2.0) for name in ("sst2_dev", "mixed")]
+    if "pretraining_speed" in figures:
+        goals.append(goal("pretraining: encoderlab / transformers tokens/s", figures["pretraining_speed"]["speedup"],
+                          2.0))
+    if "equal_compute" in figures:
+        compute = figures["equal_compute"]
+        picture = common.results_path(opts, "modernbert").with_name(
+            {"smoke": "modernbert-curves-smoke.png", "quick": "modernbert-curves-quick.png",
+             "full": "modernbert-curves.png"}[common.size(opts)])
+        plot(compute, picture)
+        compute["curves"] = picture.name
+        goals.append(goal("SST-2 dev accuracy, modernbert-mini minus bert-mini at equal pretraining FLOPs (reported)",
+                          compute["modernbert-mini"]["sst2"]["accuracy"] - compute["bert-mini"]["sst2"]["accuracy"],
+                          0.0))
     figures["wall_s"] = round(time.perf_counter() - started, 1)
-    compute = figures["equal_compute"]
-    goals = [goal(f"inference, {name}: encoderlab / transformers sentences/s", figures["inference"][name]["speedup"],
-                  2.0) for name in ("sst2_dev", "mixed")]
-    goals.append(goal("pretraining: encoderlab / transformers tokens/s", figures["pretraining_speed"]["speedup"], 2.0))
-    goals.append(goal("SST-2 dev accuracy, modernbert-mini minus bert-mini at equal pretraining FLOPs (reported)",
-                      compute["modernbert-mini"]["sst2"]["accuracy"] - compute["bert-mini"]["sst2"]["accuracy"], 0.0))
     for g in goals:
         print(f"goal {g['what']}: {g['value']} (target {g['target']}) {'met' if g['met'] else 'NOT met'}")
     print(f"wrote {common.write_results(opts, 'modernbert', figures, goals)}")
