@@ -4,7 +4,7 @@ One run, all-MiniLM-L6-v2 (`minilm`), mean-pooled L2-normalised embeddings, toke
 and the same thread count for every engine (bench/engines.py lists them and how each is set up): transformers eager
 fp32 (the 1.00x baseline), sentence-transformers (torch; onnx and openvino backends where they run offline),
 onnxruntime, CTranslate2 and OpenVINO in fp32 and int8, and every encoderlab mode (each precision this CPU runs,
-compiled ones, our pipeline on onnxruntime and CTranslate2 (`--engine`) in fp32 and int8, `--engine auto
+compiled ones, our pipeline on onnxruntime, CTranslate2 and OpenVINO (`--engine`) in fp32 and int8, `--engine auto
 --precision auto`, and encoderlab's own ONNX export on onnxruntime). An engine not installed is skipped with its
 reason.
 

@@ -1,6 +1,6 @@
-"""`--engine onnxruntime|ctranslate2|openvino|auto` (encoderlab.infer.backends): the encoder's forward pass in another runtime
-gives what the torch path gives, within the precision's tolerance, for every pipeline and family; auto says what it
-picked; missing runtimes, unsupported architectures and options are refused by name."""
+"""`--engine onnxruntime|ctranslate2|openvino|auto` (encoderlab.infer.backends): the encoder's forward pass in another
+runtime gives what the torch path gives, within the precision's tolerance, for every pipeline and family; auto says
+what it picked; missing runtimes, unsupported architectures and options are refused by name."""
 
 from __future__ import annotations
 
