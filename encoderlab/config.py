@@ -148,6 +148,16 @@ class EncoderConfig:
         return bool(self.local_attention) and layer % self.global_attn_every_n_layers != 0
 
     @property
+    def position_offset(self) -> int:
+        """The position of a sequence's first token: pad_token_id + 1 where positions count past the pad (RoBERTa)."""
+        return self.pad_token_id + 1 if self.positions_after_pad else 0
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest input the position table holds."""
+        return self.max_position_embeddings - self.position_offset
+
+    @property
     def head_dim(self) -> int:
         """Width of one attention head."""
         return self.hidden_size // self.num_heads

