@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.infer import precision as precisions
+from encoderlab.nn.mlp import FeedForward
 
 VNNI = frozenset({"avx2", "avx512f", "avx512_vnni"})  # Ice Lake, Zen 4
 AMX = frozenset({"avx2", "avx512f", "amx_int8", "amx_bf16", "avx512_bf16"})  # Sapphire Rapids
@@ -116,3 +117,62 @@ def test_int8_kernels_compile(cpu, flags, kernel):
     with torch.no_grad():
         for x in (tokens_with_an_outlier(), torch.randn(3, 5, 64)):
             torch.testing.assert_close(compiled(x), converted(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel", ["int_mm", "fbgemm"])
+def test_compiled_passes_give_the_eager_results(cpu, kernel):
+    """The passes around the matmuls, compiled (`fuse_passes`), equal the plain functions, with and without bias:
+    one int8 linear's output with each, on tokens with an outlier."""
+    if kernel == "fbgemm" and NO_FBGEMM:
+        pytest.skip("this torch build has no fbgemm")
+    assert precisions.fuse_passes(kernel, torch.float32), "this machine compiles (it has a C++ compiler)"
+    x = tokens_with_an_outlier()
+    for bias in (True, False):
+        torch.manual_seed(2)
+        linear = precisions.INT8_LINEARS[kernel](nn.Linear(64, 48, bias=bias))
+        with torch.no_grad():
+            fused = linear(x)
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(precisions, "_fused", {})
+                eager = linear(x)
+        assert precisions._passes(kernel) is not precisions.EAGER_PASSES
+        torch.testing.assert_close(fused, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_passes_that_cannot_compile_run_eagerly_and_say_so(cpu, caplog, monkeypatch):
+    """Without a C++ compiler int8 still runs, its passes eager, with a warning that says it is slower."""
+    import torch._inductor.config as inductor
+
+    cpu(VNNI)
+    monkeypatch.setattr(precisions, "_fused", {})
+    torch._dynamo.reset()
+    model, x = TwoLayers().eval(), tokens_with_an_outlier()
+    with (inductor.patch({"cpp.cxx": (None, "no-such-c++-compiler"), "fx_graph_cache": False}),
+          torch.compiler.config.patch(force_disable_caches=True), caplog.at_level(logging.WARNING)):
+        converted, mode = precisions.resolve(model, "int8")
+    torch._dynamo.reset()
+    assert mode == "int8" and precisions._passes("int_mm") is precisions.EAGER_PASSES
+    assert any("running them eagerly" in r.getMessage() for r in caplog.records)
+    with torch.no_grad():
+        assert token_cosines(converted(x), model(x)).min() > 0.999
+
+
+@pytest.mark.parametrize(("flags", "kernel"), [(VNNI, "int_mm"), (AVX2, "fbgemm")])
+def test_feed_forward_gelu_moves_into_the_up_projection(cpu, flags, kernel):
+    """A feed-forward block's exact GELU runs in its int8 up-projection's last pass: the block's output stays close
+    to fp32, and equals itself with eager passes and with the block compiled whole (where the GELU stays opaque)."""
+    if kernel == "fbgemm" and NO_FBGEMM:
+        pytest.skip("this torch build has no fbgemm")
+    cpu(flags)
+    torch.manual_seed(3)
+    block = FeedForward(64, 256, "gelu").eval()
+    converted = precisions.convert(block, "int8")
+    assert converted.up.gelu and converted.act is precisions.no_activation and not converted.down.gelu
+    x = tokens_with_an_outlier()
+    with torch.no_grad():
+        fused = converted(x)
+        assert token_cosines(fused, block(x)).min() > 0.999
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(precisions, "_fused", {})
+            torch.testing.assert_close(converted(x), fused, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(torch.compile(converted, dynamic=True)(x), fused, rtol=1e-4, atol=1e-4)

@@ -15,9 +15,12 @@
     1.6-3.2x faster than fp32 for MiniLM's shapes on that EPYC. It quantizes its input per tensor, so each row
     is divided by its own maximum first and the output multiplied back: a per-token scale, the matmul being linear.
   - none elsewhere (Arm, x86 without AVX2): no kernel was measured faster than fp32; a request runs fp32.
-  Around the matmuls, bf16 where the CPU has it (memory-bound ops, half the traffic), else fp32. Under
-  --compile the exact GELU is an op the compiler does not look into: fused into the next per-token quantization,
-  erf ran twice per element (a quarter of MiniLM's time on SST-2).
+  Around the matmuls, bf16 where the CPU has it (memory-bound ops, half the traffic), else fp32. The passes
+  around each matmul (per-token scales and quantization before it; scales, bias and a feed-forward block's GELU
+  after it) are compiled at load into one loop each (`fuse_passes`: 3 s, or 5 to 15 s the first time on a machine,
+  before inductor's disk cache holds them), and run eagerly where nothing compiles. Under --compile the model is
+  traced whole instead, and the exact GELU is an op the compiler does not look into: fused into the next per-token
+  quantization, erf ran twice per element (a quarter of MiniLM's time on SST-2).
 - auto: times one forward pass of a representative batch in each supported mode and keeps the fastest.
 """
 
@@ -29,7 +32,8 @@ import functools
 import logging
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -97,11 +101,94 @@ def int8_supported(device: torch.device | str = "cpu") -> bool:
     return int8_kernel(device) is not None
 
 
+# The passes around the int8 matmuls. Each also runs compiled (fuse_passes), so in-place ops act only on tensors
+# made here, or on the one argument documented as overwritten: compiled, that writes into the argument directly.
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, K) -> its int8 form (M, K) and one scale per row (M, 1): each row's largest magnitude maps to 126.
+    126, not 127: in bf16, x / scale can round up past 127.5 and wrap around in int8."""
+    scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-4).div_(126)
+    return torch.div(x, scale).round_().to(torch.int8), scale
+
+
+def dequantize_rows(acc: torch.Tensor, scale: torch.Tensor, weight_scale: torch.Tensor,
+                    bias: torch.Tensor | None, gelu: bool = False) -> torch.Tensor:
+    """The int32 products (M, N) back in the scale's dtype: times the row scales (M, 1) and the weight's column
+    scales (N,), plus the bias (N,), then the exact GELU if asked. Cast first: `int32 * float` in one op runs a slow
+    mixed-dtype loop on the CPU (32 ms for a 4096 x 1536 output at 1 thread on an Ice Lake, as long as the fp32
+    matmul; cast then scale: 8 ms)."""
+    y = acc.to(scale.dtype).mul_(scale)
+    y = y.mul_(weight_scale) if bias is None else torch.addcmul(bias, y, weight_scale, out=y)
+    return F.gelu(y) if gelu else y
+
+
+def normalize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, K) with each row divided by its largest magnitude, and those magnitudes (M, 1)."""
+    scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-4)
+    return x / scale, scale
+
+
+def rescale_rows(y: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, gelu: bool = False) -> torch.Tensor:
+    """y (M, N), overwritten, times the row scales (M, 1) plus the bias (N,), then the exact GELU if asked:
+    `normalize_rows` undone after a linear map. In place: a fresh (M, N) tensor per layer cost page faults, 9% of
+    256-token passages' time."""
+    y = y.mul_(scale)
+    y = y if bias is None else y.add_(bias)
+    return F.gelu(y) if gelu else y
+
+
+class Int8Passes(NamedTuple):
+    """The memory-bound passes around the int8 matmuls: the functions above, or their compiled forms."""
+
+    quantize: Callable = quantize_rows
+    dequantize: Callable = dequantize_rows
+    normalize: Callable = normalize_rows
+    rescale: Callable = rescale_rows
+
+
+EAGER_PASSES = Int8Passes()
+_fused: dict[str, Int8Passes] = {}  # kernel -> its compiled passes, once they compiled and ran
+
+
+def fuse_passes(kernel: str, dtype: torch.dtype, variants: Iterable[tuple[bool, bool]] = ((True, False),)) -> bool:
+    """Compile the passes around `kernel`'s matmuls, each into one generated loop, and run them once in `dtype` for
+    each (bias, GELU) variant the model has; False (and eager passes, logged) where this machine cannot compile.
+    Eager, each is several passes over memory with fresh tensors (page faults), and they cost as much as the int8
+    matmuls themselves: compiled, int8 MiniLM went from 1.0x to 1.5x fp32 on 256-token passages at 1 thread on an
+    AVX-512 VNNI Ice Lake (docs/inference.md)."""
+    passes = _fused.get(kernel) or Int8Passes(*(torch.compile(f, dynamic=True) for f in EAGER_PASSES))
+    x, bias = torch.randn(4, 8, dtype=dtype), torch.randn(6, dtype=dtype)
+    started = time.perf_counter()
+    try:
+        for with_bias, gelu in sorted(set(variants)):  # each compiles now, not in the first request
+            if kernel == "int_mm":
+                quantized, scale = passes.quantize(x)
+                passes.dequantize(torch._int_mm(quantized, torch.ones(8, 6, dtype=torch.int8)), scale,
+                                  bias.abs(), bias if with_bias else None, gelu)
+            else:
+                normalized, scale = passes.normalize(x)
+                passes.rescale(normalized @ torch.ones(8, 6, dtype=dtype), scale, bias if with_bias else None, gelu)
+    except Exception as err:  # noqa: BLE001 - any failure to compile (no C++ compiler, an old torch) means eager
+        log.warning("int8: could not compile the passes around the matmuls (%s); running them eagerly, slower",
+                    str(err).splitlines()[0] if str(err) else type(err).__name__)
+        _fused.pop(kernel, None)
+        return False
+    _fused[kernel] = passes
+    log.info("int8: compiled the passes around the matmuls in %.1f s", time.perf_counter() - started)
+    return True
+
+
+def _passes(kernel: str) -> Int8Passes:
+    """The passes to run now: compiled where `fuse_passes` made them, and the plain functions inside a model that
+    torch.compile traces whole (--compile), which fuses them with their neighbours itself."""
+    return EAGER_PASSES if torch.compiler.is_compiling() else _fused.get(kernel, EAGER_PASSES)
+
+
 class Int8Linear(nn.Module):
     """y = x W^T + b with W int8 per output channel and x quantized per token at run time: (..., K) -> (..., N)."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
+        self.gelu = False  # the exact GELU applied to the output, in its last pass (_convert_int8 sets it)
         weight = linear.weight.detach().float()  # (N, K)
         scale = weight.abs().amax(dim=1).clamp(min=1e-8) / 127  # (N,)
         self.register_buffer("weight_t", (weight / scale[:, None]).round().to(torch.int8).t().contiguous())  # (K, N)
@@ -109,17 +196,11 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape, dtype = x.shape, x.dtype
-        x = x.reshape(-1, shape[-1])  # (M, K)
-        # One scale per token; each step below is one pass over memory (around the int8 kernel these passes
-        # cost as much as the matmul, so they are few, and in bf16 when the model runs in bf16).
-        # 126, not 127: in bf16, x / scale can round up past 127.5 and wrap around in int8.
-        scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-4).div_(126)  # (M, 1)
-        quantized = torch.div(x, scale).round_().to(torch.int8)
-        y = torch._int_mm(quantized, self.weight_t) * scale  # int32 (M, N) * (M, 1) -> x's dtype, one pass
-        scale_out = self.weight_scale.to(dtype)
-        y = torch.addcmul(self.bias.to(dtype), y, scale_out) if self.bias is not None else y.mul_(scale_out)
-        return y.reshape(*shape[:-1], -1)
+        shape = x.shape
+        passes, gelu = _passes("int_mm"), self.gelu and not torch.compiler.is_compiling()
+        quantized, scale = passes.quantize(x.reshape(-1, shape[-1]))  # (M, K) int8, (M, 1)
+        y = passes.dequantize(torch._int_mm(quantized, self.weight_t), scale, self.weight_scale, self.bias, gelu)
+        return _gelu_after(self, y.reshape(*shape[:-1], -1), gelu)
 
 
 class FbgemmInt8Linear(nn.Module):
@@ -130,6 +211,7 @@ class FbgemmInt8Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
+        self.gelu = False  # the exact GELU applied to the output, in its last pass (_convert_int8 sets it)
         weight = linear.weight.detach().float()  # (N, K)
         scale = weight.abs().amax(dim=1).clamp(min=1e-8) / 63  # (N,)
         with warnings.catch_warnings(), _quantized_engine("fbgemm"):
@@ -143,14 +225,19 @@ class FbgemmInt8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        x = x.reshape(-1, shape[-1])  # (M, K)
+        passes = _passes("fbgemm")
         # fbgemm quantizes its input with one scale per tensor: rows brought to a maximum of 1 first make that
         # scale one per token (reduce_range=False: the full 8 bits, see the class docstring).
-        scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-4)  # (M, 1)
-        y = torch.ops.quantized.linear_dynamic(x / scale, self.packed, False)  # (M, N) fp32
-        # In place: a fresh (M, N) tensor per layer (addcmul) cost page faults, 9% of 256-token passages' time.
-        y = y.mul_(scale).add_(self.bias) if self.bias is not None else y.mul_(scale)
-        return y.reshape(*shape[:-1], -1)
+        normalized, scale = passes.normalize(x.reshape(-1, shape[-1]))  # (M, K), (M, 1)
+        y = torch.ops.quantized.linear_dynamic(normalized, self.packed, False)  # (M, N) fp32
+        gelu = self.gelu and not torch.compiler.is_compiling()
+        return _gelu_after(self, passes.rescale(y, scale, self.bias, gelu).reshape(*shape[:-1], -1), gelu)
+
+
+def _gelu_after(linear: nn.Module, y: torch.Tensor, fused: bool) -> torch.Tensor:
+    """y with the linear's GELU applied, where its output pass did not already (inside a model compiled whole, the
+    GELU stays one opaque op: see opaque_gelu)."""
+    return opaque_gelu(y) if linear.gelu and not fused else y
 
 
 @contextlib.contextmanager
@@ -180,6 +267,11 @@ def _(x: torch.Tensor) -> torch.Tensor:
 def opaque_gelu(x: torch.Tensor) -> torch.Tensor:
     """The exact GELU as one op that torch.compile calls rather than fuses (a plain function, so models deep-copy)."""
     return _gelu_op(x)
+
+
+def no_activation(x: torch.Tensor) -> torch.Tensor:
+    """x itself: a feed-forward block's activation once its up-projection applies it."""
+    return x
 
 
 def quantize_int8(model: nn.Module, kernel: str = "int_mm") -> nn.Module:
@@ -222,10 +314,16 @@ def _convert_int8(model: nn.Module) -> nn.Module:
     model = quantize_int8(copy.deepcopy(model), kernel)  # weights quantized from fp32
     for module in model.modules():
         if isinstance(module, FeedForward) and module.act is F.gelu:
-            module.act = opaque_gelu
+            if module.gated:
+                module.act = opaque_gelu
+            else:  # the up-projection's last pass applies it: one pass over (B, T, I) fewer (1.1x on passages)
+                module.up.gelu, module.act = True, no_activation
     # Around the int8 matmuls (LayerNorm, GELU, attention, the (de)quantization passes) bf16 halves the memory
     # traffic where the CPU has bf16 arithmetic; fbgemm's linear takes fp32 only.
-    return model.to(torch.bfloat16) if kernel == "int_mm" and bf16_supported() else model
+    dtype = torch.bfloat16 if kernel == "int_mm" and bf16_supported() else torch.float32
+    linears = [m for m in model.modules() if isinstance(m, INT8_LINEARS[kernel])]
+    fuse_passes(kernel, dtype, {(linear.bias is not None, linear.gelu) for linear in linears})
+    return model.to(dtype)
 
 
 def resolve(model: nn.Module, precision: str, probe: Callable[[nn.Module], object] | None = None,
