@@ -119,39 +119,38 @@ def test_int8_kernels_compile(cpu, flags, kernel):
             torch.testing.assert_close(compiled(x), converted(x), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("kernel", ["int_mm", "fbgemm"])
-def test_compiled_passes_give_the_eager_results(cpu, kernel):
-    """The passes around the matmuls, compiled (`fuse_passes`), equal the plain functions, with and without bias:
-    one int8 linear's output with each, on tokens with an outlier."""
-    if kernel == "fbgemm" and NO_FBGEMM:
-        pytest.skip("this torch build has no fbgemm")
-    assert precisions.fuse_passes(kernel, torch.float32), "this machine compiles (it has a C++ compiler)"
+def test_compiled_int8_matmul_gives_the_eager_results():
+    """int8_matmul compiled (compile_int8_matmul) equals the plain function, with and without bias and GELU: one int8
+    linear's output each way, on tokens with an outlier."""
+    assert precisions.compile_int8_matmul(torch.float32, [(True, False), (False, False), (True, True)]), \
+        "this machine compiles (it has a C++ compiler)"
     x = tokens_with_an_outlier()
-    for bias in (True, False):
+    for bias, gelu in ((True, False), (False, False), (True, True)):
         torch.manual_seed(2)
-        linear = precisions.INT8_LINEARS[kernel](nn.Linear(64, 48, bias=bias))
+        linear = precisions.Int8Linear(nn.Linear(64, 48, bias=bias))
+        linear.gelu = gelu
         with torch.no_grad():
-            fused = linear(x)
+            compiled = linear(x)
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(precisions, "_fused", {})
+                patch.setattr(precisions, "_compiled_matmul", {})
                 eager = linear(x)
-        assert precisions._passes(kernel) is not precisions.EAGER_PASSES
-        torch.testing.assert_close(fused, eager, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    assert torch.float32 in precisions._compiled_matmul
 
 
-def test_passes_that_cannot_compile_run_eagerly_and_say_so(cpu, caplog, monkeypatch):
-    """Without a C++ compiler int8 still runs, its passes eager, with a warning that says it is slower."""
+def test_int8_that_cannot_compile_runs_eagerly_and_says_so(cpu, caplog, monkeypatch):
+    """Without a C++ compiler int8 still runs, the passes around its matmuls eager, with a warning that it is slower."""
     import torch._inductor.config as inductor
 
     cpu(VNNI)
-    monkeypatch.setattr(precisions, "_fused", {})
+    monkeypatch.setattr(precisions, "_compiled_matmul", {})
     torch._dynamo.reset()
     model, x = TwoLayers().eval(), tokens_with_an_outlier()
     with (inductor.patch({"cpp.cxx": (None, "no-such-c++-compiler"), "fx_graph_cache": False}),
           torch.compiler.config.patch(force_disable_caches=True), caplog.at_level(logging.WARNING)):
         converted, mode = precisions.resolve(model, "int8")
     torch._dynamo.reset()
-    assert mode == "int8" and precisions._passes("int_mm") is precisions.EAGER_PASSES
+    assert mode == "int8" and precisions._compiled_matmul == {}
     assert any("running them eagerly" in r.getMessage() for r in caplog.records)
     with torch.no_grad():
         assert token_cosines(converted(x), model(x)).min() > 0.999
@@ -173,6 +172,6 @@ def test_feed_forward_gelu_moves_into_the_up_projection(cpu, flags, kernel):
         fused = converted(x)
         assert token_cosines(fused, block(x)).min() > 0.999
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(precisions, "_fused", {})
+            patch.setattr(precisions, "_compiled_matmul", {})
             torch.testing.assert_close(converted(x), fused, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(torch.compile(converted, dynamic=True)(x), fused, rtol=1e-4, atol=1e-4)

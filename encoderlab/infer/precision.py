@@ -15,10 +15,10 @@
     1.6-3.2x faster than fp32 for MiniLM's shapes on that EPYC. It quantizes its input per tensor, so each row
     is divided by its own maximum first and the output multiplied back: a per-token scale, the matmul being linear.
   - none elsewhere (Arm, x86 without AVX2): no kernel was measured faster than fp32; a request runs fp32.
-  Around the matmuls, bf16 where the CPU has it (memory-bound ops, half the traffic), else fp32. The passes
-  around each matmul (per-token scales and quantization before it; scales, bias and a feed-forward block's GELU
-  after it) are compiled at load into one loop each (`fuse_passes`: 3 s, or 5 to 15 s the first time on a machine,
-  before inductor's disk cache holds them), and run eagerly where nothing compiles. Under --compile the model is
+  Around the matmuls, bf16 where the CPU has it (memory-bound ops, half the traffic), else fp32. With int_mm, the
+  passes around each matmul (per-token scales and quantization before it; scales, bias and a feed-forward block's
+  GELU after it) are compiled at load (`compile_int8_matmul`: 2-3 s, 5 to 15 s the first time on a machine, before
+  inductor's disk cache holds them), and run eagerly where nothing compiles. Under --compile the model is
   traced whole instead, and the exact GELU is an op the compiler does not look into: fused into the next per-token
   quantization, erf ran twice per element (a quarter of MiniLM's time on SST-2).
 - auto: times one forward pass of a representative batch in each supported mode and keeps the fastest.
@@ -33,7 +33,6 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -101,86 +100,45 @@ def int8_supported(device: torch.device | str = "cpu") -> bool:
     return int8_kernel(device) is not None
 
 
-# The passes around the int8 matmuls. Each also runs compiled (fuse_passes), so in-place ops act only on tensors
-# made here, or on the one argument documented as overwritten: compiled, that writes into the argument directly.
-def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x (M, K) -> its int8 form (M, K) and one scale per row (M, 1): each row's largest magnitude maps to 126.
-    126, not 127: in bf16, x / scale can round up past 127.5 and wrap around in int8."""
-    scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-4).div_(126)
-    return torch.div(x, scale).round_().to(torch.int8), scale
-
-
-def dequantize_rows(acc: torch.Tensor, scale: torch.Tensor, weight_scale: torch.Tensor,
-                    bias: torch.Tensor | None, gelu: bool = False) -> torch.Tensor:
-    """The int32 products (M, N) back in the scale's dtype: times the row scales (M, 1) and the weight's column
-    scales (N,), plus the bias (N,), then the exact GELU if asked. Cast first: `int32 * float` in one op runs a slow
-    mixed-dtype loop on the CPU (32 ms for a 4096 x 1536 output at 1 thread on an Ice Lake, as long as the fp32
-    matmul; cast then scale: 8 ms)."""
+def int8_matmul(x: torch.Tensor, weight_t: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None,
+                gelu: bool = False) -> torch.Tensor:
+    """x (M, K) times int8 weights (K, N) with one scale per column (N,), plus the bias (N,), then the exact GELU if
+    asked: (M, N) in x's dtype. x is quantized with one scale per row, its largest magnitude mapped to 126 (not 127:
+    in bf16, x / scale can round up past 127.5 and wrap around in int8). In-place ops touch only tensors made here,
+    so the function also runs compiled (compile_int8_matmul)."""
+    scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-4).div_(126)  # (M, 1)
+    acc = torch._int_mm(torch.div(x, scale).round_().to(torch.int8), weight_t)  # (M, N) int32
+    # Cast first: `int32 * float` in one op runs a slow mixed-dtype loop on the CPU (32 ms for a 4096 x 1536 output
+    # at 1 thread on an Ice Lake, as long as the fp32 matmul; cast, then scale in place: 8 ms).
     y = acc.to(scale.dtype).mul_(scale)
     y = y.mul_(weight_scale) if bias is None else torch.addcmul(bias, y, weight_scale, out=y)
     return F.gelu(y) if gelu else y
 
 
-def normalize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x (M, K) with each row divided by its largest magnitude, and those magnitudes (M, 1)."""
-    scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-4)
-    return x / scale, scale
+_compiled_matmul: dict[torch.dtype, Callable[..., torch.Tensor]] = {}  # dtype -> int8_matmul compiled, warmed up
 
 
-def rescale_rows(y: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, gelu: bool = False) -> torch.Tensor:
-    """y (M, N), overwritten, times the row scales (M, 1) plus the bias (N,), then the exact GELU if asked:
-    `normalize_rows` undone after a linear map. In place: a fresh (M, N) tensor per layer cost page faults, 9% of
-    256-token passages' time."""
-    y = y.mul_(scale)
-    y = y if bias is None else y.add_(bias)
-    return F.gelu(y) if gelu else y
-
-
-class Int8Passes(NamedTuple):
-    """The memory-bound passes around the int8 matmuls: the functions above, or their compiled forms."""
-
-    quantize: Callable = quantize_rows
-    dequantize: Callable = dequantize_rows
-    normalize: Callable = normalize_rows
-    rescale: Callable = rescale_rows
-
-
-EAGER_PASSES = Int8Passes()
-_fused: dict[str, Int8Passes] = {}  # kernel -> its compiled passes, once they compiled and ran
-
-
-def fuse_passes(kernel: str, dtype: torch.dtype, variants: Iterable[tuple[bool, bool]] = ((True, False),)) -> bool:
-    """Compile the passes around `kernel`'s matmuls, each into one generated loop, and run them once in `dtype` for
-    each (bias, GELU) variant the model has; False (and eager passes, logged) where this machine cannot compile.
-    Eager, each is several passes over memory with fresh tensors (page faults), and they cost as much as the int8
-    matmuls themselves: compiled, int8 MiniLM went from 1.0x to 1.5x fp32 on 256-token passages at 1 thread on an
-    AVX-512 VNNI Ice Lake (docs/inference.md)."""
-    passes = _fused.get(kernel) or Int8Passes(*(torch.compile(f, dynamic=True) for f in EAGER_PASSES))
-    x, bias = torch.randn(4, 8, dtype=dtype), torch.randn(6, dtype=dtype)
+def compile_int8_matmul(dtype: torch.dtype, variants: Iterable[tuple[bool, bool]] = ((True, False),)) -> bool:
+    """Compile `int8_matmul` and run it once in `dtype` for each (bias, GELU) variant a model has; False (and the
+    eager function, logged) where this machine cannot compile. Eager, the passes around the int8 matmul (scales,
+    quantization, then cast, scales, bias, GELU) are each a pass over memory into a fresh tensor (page faults) and
+    cost as much as the matmul itself; compiled, they are two generated loops, and the call is one guard check.
+    On int8 MiniLM that took 256-token passages from 1.0x to 1.5-1.9x fp32 at 1 thread on an AVX-512 VNNI Ice Lake
+    (docs/inference.md). fbgemm's linear (AVX2) quantizes inside its kernel and gained nothing compiled here."""
+    matmul = _compiled_matmul.get(dtype) or torch.compile(int8_matmul, dynamic=True)
+    x, weight, bias = torch.randn(4, 8, dtype=dtype), torch.ones(8, 6, dtype=torch.int8), torch.randn(6, dtype=dtype)
     started = time.perf_counter()
     try:
         for with_bias, gelu in sorted(set(variants)):  # each compiles now, not in the first request
-            if kernel == "int_mm":
-                quantized, scale = passes.quantize(x)
-                passes.dequantize(torch._int_mm(quantized, torch.ones(8, 6, dtype=torch.int8)), scale,
-                                  bias.abs(), bias if with_bias else None, gelu)
-            else:
-                normalized, scale = passes.normalize(x)
-                passes.rescale(normalized @ torch.ones(8, 6, dtype=dtype), scale, bias if with_bias else None, gelu)
+            matmul(x, weight, bias.abs(), bias if with_bias else None, gelu)
     except Exception as err:  # noqa: BLE001 - any failure to compile (no C++ compiler, an old torch) means eager
-        log.warning("int8: could not compile the passes around the matmuls (%s); running them eagerly, slower",
+        log.warning("int8: could not compile the passes around the int8 matmuls (%s); running them eagerly, slower",
                     str(err).splitlines()[0] if str(err) else type(err).__name__)
-        _fused.pop(kernel, None)
+        _compiled_matmul.pop(dtype, None)
         return False
-    _fused[kernel] = passes
-    log.info("int8: compiled the passes around the matmuls in %.1f s", time.perf_counter() - started)
+    _compiled_matmul[dtype] = matmul
+    log.info("int8: compiled the passes around the int8 matmuls in %.1f s", time.perf_counter() - started)
     return True
-
-
-def _passes(kernel: str) -> Int8Passes:
-    """The passes to run now: compiled where `fuse_passes` made them, and the plain functions inside a model that
-    torch.compile traces whole (--compile), which fuses them with their neighbours itself."""
-    return EAGER_PASSES if torch.compiler.is_compiling() else _fused.get(kernel, EAGER_PASSES)
 
 
 class Int8Linear(nn.Module):
@@ -196,11 +154,13 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        passes, gelu = _passes("int_mm"), self.gelu and not torch.compiler.is_compiling()
-        quantized, scale = passes.quantize(x.reshape(-1, shape[-1]))  # (M, K) int8, (M, 1)
-        y = passes.dequantize(torch._int_mm(quantized, self.weight_t), scale, self.weight_scale, self.bias, gelu)
-        return _gelu_after(self, y.reshape(*shape[:-1], -1), gelu)
+        shape, compiling = x.shape, torch.compiler.is_compiling()
+        # Inside a model compiled whole (--compile) the plain function, which inductor fuses with its neighbours;
+        # the GELU then stays opaque (see opaque_gelu).
+        matmul = int8_matmul if compiling else _compiled_matmul.get(x.dtype, int8_matmul)
+        y = matmul(x.reshape(-1, shape[-1]), self.weight_t, self.weight_scale.to(x.dtype),
+                   None if self.bias is None else self.bias.to(x.dtype), self.gelu and not compiling)
+        return _gelu_after(self, y.reshape(*shape[:-1], -1), not compiling)
 
 
 class FbgemmInt8Linear(nn.Module):
@@ -225,19 +185,22 @@ class FbgemmInt8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        passes = _passes("fbgemm")
+        x = x.reshape(-1, shape[-1])  # (M, K)
         # fbgemm quantizes its input with one scale per tensor: rows brought to a maximum of 1 first make that
         # scale one per token (reduce_range=False: the full 8 bits, see the class docstring).
-        normalized, scale = passes.normalize(x.reshape(-1, shape[-1]))  # (M, K), (M, 1)
-        y = torch.ops.quantized.linear_dynamic(normalized, self.packed, False)  # (M, N) fp32
-        gelu = self.gelu and not torch.compiler.is_compiling()
-        return _gelu_after(self, passes.rescale(y, scale, self.bias, gelu).reshape(*shape[:-1], -1), gelu)
+        scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-4)  # (M, 1)
+        y = torch.ops.quantized.linear_dynamic(x / scale, self.packed, False)  # (M, N) fp32
+        # In place: a fresh (M, N) tensor per layer (addcmul) cost page faults, 9% of 256-token passages' time.
+        y = y.mul_(scale).add_(self.bias) if self.bias is not None else y.mul_(scale)
+        compiling = torch.compiler.is_compiling()
+        y = F.gelu(y) if self.gelu and not compiling else y
+        return _gelu_after(self, y.reshape(*shape[:-1], -1), not compiling)
 
 
-def _gelu_after(linear: nn.Module, y: torch.Tensor, fused: bool) -> torch.Tensor:
-    """y with the linear's GELU applied, where its output pass did not already (inside a model compiled whole, the
-    GELU stays one opaque op: see opaque_gelu)."""
-    return opaque_gelu(y) if linear.gelu and not fused else y
+def _gelu_after(linear: nn.Module, y: torch.Tensor, applied: bool) -> torch.Tensor:
+    """y with the linear's GELU applied where the linear did not apply it already (inside a model compiled whole,
+    where the GELU stays one opaque op: see opaque_gelu)."""
+    return opaque_gelu(y) if linear.gelu and not applied else y
 
 
 @contextlib.contextmanager
@@ -321,8 +284,9 @@ def _convert_int8(model: nn.Module) -> nn.Module:
     # Around the int8 matmuls (LayerNorm, GELU, attention, the (de)quantization passes) bf16 halves the memory
     # traffic where the CPU has bf16 arithmetic; fbgemm's linear takes fp32 only.
     dtype = torch.bfloat16 if kernel == "int_mm" and bf16_supported() else torch.float32
-    linears = [m for m in model.modules() if isinstance(m, INT8_LINEARS[kernel])]
-    fuse_passes(kernel, dtype, {(linear.bias is not None, linear.gelu) for linear in linears})
+    if kernel == "int_mm":
+        linears = [m for m in model.modules() if isinstance(m, Int8Linear)]
+        compile_int8_matmul(dtype, {(linear.bias is not None, linear.gelu) for linear in linears})
     return model.to(dtype)
 
 
