@@ -276,12 +276,14 @@ def _available(engine: str, config: EncoderConfig) -> bool:
 
 
 def _sample(tokenizer: Tokenizer, max_length: int) -> list[dict[str, torch.Tensor]]:
-    """auto's two batches: 16 short sentences and 2 passages of up to 128 tokens (SAMPLE repeated); small, so that
-    timing six candidates takes a few seconds, with rows as long as real ones."""
-    short = encode(tokenizer, [SAMPLE[i % len(SAMPLE)] for i in range(16)])
-    long = encode(tokenizer, [" ".join(SAMPLE[i:] + SAMPLE * 4) for i in range(2)])  # cut below, without a warning
+    """auto's two batches: 32 short sentences (a default batch) and 4 passages of up to 256 tokens (SAMPLE
+    repeated), so that each kind of text weighs alike. Smaller ones (16 sentences, 2 x 128 tokens) misled it at 1
+    thread on an Ice Lake: it picked CTranslate2 int8, fastest on small batches, at 0.54x the best choice on
+    256-token passages (bench/results/icelake-avx512-vnni/inference.json)."""
+    short = encode(tokenizer, [SAMPLE[i % len(SAMPLE)] for i in range(32)])
+    long = encode(tokenizer, [" ".join(SAMPLE[i:] + SAMPLE * 8) for i in range(4)])  # cut below, without a warning
     return [pad_batch([e.input_ids[:limit] for e in items], [e.token_type_ids[:limit] for e in items],
-                      tokenizer.pad_id) for items, limit in ((short, max_length), (long, min(128, max_length)))]
+                      tokenizer.pad_id) for items, limit in ((short, max_length), (long, min(256, max_length)))]
 
 
 @torch.inference_mode()
@@ -329,13 +331,16 @@ def resolve(model: nn.Module, engine: str, precision: str, probe: Callable[[nn.M
     if len(pairs) == 1:
         return _build(model, *pairs[0], folder, threads, tokenizer), pairs[0][1], pairs[0][0]
     choices = folder / "auto.json"
-    key = f"{precisions.cpuinfo('model name')} | {threads} threads | {engine} {precision} | {','.join(map(str, pairs))}"
+    batches = _sample(tokenizer, max_length)
+    sample = " + ".join("x".join(map(str, b["input_ids"].shape)) for b in batches)  # a new sample measures anew
+    key = (f"{precisions.cpuinfo('model name')} | {threads} threads | {engine} {precision} | "
+           f"{','.join(map(str, pairs))} | sample {sample}")
     known = read_json_file(choices) if choices.is_file() else {}
     if key in known:
         chosen, mode = known[key]
         log.info("engine auto: %s %s, as measured before on this machine (%s)", chosen, mode, choices)
         return _build(model, chosen, mode, folder, threads, tokenizer), mode, chosen
     folder.mkdir(parents=True, exist_ok=True)
-    built, mode, chosen = _fastest(model, pairs, _sample(tokenizer, max_length), folder, threads, tokenizer)
+    built, mode, chosen = _fastest(model, pairs, batches, folder, threads, tokenizer)
     atomic_write_text(choices, json.dumps(known | {key: [chosen, mode]}, indent=1) + "\n")
     return built, mode, chosen
