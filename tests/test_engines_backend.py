@@ -157,11 +157,22 @@ def test_openvino_without_nncf_names_it(folders, monkeypatch):
         pipeline("embed", folders["embed"], engine="openvino")
 
 
+def test_openvino_fuses_each_attention_into_one_op(folders, tmp_path):
+    """Our export converted by OpenVINO's converter: one ScaledDotProductAttention op per layer and no Softmax left
+    (read as it was, each attention stayed a chain of ops, and int8 MiniLM ran 8-10% slower)."""
+    import openvino as ov
+
+    pipe = pipeline("embed", folders["embed"], engine="openvino", engine_cache=tmp_path)
+    model = ov.Core().read_model(str(next(tmp_path.glob("*/openvino2-fp32.xml"))))
+    ops = [op.get_type_name() for op in model.get_ops()]
+    assert ops.count("ScaledDotProductAttention") == pipe.model.config.num_layers and "Softmax" not in ops
+
+
 def test_openvino_int8_is_calibrated_once_and_reused(folders, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="encoderlab.infer.backends"):
         first = pipeline("embed", folders["embed"], "int8", engine="openvino", engine_cache=tmp_path).embed(TEXTS)
     assert any("calibrated on en.txt" in r.message for r in caplog.records)
-    assert len(list(tmp_path.glob("*/openvino-int8.xml"))) == 1 and not list(tmp_path.glob("*/.openvino.*"))
+    assert len(list(tmp_path.glob("*/openvino2-int8.xml"))) == 1 and not list(tmp_path.glob("*/.openvino.*"))
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="encoderlab.infer.backends"):
         again = pipeline("embed", folders["embed"], "int8", engine="openvino", engine_cache=tmp_path).embed(TEXTS)
