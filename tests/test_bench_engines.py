@@ -46,7 +46,7 @@ def test_engine_matches_transformers(name: str, setting: engines.Setting, refere
     got = run(TEXTS, 4)  # batches of 4 after sorting by length: rows must come back in input order
     assert got.shape == reference.shape and got.dtype == np.float32
     assert_close(torch.from_numpy(np.linalg.norm(got, axis=1)), torch.ones(len(TEXTS)), atol=1e-5, rtol=0)
-    if "int8" in name:
+    if "int8" in name or name.endswith("-auto"):  # auto may pick an int8 candidate: its bar is cosine 0.99
         cosine = (got * reference).sum(1)
         assert cosine.min() >= 0.99, f"{name}: cosine to transformers fp32 {cosine}"
     else:
