@@ -281,8 +281,8 @@ def _available(engine: str, config: EncoderConfig) -> bool:
 def _sample(tokenizer: Tokenizer, max_length: int) -> list[dict[str, torch.Tensor]]:
     """auto's two batches: 32 short sentences (a default batch) and 4 passages of up to 256 tokens (SAMPLE
     repeated), so that each kind of text weighs alike. Smaller ones (16 sentences, 2 x 128 tokens) misled it at 1
-    thread on an Ice Lake: it picked CTranslate2 int8, fastest on small batches, at 0.54x the best choice on
-    256-token passages (bench/results/icelake-avx512-vnni/inference.json)."""
+    thread on an Ice Lake: it picked CTranslate2 int8, fastest on small batches, which ran 256-token passages at
+    0.54x our best mode (a full `bench/inference.py` run, docs/inference.md)."""
     short = encode(tokenizer, [SAMPLE[i % len(SAMPLE)] for i in range(32)])
     long = encode(tokenizer, [" ".join(SAMPLE[i:] + SAMPLE * 8) for i in range(4)])  # cut below, without a warning
     return [pad_batch([e.input_ids[:limit] for e in items], [e.token_type_ids[:limit] for e in items],

@@ -118,13 +118,13 @@ def int8_matmul(x: torch.Tensor, weight_t: torch.Tensor, weight_scale: torch.Ten
 _compiled_matmul: dict[torch.dtype, Callable[..., torch.Tensor]] = {}  # dtype -> int8_matmul compiled, warmed up
 
 
-def compile_int8_matmul(dtype: torch.dtype, variants: Iterable[tuple[bool, bool]] = ((True, False),)) -> bool:
+def compile_int8_matmul(dtype: torch.dtype, variants: Iterable[tuple[bool, bool]]) -> bool:
     """Compile `int8_matmul` and run it once in `dtype` for each (bias, GELU) variant a model has; False (and the
     eager function, logged) where this machine cannot compile. Eager, the passes around the int8 matmul (scales,
     quantization, then cast, scales, bias, GELU) are each a pass over memory into a fresh tensor (page faults) and
     cost as much as the matmul itself; compiled, they are two generated loops, and the call is one guard check.
-    On int8 MiniLM that took 256-token passages from 1.0x to 1.5-1.9x fp32 at 1 thread on an AVX-512 VNNI Ice Lake
-    (docs/inference.md). fbgemm's linear (AVX2) quantizes inside its kernel and gained nothing compiled here."""
+    On int8 MiniLM that took 256-token passages from 1.14x to 1.63x fp32 at 1 thread on an AVX-512 VNNI Ice Lake
+    (bench/results/icelake-avx512-vnni/inference.json, docs/inference.md). fbgemm's linear (AVX2) quantizes inside its kernel and gained nothing compiled here."""
     matmul = _compiled_matmul.get(dtype) or torch.compile(int8_matmul, dynamic=True)
     x, weight, bias = torch.randn(4, 8, dtype=dtype), torch.ones(8, 6, dtype=torch.int8), torch.randn(6, dtype=dtype)
     started = time.perf_counter()
@@ -154,13 +154,17 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape, compiling = x.shape, torch.compiler.is_compiling()
-        # Inside a model compiled whole (--compile) the plain function, which inductor fuses with its neighbours;
-        # the GELU then stays opaque (see opaque_gelu).
-        matmul = int8_matmul if compiling else _compiled_matmul.get(x.dtype, int8_matmul)
-        y = matmul(x.reshape(-1, shape[-1]), self.weight_t, self.weight_scale.to(x.dtype),
-                   None if self.bias is None else self.bias.to(x.dtype), self.gelu and not compiling)
-        return _gelu_after(self, y.reshape(*shape[:-1], -1), not compiling)
+        shape = x.shape
+        args = (x.reshape(-1, shape[-1]), self.weight_t, self.weight_scale.to(x.dtype),
+                None if self.bias is None else self.bias.to(x.dtype))
+        if torch.compiler.is_compiling():
+            # In a model compiled whole (--compile): the plain function, which inductor fuses with its neighbours,
+            # and the GELU one opaque op (see opaque_gelu).
+            y = int8_matmul(*args)
+            y = opaque_gelu(y) if self.gelu else y
+        else:
+            y = _compiled_matmul.get(x.dtype, int8_matmul)(*args, self.gelu)
+        return y.reshape(*shape[:-1], -1)
 
 
 class FbgemmInt8Linear(nn.Module):
@@ -192,15 +196,8 @@ class FbgemmInt8Linear(nn.Module):
         y = torch.ops.quantized.linear_dynamic(x / scale, self.packed, False)  # (M, N) fp32
         # In place: a fresh (M, N) tensor per layer (addcmul) cost page faults, 9% of 256-token passages' time.
         y = y.mul_(scale).add_(self.bias) if self.bias is not None else y.mul_(scale)
-        compiling = torch.compiler.is_compiling()
-        y = F.gelu(y) if self.gelu and not compiling else y
-        return _gelu_after(self, y.reshape(*shape[:-1], -1), not compiling)
-
-
-def _gelu_after(linear: nn.Module, y: torch.Tensor, applied: bool) -> torch.Tensor:
-    """y with the linear's GELU applied where the linear did not apply it already (inside a model compiled whole,
-    where the GELU stays one opaque op: see opaque_gelu)."""
-    return opaque_gelu(y) if linear.gelu and not applied else y
+        y = opaque_gelu(y) if self.gelu else y  # F.gelu eagerly; one op a model compiled whole does not fuse
+        return y.reshape(*shape[:-1], -1)
 
 
 @contextlib.contextmanager
