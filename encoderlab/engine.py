@@ -27,6 +27,7 @@ from torch import nn
 from encoderlab.errors import InputError
 from encoderlab.nn.pooling import pool
 from encoderlab.tokenizer import Tokenizer
+from encoderlab.tokenizer.wrapper import Encoded
 
 log = logging.getLogger(__name__)
 ENCODE_CHUNK = 1024  # texts per call into the Rust tokenizer: fast, without padding a whole data set at once
@@ -57,16 +58,6 @@ def check_texts(texts: Sequence[str], what: str = "text") -> list[str]:
     return texts
 
 
-@dataclass
-class Encoded:
-    """One tokenized input (or pair), unpadded, with what token-level tasks need to map back to characters."""
-
-    input_ids: list[int]
-    token_type_ids: list[int]
-    offsets: list[tuple[int, int]]
-    sequence_ids: list[int | None]  # 0 text A, 1 text B, None special
-
-
 def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | None = None,
            max_length: int | None = None, what: str = "texts") -> list[Encoded]:
     """Tokenize texts (and pairs) in chunks, truncated to max_length (None: not); warns how many were cut."""
@@ -74,12 +65,10 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | No
     truncated = 0
     for start in range(0, len(texts), ENCODE_CHUNK):
         chunk_pairs = list(pairs[start:start + ENCODE_CHUNK]) if pairs is not None else None
-        batch = tokenizer.encode_batch(list(texts[start:start + ENCODE_CHUNK]), chunk_pairs, max_length=max_length,
-                                       truncation=max_length is not None)
-        truncated += batch.num_truncated
-        ids, types = batch.input_ids.tolist(), batch.token_type_ids.tolist()
-        for row, n in enumerate(batch.attention_mask.sum(1).tolist()):
-            out.append(Encoded(ids[row][:n], types[row][:n], batch.offsets[row][:n], batch.sequence_ids[row][:n]))
+        rows, cut = tokenizer.encode_rows(list(texts[start:start + ENCODE_CHUNK]), chunk_pairs, max_length=max_length,
+                                          truncation=max_length is not None)
+        out += rows
+        truncated += cut
     if truncated:
         log.warning("%d of %d %s were longer than %d tokens and were truncated (classify and embed read a long text "
                     "whole with --stride N)", truncated, len(texts), what, max_length)

@@ -8,7 +8,7 @@ import torch
 
 from encoderlab.engine import cosine_similarity
 from encoderlab.errors import InputError
-from encoderlab.infer.pipelines import pipeline
+from encoderlab.infer.pipelines import Embed, pipeline
 from encoderlab.nn.pooling import pool
 
 
@@ -40,6 +40,22 @@ def test_matches_sentence_transformers_on_every_sst2_dev_sentence(minilm, minilm
 def test_max_length_comes_from_sentence_transformers_settings(minilm_path):
     # all-MiniLM-L6-v2's sentence_bert_config.json says max_seq_length 256
     assert pipeline("embed", minilm_path).max_length == 256
+
+
+def test_the_pipeline_runs_without_the_unused_pooler_and_leaves_the_callers_model_whole(minilm_path):
+    from encoderlab.checkpoint import load_model
+    from encoderlab.tokenizer import Tokenizer
+
+    model = load_model(minilm_path, kind="embed")
+    assert model.pooler is not None  # all-MiniLM-L6-v2 is a full BertModel
+    embedder = Embed(model, Tokenizer.from_pretrained(minilm_path), normalize=False)
+    assert embedder.model.pooler is None and model.pooler is not None
+    texts = ["The pooler's output never reaches a sentence vector.", "Short."]
+    batch = Tokenizer.from_pretrained(minilm_path).encode_batch(texts)
+    with torch.inference_mode():
+        expected = pool(model(batch.input_ids, batch.attention_mask, batch.token_type_ids).last_hidden_state,
+                        batch.attention_mask, "mean")
+    torch.testing.assert_close(torch.from_numpy(embedder.embed(texts)), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_mean_pooling_ignores_padding(minilm):

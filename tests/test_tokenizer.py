@@ -71,6 +71,21 @@ def test_pairs_truncated_longest_first_match_transformers(corpus, ours, hf, sst2
     assert batch.num_truncated == sum(n > max_length for n in full_lengths) > 0
 
 
+@pytest.mark.parametrize("paired", [False, True])
+def test_unpadded_rows_match_transformers(paired, ours, hf, sst2_dev_sentences):
+    first, second = sst2_dev_sentences[:-1], (sst2_dev_sentences[1:] if paired else None)
+    rows, truncated = ours.encode_rows(first, second, max_length=24)
+    expected = hf(first, second, truncation=True, max_length=24, return_offsets_mapping=True)  # unpadded lists
+    assert [r.input_ids for r in rows] == expected["input_ids"]
+    assert [r.token_type_ids for r in rows] == expected["token_type_ids"]
+    assert [r.offsets for r in rows] == [[tuple(p) for p in row] for row in expected["offset_mapping"]]
+    assert [r.sequence_ids for r in rows] == [expected.sequence_ids(i) for i in range(len(first))]
+    full = hf(first, second)["input_ids"]
+    assert truncated == sum(len(ids) > 24 for ids in full) > 0
+    with pytest.raises(InputError, match="2 texts but 1 pairs"):
+        ours.encode_rows(["a", "b"], ["c"])
+
+
 def test_single_texts_truncated_match_transformers(ours, hf, sst2_dev_sentences):
     batch = ours.encode_batch(sst2_dev_sentences, max_length=16)
     assert_same_batch(batch, hf(sst2_dev_sentences, padding=True, truncation=True, max_length=16, return_tensors="pt"))
