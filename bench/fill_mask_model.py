@@ -106,11 +106,23 @@ def heldout(folder: Path, cfg: PretrainConfig, quick: bool) -> dict[str, Any]:
     model = load_model(folder, kind="pretraining" if cfg.objective.startswith("mlm+") else "mlm")
     out = score(model, valid, cfg) | {"sequences": min(cfg.eval_batches * cfg.batch_size, available),
                                       "of_sequences": available, "data": shown(cfg.data)}
-    if cfg.init_from:
-        torch.manual_seed(cfg.seed)  # what pretrain() does before build_objective: the run's step-0 head
-        start = build_objective(cfg, tokenizer)
-        out["start"] = score(start, valid, cfg) | {"init_from": cfg.init_from, "new_tensors": start.new_tensors}
+    first = first_cycle(folder, cfg)
+    if first.init_from:
+        torch.manual_seed(first.seed)  # what pretrain() does before build_objective: the run's step-0 head
+        start = build_objective(first, tokenizer)
+        out["start"] = score(start, valid, cfg) | {"init_from": first.init_from, "new_tensors": start.new_tensors}
     return out
+
+
+def first_cycle(folder: Path, cfg: PretrainConfig) -> PretrainConfig:
+    """The recipe of the lineage's first cycle (folder/lineage.json, written by scripts/ship_model.py when a run
+    continued a model shipped here), its data as cfg's; cfg itself for a model made in one run. The start the
+    goals compare with is where the first cycle began (minilm), not the model a later cycle continued."""
+    path = folder / "lineage.json"
+    if not path.is_file():
+        return cfg
+    recipe = json.loads(path.read_text(encoding="utf-8"))[0]["recipe"]
+    return replace(cfg, init_from=recipe.get("init_from") or "", seed=recipe["seed"])
 
 
 # ---- the learning curve ----------------------------------------------------------------------------------------
@@ -127,11 +139,14 @@ def learning_curve(folder: Path, cfg: PretrainConfig) -> dict[str, Any] | None:
         return None
     evals = {int(r["step"]): [round(float(r["eval_mlm_accuracy"]), 4), round(float(r["eval_mlm_loss"]), 4)]
              for r in rows if r.get("eval_mlm_accuracy")}  # a step evaluated again after a resume: the last one
-    steps = int(rows[-1]["step"])
+    steps = int(rows[-1]["step"])  # counted from the first cycle's start (scripts/ship_model.py)
     stretches = sittings(rows)
+    lineage = folder / "lineage.json"
+    tokens = (sum(c["tokens"] for c in json.loads(lineage.read_text(encoding="utf-8"))) if lineage.is_file()
+              else steps * cfg.batch_size * cfg.max_length)  # batch_size: sequences per optimizer step, all told
     return {"columns": ["step", "eval_mlm_accuracy", "eval_mlm_loss"],
             "points": [[step, *evals[step]] for step in sorted(evals)], "steps": steps,
-            "tokens": steps * cfg.batch_size * cfg.grad_accum * cfg.max_length, "eval_batches": cfg.eval_batches,
+            "tokens": tokens, "eval_batches": cfg.eval_batches,
             "sittings": [{"from_step": s, "seconds": round(t, 1)} for s, t in stretches],
             "wall_hours": round(sum(t for _, t in stretches) / 3600, 2)}
 
@@ -285,7 +300,8 @@ def measure(args: Namespace, work: Path) -> dict[str, Any]:
             print(f"skipped held-out accuracy: {cfg.data} is absent (prepare it as the model's recipe.yaml says)",
                   file=sys.stderr)
         figures["curve"] = learning_curve(folder, cfg)
-    baseline = args.baseline or (cfg.init_from if cfg is not None and cfg.init_from else "minilm")
+    first = first_cycle(folder, cfg) if cfg is not None else None
+    baseline = args.baseline or (first.init_from if first is not None and first.init_from else "minilm")
     if args.no_sst2:
         print("skipped SST-2: --no-sst2", file=sys.stderr)
     elif (args.sst2_data / "train.tsv").is_file():

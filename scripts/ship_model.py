@@ -7,6 +7,12 @@ and writes the model card README.md from the run's own records: where it started
 data, steps, tokens and compute of every sitting, and the measured figures of bench/results/fill_mask_model.json when
 that file describes this model. The folder is built under a temporary name and renamed into place.
 
+A run that continued a model shipped here (init_from a models/ folder, issue 16's cycles: a later sitting-sized
+run with a fresh warmup and decay) ships with the whole history: lineage.json lists each cycle (where it started,
+its recipe, steps, tokens, sittings and machine), metrics.csv holds every cycle's rows with steps counted from the
+first cycle's start, and the card states the totals. Shipping over the folder the run started from keeps its
+history that way, since the folder itself is replaced.
+
     python scripts/ship_model.py runs/fill-mask-minilm --name encoderlab-fill-mask
 """
 
@@ -37,23 +43,65 @@ from encoderlab.train.state import latest_checkpoint  # noqa: E402
 
 LIMIT_MB = 60
 RESULTS = ROOT / "bench" / "results" / "fill_mask_model.json"
-RECORDS = ("metrics.csv", "recipe.yaml", "init_from.json")
+RECORDS = ("recipe.yaml", "init_from.json")  # copied as they are; metrics.csv is written with earlier cycles' rows
+LINEAGE = "lineage.json"
 
 
 def run_record(run: Path, step: int) -> dict:
-    """Steps, tokens seen, sittings and the held-out curve up to `step`, from RUN/metrics.csv and RUN/recipe.yaml."""
+    """The shipped run's cycle and every earlier one (its init_from's lineage), the rows of all their metrics.csv
+    files with steps counted from the first cycle's start, and the totals of steps, tokens and sittings."""
     recipe = yaml.safe_load((run / "recipe.yaml").read_text(encoding="utf-8"))
-    rows = [r for r in csv.DictReader((run / "metrics.csv").open(encoding="utf-8"))
-            if r["step"] != "step" and int(r["step"]) <= step]
+    rows = metrics_rows(run / "metrics.csv", step)
+    start = json.loads((run / "init_from.json").read_text(encoding="utf-8")) if (run / "init_from.json").is_file() else None
+    cycles, earlier_rows = earlier(recipe)
+    offset = sum(c["steps"] for c in cycles)
+    cycles = cycles + [cycle(recipe, start, rows, step, machine())]
+    rows = earlier_rows + [r | {"step": str(int(r["step"]) + offset)} for r in rows]
     curve = [(int(r["step"]), float(r["eval_mlm_loss"]), float(r["eval_mlm_accuracy"])) for r in rows
              if r.get("eval_mlm_accuracy")]
-    tokens = step * recipe["batch_size"] * recipe["max_length"]
     splits = read_meta(data_folder(recipe))["splits"]
     data = {split: {key: sum(shard[key] for shard in splits[split]["shards"]) for key in ("documents", "tokens")}
             for split in ("train", "valid")}
-    start = json.loads((run / "init_from.json").read_text(encoding="utf-8")) if (run / "init_from.json").is_file() else None
-    return {"recipe": recipe, "steps": step, "tokens": tokens, "sittings": [seconds for _, seconds in sittings(rows)], "curve": curve,
-            "data": data, "start": start}
+    return {"recipe": recipe, "cycles": cycles, "rows": rows, "curve": curve, "data": data,
+            "steps": sum(c["steps"] for c in cycles), "tokens": sum(c["tokens"] for c in cycles),
+            "sittings": [t for c in cycles for t in c["sittings"]], "start": cycles[0]["start"]}
+
+
+def metrics_rows(path: Path, step: int) -> list[dict]:
+    """A metrics.csv's rows up to `step` (rows logged after the shipped checkpoint describe other weights), without
+    the headers a resumed sitting repeats."""
+    with path.open(encoding="utf-8") as handle:
+        return [r for r in csv.DictReader(handle) if r["step"] != "step" and int(r["step"]) <= step]
+
+
+def cycle(recipe: dict, start: dict | None, rows: list[dict], step: int, where: str) -> dict:
+    """One run as a cycle of the lineage: its recipe, start, steps, tokens, sittings and machine."""
+    return {"init_from": recipe.get("init_from") or "", "recipe": recipe, "start": start, "steps": step,
+            "tokens": step * recipe["batch_size"] * recipe["max_length"],  # batch_size: sequences per step
+            "sittings": [round(seconds, 1) for _, seconds in sittings(rows)], "machine": where,
+            "final_eval_accuracy": next((float(r["eval_mlm_accuracy"]) for r in reversed(rows)
+                                         if r.get("eval_mlm_accuracy")), None)}
+
+
+def earlier(recipe: dict) -> tuple[list[dict], list[dict]]:
+    """The cycles and metrics rows of the model the run started from, when it is one shipped here (its folder has
+    the run's records); ([], []) for any other start (an alias such as minilm, a foreign checkpoint, scratch)."""
+    name = recipe.get("init_from") or ""
+    folder = ROOT / name if name and (ROOT / name).is_dir() else Path(name)
+    if not name or not (folder / "recipe.yaml").is_file() or not (folder / "metrics.csv").is_file():
+        return [], []
+    with (folder / "metrics.csv").open(encoding="utf-8") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["step"] != "step"]
+    if (folder / LINEAGE).is_file():
+        return json.loads((folder / LINEAGE).read_text(encoding="utf-8")), rows
+    # Shipped before lineage.json existed: one cycle, from its own records; its machine as its card states it.
+    first = yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8"))
+    start = (json.loads((folder / "init_from.json").read_text(encoding="utf-8"))
+             if (folder / "init_from.json").is_file() else None)
+    card_text = (folder / "README.md").read_text(encoding="utf-8") if (folder / "README.md").is_file() else ""
+    compute = next((line.split("|")[2].strip() for line in card_text.splitlines() if line.startswith("| compute |")), "")
+    where = compute.split(" on ", 1)[1].rsplit(",", 1)[0] if " on " in compute else "not recorded"
+    return [cycle(first, start, rows, int(rows[-1]["step"]), where)], rows
 
 
 def data_folder(recipe: dict) -> Path:
@@ -96,7 +144,7 @@ def card(name: str, model, record: dict, bench: dict | None) -> str:
         f"(`../shared/data/wikipedia`), on the CPU. It is the default model of `encoderlab fill-mask`; load it with "
         f"`--model {name}`, or in transformers as `BertForMaskedLM.from_pretrained(\"models/{name}\")`.", "",
         "| | |", "|---|---|",
-        f"| started from | {origin(r, record['start'])} |",
+        f"| started from | {origin(record['cycles'][0]['recipe'], record['start'])} |",
         f"| architecture | BERT, {c.num_layers} layers, hidden {c.hidden_size}, {c.num_heads} heads, FFN "
         f"{c.intermediate_size}, {params / 1e6:.1f}M parameters with the MLM head (tied to the token embeddings) |",
         f"| tokenizer | WordPiece, uncased, {c.vocab_size:,} tokens (the starting checkpoint's) |",
@@ -105,14 +153,44 @@ def card(name: str, model, record: dict, bench: dict | None) -> str:
         f"| data | Wikipedia: {d['train']['documents']:,} documents, {d['train']['tokens'] / 1e6:.1f}M tokens for "
         f"training; {d['valid']['documents']:,} whole documents ({d['valid']['tokens'] / 1e3:.0f}k tokens) held out "
         f"for evaluation |",
-        f"| steps | {record['steps']:,} of batch {r['batch_size']} x {r['max_length']} tokens, of a {r['max_steps']:,}-step "
-        f"schedule (peak lr {r['lr']:g}, {r['warmup_steps']} warmup steps, linear decay) |",
+        steps_row(record),
         f"| tokens seen | {record['tokens'] / 1e6:.1f}M (steps x batch x length, sequences being packed) |",
-        f"| compute | {hours:.1f} hours in {len(record['sittings'])} sitting(s) on {machine()}, {r['precision']} |",
+        f"| compute | {hours:.1f} hours in {len(record['sittings'])} sitting(s) on "
+        f"{'; '.join(sorted({c['machine'] for c in record['cycles']}))}, {r['precision']} |",
         "| weights | bf16 safetensors |", "",
     ]
-    lines += curve_table(record["curve"]) + measured(bench) + recipe_lines(name, r, record)
-    return "\n".join(lines)
+    lines += cycles_table(record["cycles"]) + curve_table(record["curve"]) + measured(bench)
+    return "\n".join(lines + recipe_lines(name, r, record))
+
+
+def schedule(r: dict) -> str:
+    return f"peak lr {r['lr']:g}, {r['warmup_steps']} warmup steps, {r.get('schedule', 'linear')} decay"
+
+
+def steps_row(record: dict) -> str:
+    """The steps, in one run or in cycles."""
+    r, cycles = record["recipe"], record["cycles"]
+    if len(cycles) == 1:
+        return (f"| steps | {record['steps']:,} of batch {r['batch_size']} x {r['max_length']} tokens, of a "
+                f"{r['max_steps']:,}-step schedule ({schedule(r)}) |")
+    return (f"| steps | {record['steps']:,} of batch {r['batch_size']} x {r['max_length']} tokens in {len(cycles)} "
+            f"cycles, each continuing the model the one before shipped (below) |")
+
+
+def cycles_table(cycles: list[dict]) -> list[str]:
+    """Each cycle of a lineage: start, steps of its schedule, tokens, compute, held-out accuracy at its end."""
+    if len(cycles) < 2:
+        return []
+    lines = ["Cycles (lineage.json holds them whole):", "",
+             "| cycle | started from | steps | schedule | tokens | compute | held-out accuracy at its end |",
+             "|---|---|---|---|---|---|---|"]
+    for i, c in enumerate(cycles, 1):
+        start = f"`{c['init_from']}`" + (f" as cycle {i - 1} shipped it" if i > 1 else "")
+        accuracy = "-" if c["final_eval_accuracy"] is None else f"{c['final_eval_accuracy']:.3f}"
+        lines.append(f"| {i} | {start} | {c['steps']:,} of {c['recipe']['max_steps']:,} | {schedule(c['recipe'])} | "
+                     f"{c['tokens'] / 1e6:.1f}M | {sum(c['sittings']) / 3600:.1f} h in {len(c['sittings'])} "
+                     f"sitting(s) on {c['machine']} | {accuracy} |")
+    return lines + [""]
 
 
 def curve_table(curve: list[tuple[int, float, float]]) -> list[str]:
@@ -146,13 +224,16 @@ def _show(value) -> str:
 
 
 def recipe_lines(name: str, r: dict, record: dict) -> list[str]:
-    """How to make it again."""
-    prepare = (f"encoderlab prepare --corpus ../shared/data/wikipedia --tokenizer {r['init_from']} --out {r['data']} "
-               f"--holdout 0.005" if r.get("init_from") else "# the README's `tokenizer train` and `prepare` steps")
-    return ["It reproduces with these commands (the run stops and resumes exactly; `--resume` continues it in a "
-            "later sitting):", "", "```bash", prepare,
-            f"encoderlab pretrain --config configs/{name_of_recipe(r)} --out RUN        # --resume to continue",
-            f"python scripts/ship_model.py RUN --name {name}",
+    """How to make it again: the data, then each cycle's run and shipping in turn."""
+    first = record["cycles"][0]["recipe"]
+    prepare = (f"encoderlab prepare --corpus ../shared/data/wikipedia --tokenizer {first['init_from']} --out {r['data']} "
+               f"--holdout 0.005" if first.get("init_from") else "# the README's `tokenizer train` and `prepare` steps")
+    runs = []
+    for i, c in enumerate(record["cycles"], 1):
+        runs += [f"encoderlab pretrain --config configs/{name_of_recipe(c['recipe'])} --out RUN{i}"
+                 f"        # --resume to continue", f"python scripts/ship_model.py RUN{i} --name {name}"]
+    return ["It reproduces with these commands (a run stops and resumes exactly; `--resume` continues it in a "
+            "later sitting):", "", "```bash", prepare, *runs,
             "python bench/fill_mask_model.py                       # the measured goals", "```", ""]
 
 
@@ -174,11 +255,12 @@ def newest_weights(run: Path) -> tuple[Path, int]:
     return run / "model", recipe["max_steps"]
 
 
-def _keep_rows_until(path: Path, step: int) -> None:
-    """Drop the rows of a metrics.csv past `step` (and the repeated headers of resumed sittings)."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    rows = [line for line in lines[1:] if not line.startswith("step,") and int(line.split(",")[0]) <= step]
-    path.write_text("\n".join([lines[0], *rows]) + "\n", encoding="utf-8")
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """metrics.csv of every cycle, one header."""
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -203,7 +285,9 @@ def main(argv: list[str] | None = None) -> None:
         for name in RECORDS:
             if (args.run / name).is_file():
                 shutil.copyfile(args.run / name, build / name)
-        _keep_rows_until(build / "metrics.csv", step)  # rows logged after the shipped checkpoint describe other weights
+        write_rows(build / "metrics.csv", record["rows"])
+        if len(record["cycles"]) > 1:
+            (build / LINEAGE).write_text(json.dumps(record["cycles"], indent=1) + "\n", encoding="utf-8")
         (build / "README.md").write_text(card(args.name, model, record, bench), encoding="utf-8")
         size = sum(f.stat().st_size for f in build.iterdir()) / 1e6
         if size > LIMIT_MB:

@@ -63,6 +63,38 @@ def test_a_stopped_continued_run_ships_with_its_card(tmp_path):
     assert "in 1 sitting(s)" in card
 
 
+def test_a_run_continuing_a_shipped_model_ships_with_the_whole_lineage(tmp_path):
+    """Cycle 1 starts from a transformers checkpoint and is shipped; cycle 2 continues the shipped folder and is
+    shipped over it: the folder that is replaced leaves its history in lineage.json, metrics.csv counts steps from
+    cycle 1's start, and the card states both cycles and their totals."""
+    corpus = _corpus(tmp_path / "corpus.txt")
+    start = _checkpoint("bert", "base", tmp_path / "start", corpus)
+    prepare([str(corpus)], start, tmp_path / "data", holdout=0.1, workers=1, progress=False)
+    ship, models = _ship_module(), tmp_path / "models"
+    folder = models / "tiny-fill"
+    common = [f"data={tmp_path / 'data'}", *RUN, "eval_every=1"]
+    pretrain(load_recipe(None, [f"init_from={start}", *common]), tmp_path / "run1", stop_after=2, progress=False)
+    ship.main([str(tmp_path / "run1"), "--name", "tiny-fill", "--models", str(models)])
+    assert not (folder / "lineage.json").exists()  # one run: nothing to chain
+    first_card = (folder / "README.md").read_text(encoding="utf-8")
+    pretrain(load_recipe(None, [f"init_from={folder}", *common, "seed=1"]), tmp_path / "run2", progress=False)
+    ship.main([str(tmp_path / "run2"), "--name", "tiny-fill", "--models", str(models)])
+
+    lineage = json.loads((folder / "lineage.json").read_text(encoding="utf-8"))
+    assert [c["init_from"] for c in lineage] == [str(start), str(folder)]
+    assert [c["steps"] for c in lineage] == [2, 3] and [c["tokens"] for c in lineage] == [2 * 8 * 32, 3 * 8 * 32]
+    assert lineage[0]["start"]["new_tensors"] and lineage[1]["start"]["new_tensors"] == []
+    rows = list(csv.DictReader((folder / "metrics.csv").open(encoding="utf-8")))
+    evals = [int(r["step"]) for r in rows if r["eval_mlm_accuracy"]]
+    assert evals == [1, 2, 3, 4, 5]  # cycle 2's steps 1-3 follow cycle 1's 2
+    assert float(rows[-1]["eval_mlm_accuracy"]) == lineage[1]["final_eval_accuracy"]
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert f"the checkpoint `{start}`" in card  # where the weights first came from, not the folder cycle 2 read
+    assert "| steps | 5 of batch 8 x 32 tokens in 2 cycles" in card and f"{5 * 8 * 32 / 1e6:.1f}M" in card
+    assert "in 2 sitting(s)" in card and f"`{folder}` as cycle 1 shipped it" in card
+    assert "RUN1" in card and "RUN2" in card and first_card != card
+
+
 def test_gpu_mfu_reads_a_runs_tokens_per_second(tmp_path):
     corpus = _corpus(tmp_path / "corpus.txt")
     start = _checkpoint("bert", "mlm", tmp_path / "start", corpus)
