@@ -29,6 +29,7 @@ their goals left out.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import shutil
@@ -195,14 +196,15 @@ def transformers_load(folder: Path) -> tuple[dict[str, Any], Any]:
 
 
 def weights_file(folder: Path) -> dict[str, Any]:
-    """The safetensors files: names, size in MB, and the dtypes they store."""
+    """The safetensors files: names, size in MB, the dtypes they store, and each file's SHA-256 (scripts/ship_model.py
+    puts these results in a model's card only for the weights they measured)."""
     files = sorted(folder.glob("*.safetensors"))
     dtypes: set[str] = set()
     for path in files:
         with safe_open(str(path), "pt") as handle:
             dtypes |= {str(handle.get_slice(key).get_dtype()) for key in handle.keys()}
     return {"files": [f.name for f in files], "mb": round(sum(f.stat().st_size for f in files) / 1e6, 2),
-            "dtypes": sorted(dtypes)}
+            "dtypes": sorted(dtypes), "sha256": {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}}
 
 
 def hf_top5(folder: Path, hf_model: Any, texts: list[str]) -> list[list[str]]:

@@ -5,10 +5,11 @@ without one, RUN/model. It stores them in bf16 (half the bytes; bf16 keeps fp32'
 overflows), with the tokenizer the data was prepared with, the run's metrics.csv, recipe.yaml and init_from.json,
 and writes the model card README.md from the run's own records: where it started (init_from, or from scratch), the
 data, steps, tokens and compute of every sitting, and the measured figures of bench/results/fill_mask_model.json when
-that file describes this model. The folder is built under a temporary name and renamed into place.
+that file describes these very weights (their SHA-256): ship, run the bench, ship again. The folder is built under a temporary name and renamed into place.
 
 A run that continued a model shipped here (init_from a models/ folder, issue 16's cycles: a later sitting-sized
-run with a fresh warmup and decay) ships with the whole history: lineage.json lists each cycle (where it started,
+run with a fresh warmup and decay) ships with the whole history (a run shipped again, at a later step, replaces
+its own cycle): lineage.json lists each cycle (where it started,
 its recipe, steps, tokens, sittings and machine), metrics.csv holds every cycle's rows with steps counted from the
 first cycle's start, and the card states the totals. Shipping over the folder the run started from keeps its
 history that way, since the folder itself is replaced.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import platform
 import shutil
@@ -54,8 +56,11 @@ def run_record(run: Path, step: int) -> dict:
     rows = metrics_rows(run / "metrics.csv", step)
     start = json.loads((run / "init_from.json").read_text(encoding="utf-8")) if (run / "init_from.json").is_file() else None
     cycles, earlier_rows = earlier(recipe)
+    if cycles and cycles[-1].get("run") == str(run.resolve()):  # this run shipped before (at an earlier step)
+        cycles = cycles[:-1]
+        earlier_rows = [r for r in earlier_rows if int(r["step"]) <= sum(c["steps"] for c in cycles)]
     offset = sum(c["steps"] for c in cycles)
-    cycles = cycles + [cycle(recipe, start, rows, step, machine())]
+    cycles = cycles + [cycle(recipe, start, rows, step, machine()) | {"run": str(run.resolve())}]
     rows = earlier_rows + [r | {"step": str(int(r["step"]) + offset)} for r in rows]
     curve = [(int(r["step"]), float(r["eval_mlm_loss"]), float(r["eval_mlm_accuracy"])) for r in rows
              if r.get("eval_mlm_accuracy")]
@@ -255,6 +260,11 @@ def newest_weights(run: Path) -> tuple[Path, int]:
     return run / "model", recipe["max_steps"]
 
 
+def sha256(folder: Path) -> dict[str, str]:
+    """The SHA-256 of each safetensors file of a folder, as bench/fill_mask_model.py records them."""
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.glob("*.safetensors"))}
+
+
 def write_rows(path: Path, rows: list[dict]) -> None:
     """metrics.csv of every cycle, one header."""
     with path.open("w", encoding="utf-8", newline="") as handle:
@@ -273,8 +283,6 @@ def main(argv: list[str] | None = None) -> None:
     model = load_model(source, kind="mlm", dtype=torch.float32)
     record = run_record(args.run, step)
     bench = json.loads(RESULTS.read_text(encoding="utf-8")) if RESULTS.is_file() else None
-    if bench and bench["figures"].get("model") != args.name:
-        bench = None  # the results describe another model
     target = args.models / args.name
     target.parent.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{args.name}.") as tmp:
@@ -286,6 +294,9 @@ def main(argv: list[str] | None = None) -> None:
             if (args.run / name).is_file():
                 shutil.copyfile(args.run / name, build / name)
         write_rows(build / "metrics.csv", record["rows"])
+        weights = bench["figures"].get("weights", {}).get("sha256", {}) if bench else {}
+        if bench and (bench["figures"].get("model") != args.name or weights != sha256(build)):
+            bench = None  # the results describe another model, or these weights before this shipping
         if len(record["cycles"]) > 1:
             (build / LINEAGE).write_text(json.dumps(record["cycles"], indent=1) + "\n", encoding="utf-8")
         (build / "README.md").write_text(card(args.name, model, record, bench), encoding="utf-8")

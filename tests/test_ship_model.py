@@ -93,6 +93,22 @@ def test_a_run_continuing_a_shipped_model_ships_with_the_whole_lineage(tmp_path)
     assert "| steps | 5 of batch 8 x 32 tokens in 2 cycles" in card and f"{5 * 8 * 32 / 1e6:.1f}M" in card
     assert "in 2 sitting(s)" in card and f"`{folder}` as cycle 1 shipped it" in card
     assert "RUN1" in card and "RUN2" in card and first_card != card
+    ship.main([str(tmp_path / "run2"), "--name", "tiny-fill", "--models", str(models)])  # the same run again
+    assert json.loads((folder / "lineage.json").read_text(encoding="utf-8")) == lineage  # not chained to itself
+    assert (folder / "README.md").read_text(encoding="utf-8") == card
+
+    # The bench's figures reach the card only for the weights they measured (ship, bench, ship again).
+    results = {"command": "python bench/fill_mask_model.py", "goals": [
+        {"what": "held-out accuracy", "value": 0.123, "target": 0.5, "met": False}],
+        "figures": {"model": "tiny-fill", "weights": {"sha256": ship.sha256(folder)}}}
+    ship.RESULTS = tmp_path / "fill_mask_model.json"
+    ship.RESULTS.write_text(json.dumps(results), encoding="utf-8")
+    ship.main([str(tmp_path / "run2"), "--name", "tiny-fill", "--models", str(models)])
+    assert "| held-out accuracy | 0.123 | 0.500 | False |" in (folder / "README.md").read_text(encoding="utf-8")
+    results["figures"]["weights"]["sha256"] = {"model.safetensors": "0" * 64}  # other weights
+    ship.RESULTS.write_text(json.dumps(results), encoding="utf-8")
+    ship.main([str(tmp_path / "run2"), "--name", "tiny-fill", "--models", str(models)])
+    assert "has not measured this model yet" in (folder / "README.md").read_text(encoding="utf-8")
 
 
 def test_gpu_mfu_reads_a_runs_tokens_per_second(tmp_path):
