@@ -119,11 +119,17 @@ def first_cycle(folder: Path, cfg: PretrainConfig) -> PretrainConfig:
     """The recipe of the lineage's first cycle (folder/lineage.json, written by scripts/ship_model.py when a run
     continued a model shipped here), its data as cfg's; cfg itself for a model made in one run. The start the
     goals compare with is where the first cycle began (minilm), not the model a later cycle continued."""
-    path = folder / "lineage.json"
-    if not path.is_file():
+    cycles = lineage(folder)
+    if not cycles:
         return cfg
-    recipe = json.loads(path.read_text(encoding="utf-8"))[0]["recipe"]
+    recipe = cycles[0]["recipe"]
     return replace(cfg, init_from=recipe.get("init_from") or "", seed=recipe["seed"])
+
+
+def lineage(folder: Path) -> list[dict[str, Any]] | None:
+    """folder/lineage.json's cycles, or None for a model made in one run."""
+    path = folder / "lineage.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 # ---- the learning curve ----------------------------------------------------------------------------------------
@@ -142,8 +148,8 @@ def learning_curve(folder: Path, cfg: PretrainConfig) -> dict[str, Any] | None:
              for r in rows if r.get("eval_mlm_accuracy")}  # a step evaluated again after a resume: the last one
     steps = int(rows[-1]["step"])  # counted from the first cycle's start (scripts/ship_model.py)
     stretches = sittings(rows)
-    lineage = folder / "lineage.json"
-    tokens = (sum(c["tokens"] for c in json.loads(lineage.read_text(encoding="utf-8"))) if lineage.is_file()
+    cycles = lineage(folder)
+    tokens = (sum(c["tokens"] for c in cycles) if cycles
               else steps * cfg.batch_size * cfg.max_length)  # batch_size: sequences per optimizer step, all told
     return {"columns": ["step", "eval_mlm_accuracy", "eval_mlm_loss"],
             "points": [[step, *evals[step]] for step in sorted(evals)], "steps": steps,

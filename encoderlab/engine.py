@@ -26,8 +26,7 @@ from torch import nn
 
 from encoderlab.errors import InputError
 from encoderlab.nn.pooling import pool
-from encoderlab.tokenizer import Tokenizer
-from encoderlab.tokenizer.wrapper import Encoded
+from encoderlab.tokenizer import Encoded, Tokenizer
 
 log = logging.getLogger(__name__)
 ENCODE_CHUNK = 1024  # texts per call into the Rust tokenizer: fast, without padding a whole data set at once

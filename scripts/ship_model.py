@@ -5,14 +5,15 @@ without one, RUN/model. It stores them in bf16 (half the bytes; bf16 keeps fp32'
 overflows), with the tokenizer the data was prepared with, the run's metrics.csv, recipe.yaml and init_from.json,
 and writes the model card README.md from the run's own records: where it started (init_from, or from scratch), the
 data, steps, tokens and compute of every sitting, and the measured figures of bench/results/fill_mask_model.json when
-that file describes these very weights (their SHA-256): ship, run the bench, ship again. The folder is built under a temporary name and renamed into place.
+that file describes these very weights (their SHA-256): ship, run the bench, ship again. The folder is built under a
+temporary name and renamed into place.
 
-A run that continued a model shipped here (init_from a models/ folder, issue 16's cycles: a later sitting-sized
-run with a fresh warmup and decay) ships with the whole history (a run shipped again, at a later step, replaces
-its own cycle): lineage.json lists each cycle (where it started,
-its recipe, steps, tokens, sittings and machine), metrics.csv holds every cycle's rows with steps counted from the
-first cycle's start, and the card states the totals. Shipping over the folder the run started from keeps its
-history that way, since the folder itself is replaced.
+A run that continued a model shipped here (init_from a models/ folder or its alias: issue 16's cycles, each a
+sitting-sized run with a fresh warmup and decay) ships with the whole history: lineage.json lists each cycle (where
+it started, its recipe, steps, tokens, sittings and machine), metrics.csv holds every cycle's rows with steps counted
+from the first cycle's start, and the card states the totals. Shipping over the folder the run started from keeps
+its history that way, since the folder itself is replaced; a run shipped again, at a later step, replaces its own
+cycle.
 
     python scripts/ship_model.py runs/fill-mask-minilm --name encoderlab-fill-mask
 """
@@ -38,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from encoderlab.checkpoint import load_model, save_pretrained  # noqa: E402
 from encoderlab.data.shards import read_meta  # noqa: E402
-from encoderlab.paths import DEFAULT_FILL_MASK_MODEL, PACKAGE_ALIASES  # noqa: E402
+from encoderlab.errors import CheckpointError  # noqa: E402
+from encoderlab.paths import DEFAULT_FILL_MASK_MODEL, PACKAGE_ALIASES, resolve_model_path  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 from encoderlab.train.logger import sittings  # noqa: E402
 from encoderlab.train.state import latest_checkpoint  # noqa: E402
@@ -58,8 +60,8 @@ def run_record(run: Path, step: int) -> dict:
     cycles, earlier_rows = earlier(recipe)
     if cycles and cycles[-1].get("run") == str(run.resolve()):  # this run shipped before (at an earlier step)
         cycles = cycles[:-1]
-        earlier_rows = [r for r in earlier_rows if int(r["step"]) <= sum(c["steps"] for c in cycles)]
     offset = sum(c["steps"] for c in cycles)
+    earlier_rows = [r for r in earlier_rows if int(r["step"]) <= offset]
     cycles = cycles + [cycle(recipe, start, rows, step, machine()) | {"run": str(run.resolve())}]
     rows = earlier_rows + [r | {"step": str(int(r["step"]) + offset)} for r in rows]
     curve = [(int(r["step"]), float(r["eval_mlm_loss"]), float(r["eval_mlm_accuracy"])) for r in rows
@@ -92,8 +94,13 @@ def earlier(recipe: dict) -> tuple[list[dict], list[dict]]:
     """The cycles and metrics rows of the model the run started from, when it is one shipped here (its folder has
     the run's records); ([], []) for any other start (an alias such as minilm, a foreign checkpoint, scratch)."""
     name = recipe.get("init_from") or ""
-    folder = ROOT / name if name and (ROOT / name).is_dir() else Path(name)
-    if not name or not (folder / "recipe.yaml").is_file() or not (folder / "metrics.csv").is_file():
+    if not name:
+        return [], []
+    try:  # a recipe's paths are relative to the repository, as its data is (data_folder)
+        folder = ROOT / name if (ROOT / name).is_dir() else resolve_model_path(name)
+    except CheckpointError:
+        return [], []
+    if not (folder / "recipe.yaml").is_file() or not (folder / "metrics.csv").is_file():
         return [], []
     with (folder / "metrics.csv").open(encoding="utf-8") as handle:
         rows = [r for r in csv.DictReader(handle) if r["step"] != "step"]
