@@ -20,6 +20,7 @@ from encoderlab.cli import main
 from encoderlab.config import EncoderConfig
 from encoderlab.engine import pad_batch
 from encoderlab.errors import ConfigError, InputError
+from encoderlab.infer import backends
 from encoderlab.infer import precision as precisions
 from encoderlab.infer.backends import cache_dir, candidates, ct2_unsupported, resolve, runtime_model
 from encoderlab.infer.pipelines import Embed, pipeline
@@ -124,6 +125,19 @@ def test_auto_measures_every_combination_picks_one_within_tolerance_and_caches_i
         again = pipeline("embed", folder, "auto", engine="auto", engine_cache=tmp_path)
     assert (again.engine_name, again.precision) == (auto.engine_name, auto.precision)
     assert not any("cosine" in r.message for r in caplog.records)  # the cached choice, not measured again
+
+
+def test_auto_times_the_close_candidates_again_in_rounds_and_takes_the_fastest_of_those(folders, tmp_path, caplog,
+                                                                                         monkeypatch):
+    monkeypatch.setattr(backends, "CLOSE", float("inf"))  # every candidate within tolerance is close enough
+    with caplog.at_level(logging.INFO, logger="encoderlab.infer.backends"):
+        auto = pipeline("embed", folders["embed"], "auto", engine="auto", engine_cache=tmp_path)
+    final = [r.message for r in caplog.records if "finalists" in r.message]
+    assert len(final) == 1, final
+    ranked = final[0].split(": ", 2)[2].split("; ")  # "engine precision N ms", fastest first
+    assert len(ranked) == backends.FINALISTS
+    times = [float(entry.split()[2]) for entry in ranked]
+    assert times == sorted(times) and ranked[0].startswith(f"{auto.engine_name} {auto.precision} ")
 
 
 def test_cli_says_what_auto_picked_and_engines_agree(folders, cache, tmp_path, capsys):
