@@ -270,6 +270,16 @@ def test_embedding_sharing(request, name):
     assert any(n.startswith("discriminator.rtd.") for n in names) and any(n.startswith("generator.mlm.") for n in names)
 
 
+def test_heldout_batches_are_the_same_whatever_the_recipe_seed(wordpiece):
+    """Two cycles of one model (seed 0, then 1) score on the same masked held-out batches."""
+    first = load_recipe(None, [f"data={wordpiece}", "preset=bert-mini", "seed=0"])
+    later = load_recipe(None, [f"data={wordpiece}", "preset=bert-mini", "seed=1"])
+    a, b = _batch(first, None), _batch(later, None)
+    assert a.keys() == b.keys() and (a["labels"] != -100).any()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key])
+
+
 def test_generator_is_a_fraction_of_the_discriminator(wordpiece):
     _, objective = _objective([f"data={wordpiece}", "preset=electra-mini", "objective=rtd", "generator_size=0.5"])
     disc, gen = objective.discriminator.config, objective.generator.config

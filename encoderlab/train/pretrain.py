@@ -40,6 +40,9 @@ from encoderlab.train.loop import Evaluation, LoopOptions, autocast, run_loop, t
 from encoderlab.train.optim import lr_schedule, make_optimizer
 
 log = logging.getLogger(__name__)
+# The held-out split's example and masking seed, fixed so that runs with different recipe seeds (the cycles of a
+# continued model: seed 0, then 1) score on the same masked batches; it was the recipe's seed + 1.
+HELDOUT_SEED = 1
 
 
 @dataclass
@@ -219,13 +222,14 @@ def _objective(cfg: PretrainConfig) -> str:
 
 
 def heldout_batches(cfg: PretrainConfig, tokenizer: Tokenizer) -> Batches | None:
-    """Masked batches over the held-out split, if `prepare` wrote one (what `evaluate` scores)."""
+    """Masked batches over the held-out split, if `prepare` wrote one (what `evaluate` scores). Their sequences and
+    masks come from HELDOUT_SEED, not the recipe's seed: two runs on the same data score on the same batches."""
     try:
         shards = TokenShards(cfg.data, "valid")
     except InputError:  # no held-out split was prepared: evaluation is skipped, training goes on
         return None
-    return Batches(PretrainingExamples(shards, _objective(cfg), cfg.max_length, cfg.seed + 1, cfg.short_seq_prob),
-                   masking_collator(cfg, tokenizer), cfg.seed + 1, tokenizer.pad_id)
+    return Batches(PretrainingExamples(shards, _objective(cfg), cfg.max_length, HELDOUT_SEED, cfg.short_seq_prob),
+                   masking_collator(cfg, tokenizer), HELDOUT_SEED, tokenizer.pad_id)
 
 
 def _export_final(run_dir: Path, model: Objective, tokenizer: Tokenizer) -> None:
