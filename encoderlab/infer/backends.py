@@ -105,12 +105,13 @@ def cache_dir(encoder: nn.Module, root: str | os.PathLike | None = None) -> Path
 
 
 # ---- the runtimes ----------------------------------------------------------------------------------------------
-def _exported(encoder: nn.Module, cache: Path, precision: str) -> Path:
-    """The encoder's ONNX file in the cache (int8: ONNX Runtime's dynamic quantization), exported on first use."""
-    path = cache / f"encoder-{precision}.onnx"
+def _exported(encoder: nn.Module, cache: Path, precision: str, for_openvino: bool = False) -> Path:
+    """The encoder's ONNX file in the cache (int8: ONNX Runtime's dynamic quantization), exported on first use;
+    for_openvino: the layout OpenVINO converts (export_encoder)."""
+    path = cache / f"encoder-{precision}{'-openvino' if for_openvino else ''}.onnx"
     if not path.is_file():
         log.info("exporting the encoder to %s (once)", path)
-        export_encoder(encoder, path, int8=precision == "int8")
+        export_encoder(encoder, path, int8=precision == "int8", for_openvino=for_openvino)
     return path
 
 
@@ -152,16 +153,16 @@ def _ct2_run(encoder: nn.Module, precision: str, cache: Path, threads: int,
 def _ov_run(encoder: nn.Module, precision: str, cache: Path, threads: int,
             tokenizer: Tokenizer | None = None) -> Callable[..., np.ndarray]:
     ov = _import("openvino")
-    # 2: converted by convert_model (files read_model made stay unused); int8 also names its calibration text, so a
-    # changed CALIBRATION quantizes afresh.
-    path = cache / (f"openvino2-int8-{_digest(CALIBRATION)}.xml" if precision == "int8" else f"openvino2-{precision}.xml")
+    # 2: converted by convert_model (files read_model made stay unused); 3: from the export laid out for OpenVINO;
+    # int8 also names its calibration text, so a changed CALIBRATION quantizes afresh.
+    path = cache / (f"openvino3-int8-{_digest(CALIBRATION)}.xml" if precision == "int8" else f"openvino3-{precision}.xml")
     if not path.is_file():
         if precision == "int8" and tokenizer is None:
             raise ConfigError("--engine openvino --precision int8 calibrates on text: it needs the model's tokenizer")
         # convert_model, not Core.read_model: only the converter's passes fuse each attention into one
         # ScaledDotProductAttention op; read as it was, our int8 graph ran 8-10% slower than the same model
         # converted (the Ice Lake, 2026-11-25: 364 against 401 sentences/s at 1 thread, same batches).
-        model = ov.convert_model(str(_exported(encoder, cache, "fp32")))
+        model = ov.convert_model(str(_exported(encoder, cache, "fp32", for_openvino=True)))
         if precision == "int8":
             log.info("quantizing for OpenVINO int8, calibrated on %s (once)", CALIBRATION.name)
             model = _ov_int8(model, tokenizer, encoder.config)

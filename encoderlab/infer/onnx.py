@@ -32,6 +32,7 @@ from encoderlab.engine import Engine, Output, check_texts, sentence_vectors
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.io import atomic_write, atomic_write_text, read_json_file
 from encoderlab.nn import model as kinds
+from encoderlab.nn.attention import SelfAttention
 from encoderlab.nn.bilstm import BiLSTMClassifier
 from encoderlab.tokenizer import Tokenizer
 
@@ -205,13 +206,25 @@ def _write(module: nn.Module, fields: dict, config: EncoderConfig, out: Path, in
     return fp32_bytes
 
 
-def export_encoder(encoder: nn.Module, out: Path, int8: bool = False, opset: int = DEFAULT_OPSET) -> None:
+def export_encoder(encoder: nn.Module, out: Path, int8: bool = False, opset: int = DEFAULT_OPSET,
+                   for_openvino: bool = False) -> None:
     """An Encoder alone as an ONNX file (ids, mask, segments -> last_hidden_state (B, T, H)), int8 if asked: the
-    forward pass that `--engine onnxruntime` delegates (encoderlab.infer.backends); no sidecar, no tokenizer."""
+    forward pass that `--engine onnxruntime` and `openvino` delegate (encoderlab.infer.backends); no sidecar, no
+    tokenizer. for_openvino: q, k and v as three projections and attention written out, the graph OpenVINO fuses
+    best (SelfAttention._openvino_graph); ONNX Runtime's int8 would quantize the input three times over, so it
+    keeps the one fused projection."""
     with torch.device("meta"):  # a shell for the encoder, so _graph_module sees the model interface
         shell = kinds.EncoderModel(encoder.config, pooler=False)
     shell.encoder = encoder
-    _write(_graph_module(shell), {"task": "embed", "outputs": ["last_hidden_state"]}, encoder.config, out, int8, opset)
+    attentions = [m for m in encoder.modules() if isinstance(m, SelfAttention)]
+    for attention in attentions:
+        attention.export_for_openvino = for_openvino
+    try:
+        _write(_graph_module(shell), {"task": "embed", "outputs": ["last_hidden_state"]}, encoder.config, out, int8,
+               opset)
+    finally:
+        for attention in attentions:
+            attention.export_for_openvino = False
 
 
 def export_onnx(model_name_or_path: str | os.PathLike, out_path: str | os.PathLike, int8: bool = False,
