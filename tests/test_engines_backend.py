@@ -172,15 +172,20 @@ def test_openvino_without_nncf_names_it(folders, monkeypatch):
 
 
 def test_openvino_fuses_each_attention_into_one_op(folders, tmp_path):
-    """Our export as OpenVINO compiles it: no Softmax runs on its own (each attention is one fused op), and no 5-d
-    Transpose is left in the graph (q, k and v are exported as three projections; from the fused projection's
-    permute a separate fp32 Transpose per layer took 10% of int8 MiniLM's time on passages). Read with
+    """Our export as OpenVINO runs it, each attention one fused op. Where the CPU has VNNI (backends.ov_layout) the
+    export is laid out for the CPU plugin's fusion: no Softmax runs on its own once compiled, and no 5-d Transpose
+    is left (from the fused projection's permute, a separate fp32 Transpose per layer took 10% of int8 MiniLM's
+    time on passages). Elsewhere the converter makes one ScaledDotProductAttention op per layer. Read with
     Core.read_model rather than converted, each attention stayed a chain of ops and int8 MiniLM ran 8-10% slower."""
     import openvino as ov
 
-    pipeline("embed", folders["embed"], engine="openvino", engine_cache=tmp_path)
+    pipe = pipeline("embed", folders["embed"], engine="openvino", engine_cache=tmp_path)
     core = ov.Core()
-    model = core.read_model(str(next(tmp_path.glob("*/openvino3-fp32.xml"))))
+    model = core.read_model(str(next(tmp_path.glob(f"*/openvino{3 if backends.ov_layout() else 2}-fp32.xml"))))
+    ops = [op.get_type_name() for op in model.get_ops()]
+    if not backends.ov_layout():
+        assert ops.count("ScaledDotProductAttention") == pipe.model.config.num_layers and "Softmax" not in ops
+        return
     assert not [op for op in model.get_ops()
                 if op.get_type_name() == "Transpose" and op.get_input_partial_shape(0).rank.get_length() == 5]
     runtime = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}).get_runtime_model()
@@ -188,11 +193,25 @@ def test_openvino_fuses_each_attention_into_one_op(folders, tmp_path):
     assert "Softmax" not in layers and "Subgraph" in layers, sorted(set(layers))
 
 
+def test_openvino_without_vnni_keeps_the_standard_export(folders, tmp_path, monkeypatch):
+    """A CPU without an int8 dot-product instruction (as an AVX2-only EPYC reports it) gets the standard export,
+    converted into one ScaledDotProductAttention op per layer, in files of their own."""
+    import openvino as ov
+
+    monkeypatch.setattr(precisions, "cpu_flags", lambda: frozenset({"avx", "avx2", "fma"}))
+    assert not backends.ov_layout()
+    pipe = pipeline("embed", folders["embed"], engine="openvino", engine_cache=tmp_path)
+    model = ov.Core().read_model(str(next(tmp_path.glob("*/openvino2-fp32.xml"))))
+    ops = [op.get_type_name() for op in model.get_ops()]
+    assert ops.count("ScaledDotProductAttention") == pipe.model.config.num_layers and "Softmax" not in ops
+    assert not list(tmp_path.glob("*/openvino3-*"))
+
+
 def test_openvino_int8_is_calibrated_once_and_reused(folders, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="encoderlab.infer.backends"):
         first = pipeline("embed", folders["embed"], "int8", engine="openvino", engine_cache=tmp_path).embed(TEXTS)
     assert any("calibrated on en.txt" in r.message for r in caplog.records)
-    assert len(list(tmp_path.glob("*/openvino3-int8-*.xml"))) == 1 and not list(tmp_path.glob("*/.openvino.*"))
+    assert len(list(tmp_path.glob("*/openvino[23]-int8-*.xml"))) == 1 and not list(tmp_path.glob("*/.openvino.*"))
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="encoderlab.infer.backends"):
         again = pipeline("embed", folders["embed"], "int8", engine="openvino", engine_cache=tmp_path).embed(TEXTS)
