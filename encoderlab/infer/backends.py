@@ -171,9 +171,10 @@ def _ov_run(encoder: nn.Module, precision: str, cache: Path, threads: int,
     if not path.is_file():
         if precision == "int8" and tokenizer is None:
             raise ConfigError("--engine openvino --precision int8 calibrates on text: it needs the model's tokenizer")
-        # convert_model, not Core.read_model: only the converter's passes fuse each attention into one
-        # ScaledDotProductAttention op; read as it was, our int8 graph ran 8-10% slower than the same model
-        # converted (the Ice Lake, 2026-11-25: 364 against 401 sentences/s at 1 thread, same batches).
+        # convert_model, not Core.read_model: from the standard export only the converter's passes fuse each
+        # attention into one ScaledDotProductAttention op; read as it was, our int8 graph ran 8-10% slower than the
+        # same model converted (the Ice Lake, 2026-11-25: 364 against 401 sentences/s at 1 thread, same batches).
+        # The layout for OpenVINO (ov_layout) is fused later, by the CPU plugin when it compiles.
         model = ov.convert_model(str(_exported(encoder, cache, "fp32", for_openvino=laid_out)))
         if precision == "int8":
             log.info("quantizing for OpenVINO int8, calibrated on %s (once)", CALIBRATION.name)

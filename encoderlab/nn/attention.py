@@ -63,8 +63,9 @@ class SelfAttention(nn.Module):
         return self.merge(context, packing), probs
 
     def split(self, x: torch.Tensor, packing: Packing | None) -> torch.Tensor:
-        """x (B, T, H), or packed (N, H) -> q, k, v stacked (3, B, nh, T, hd). Packed, the projection runs on the
-        real tokens only and its output is unpacked for attention (CPU has no variable-length attention kernel)."""
+        """x (B, T, H), or packed (N, H) -> q, k, v stacked (3, B, nh, T, hd) (a tuple of three when exported for
+        OpenVINO). Packed, the projection runs on the real tokens only and its output is unpacked for attention (CPU
+        has no variable-length attention kernel)."""
         if self._openvino_graph():
             return self._three_projections(x, packing)
         qkv = self.qkv(x) if packing is None else packing.unpack(self.qkv(x))  # (B, T, 3H)
@@ -72,7 +73,7 @@ class SelfAttention(nn.Module):
         return qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
 
     def _openvino_graph(self) -> bool:
-        """Whether this pass is being exported for OpenVINO, whose converter fuses attention into one op from the
+        """Whether this pass is being exported for OpenVINO, whose CPU plugin fuses attention into one op from the
         pattern it knows best: q, k and v from three projections, each reshaped and transposed
         (_three_projections), and attention written out (_eager). From our fused projection's 5-d permute and
         torch's SDPA export, it kept a separate fp32 Transpose and a Multiply on q per layer: on 16 x 256-token
