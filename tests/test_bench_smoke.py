@@ -47,3 +47,24 @@ def test_bench_runs_with_smoke(script: str, tmp_path: Path) -> None:
     covers = SMOKE_COVERS.get(script, {})
     assert covers.get("figures", set()) <= set(payload["figures"]), f"{script} --smoke skipped a part"
     assert covers.get("files", set()) <= {p.name for p in tmp_path.iterdir()}, f"{script} --smoke wrote no plot"
+
+
+def test_fill_mask_bench_puts_its_sst2_goal_on_the_mean_over_seeds(tmp_path: Path) -> None:
+    """With several seeds each seed fine-tunes both models, and the goal is on the mean of the per-seed
+    differences: the pairs are kept and the mean is theirs, not one seed's."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "fill_mask_model.py"), "--smoke", "--seed", "3", "4",
+                           "--results-dir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    payload = json.loads((tmp_path / "fill_mask_model_smoke.json").read_text(encoding="utf-8"))
+    sst2 = payload["figures"]["sst2"]
+    assert [run["seed"] for run in sst2["runs"]] == [3, 4]
+    for run in sst2["runs"]:
+        for role in ("model", "baseline"):
+            assert f"--seed {run['seed']} " in run[role]["command"], run[role]["command"]
+        assert run["difference_points"] == round(100 * (run["model"]["accuracy"] - run["baseline"]["accuracy"]), 2)
+    mean = sum(run["difference_points"] for run in sst2["runs"]) / 2
+    assert abs(sst2["difference_points"] - mean) <= 0.005
+    [goal] = [g for g in payload["goals"] if g["what"].startswith("SST-2")]
+    assert "mean of 2 seeds" in goal["what"] and goal["value"] == sst2["difference_points"]
