@@ -27,12 +27,17 @@ def _snapshot(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def _smoke(script: str, results: Path, *options: str) -> subprocess.CompletedProcess:
+    """bench/`script` --smoke, its results under `results`, the repository importable."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke", *options, "--results-dir",
+                           str(results)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
 @pytest.mark.parametrize("script", BENCHES)
 def test_bench_runs_with_smoke(script: str, tmp_path: Path) -> None:
     committed = _snapshot(ROOT / "bench" / "results")
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke", "--results-dir", str(tmp_path)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    done = _smoke(script, tmp_path)
     assert done.returncode == 0, f"{script} --smoke exited {done.returncode}:\n{done.stderr[-4000:]}"
     written = sorted(tmp_path.glob("*.json"))
     assert [p.name for p in written] == [script.replace(".py", "_smoke.json")], done.stderr[-2000:]
@@ -52,10 +57,7 @@ def test_bench_runs_with_smoke(script: str, tmp_path: Path) -> None:
 def test_fill_mask_bench_puts_its_sst2_goal_on_the_mean_over_seeds(tmp_path: Path) -> None:
     """With several seeds each seed fine-tunes both models, and the goal is on the mean of the per-seed
     differences: the pairs are kept and the mean is theirs, not one seed's."""
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "fill_mask_model.py"), "--smoke", "--seed", "3", "4",
-                           "--results-dir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+    done = _smoke("fill_mask_model.py", tmp_path, "--seed", "3", "4")
     assert done.returncode == 0, done.stderr[-4000:]
     payload = json.loads((tmp_path / "fill_mask_model_smoke.json").read_text(encoding="utf-8"))
     sst2 = payload["figures"]["sst2"]
