@@ -176,7 +176,10 @@ def card(name: str, model, record: dict, bench: dict | None) -> str:
 
 
 def schedule(r: dict) -> str:
-    return f"peak lr {r['lr']:g}, {r['warmup_steps']} warmup steps, {r.get('schedule', 'linear')} decay"
+    """The cycle's schedule, and the anchor its hidden states were kept near, if any."""
+    anchored = (f"; anchored to `{r['anchor']}` (cosine weight {r.get('anchor_weight', 1.0):g})"
+                if r.get("anchor") else "")
+    return f"peak lr {r['lr']:g}, {r['warmup_steps']} warmup steps, {r.get('schedule', 'linear')} decay{anchored}"
 
 
 def steps_row(record: dict) -> str:

@@ -166,3 +166,90 @@ def test_unknown_or_foreign_checkpoints_are_refused(tmp_path):
     folder = _checkpoint("roberta", "mlm", tmp_path / "roberta", corpus)
     with pytest.raises(ConfigError, match="distill"):
         load_recipe(None, [f"data={tmp_path}", f"init_from={folder}", "objective=distill", f"teacher={folder}"])
+
+
+# ---- anchor: a frozen encoder the adapted model's last hidden states are kept near ----------------------------
+
+def _anchor_pair(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(a tiny masked LM, another random BERT encoder of the same widths and tokenizer, data prepared with both)."""
+    corpus = _corpus(tmp_path / "corpus.txt")
+    folder = _checkpoint("bert", "mlm", tmp_path / "hf", corpus)
+    tokenizer = Tokenizer.from_pretrained(folder)
+    config = HF_CONFIGS["bert"]()
+    config.vocab_size, config.pad_token_id = tokenizer.vocab_size, tokenizer.pad_id
+    anchor = transformers.BertModel(config)
+    randomize(anchor, 1)  # not the masked LM's weights: the cosine term is far from 0
+    anchor.save_pretrained(tmp_path / "anchor")
+    tokenizer.save(tmp_path / "anchor")
+    prepare([str(corpus)], folder, tmp_path / "data", holdout=0.1, workers=1, progress=False)
+    return folder, tmp_path / "anchor", tmp_path / "data"
+
+
+def _anchored_loss(folder: Path, anchor: Path, batch: dict[str, torch.Tensor], weight: float) -> tuple[torch.Tensor,
+                                                                                                        torch.Tensor]:
+    """transformers' MLM loss of `folder` on the batch, and the mean 1 - cos between its last hidden states and
+    `anchor`'s over the real tokens not selected for prediction."""
+    mlm = transformers.BertForMaskedLM.from_pretrained(folder).eval()
+    base = transformers.BertModel.from_pretrained(anchor).eval()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():
+        out = mlm(**inputs, labels=batch["labels"], output_hidden_states=True)
+        target = base(**inputs).last_hidden_state
+    kept = batch["attention_mask"].bool() & (batch["labels"] == -100)
+    cos = (1 - torch.nn.functional.cosine_similarity(out.hidden_states[-1][kept], target[kept], dim=-1)).mean()
+    return out.loss + weight * cos, cos
+
+
+def _column(run: Path, name: str) -> list[float]:
+    return [float(r[name]) for r in csv.DictReader((run / "metrics.csv").open(encoding="utf-8")) if r[name]]
+
+
+def test_an_anchor_adds_its_weighted_cosine_to_transformers_mlm_loss(tmp_path):
+    folder, anchor, data = _anchor_pair(tmp_path)
+    cfg = _recipe(data, folder, f"anchor={anchor}", "anchor_weight=0.5")
+    pretrain(cfg, tmp_path / "run", progress=False)
+    expected, cos = _anchored_loss(folder, anchor, _first_batch(cfg, Tokenizer.from_pretrained(data / "tokenizer")), 0.5)
+    assert cos > 0.1  # two unrelated encoders: the term is not negligible
+    assert_close(torch.tensor(_column(tmp_path / "run", "cos_loss")[0]), cos.float(), **TOL)
+    assert_close(torch.tensor(_losses(tmp_path / "run")[0]), expected.float(), **TOL)
+    assert "eval_cos_loss" in next(csv.DictReader((tmp_path / "run" / "metrics.csv").open(encoding="utf-8")))
+
+
+def test_anchored_at_its_own_start_the_first_step_is_plain_mlm(tmp_path):
+    folder, _, data = _anchor_pair(tmp_path)
+    pretrain(_recipe(data, folder, f"anchor={folder}", "anchor_weight=3"), tmp_path / "run", progress=False)
+    batch = _first_batch(_recipe(data, folder), Tokenizer.from_pretrained(data / "tokenizer"))
+    expected, _ = _anchored_loss(folder, folder, batch, 0.0)
+    assert abs(_column(tmp_path / "run", "cos_loss")[0]) < 1e-5
+    assert_close(torch.tensor(_losses(tmp_path / "run")[0]), expected.float(), **TOL)
+    assert _column(tmp_path / "run", "cos_loss")[-1] > 1e-5  # then the model moves away and the term pulls back
+
+
+def test_anchored_resume_is_exact_and_leaves_the_anchor_alone(tmp_path):
+    folder, anchor, data = _anchor_pair(tmp_path)
+    before = transformers.BertModel.from_pretrained(anchor).state_dict()
+    extra = (f"anchor={anchor}", "anchor_weight=2")
+    pretrain(_recipe(data, folder, *extra), tmp_path / "straight", progress=False)
+    pretrain(_recipe(data, folder, *extra), tmp_path / "split", stop_after=2, progress=False)
+    pretrain(_recipe(data, folder, *extra), tmp_path / "split", resume=True, progress=False)
+    assert _losses(tmp_path / "split") == _losses(tmp_path / "straight")
+    after = transformers.BertModel.from_pretrained(anchor).state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    hf, info = transformers.BertForMaskedLM.from_pretrained(tmp_path / "split" / "model", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info  # the anchor is not saved with the model
+
+
+def test_bad_anchors_are_refused_by_name(tmp_path):
+    folder, anchor, data = _anchor_pair(tmp_path)
+    with pytest.raises(ConfigError, match="anchor_weight must be positive"):
+        _recipe(data, folder, f"anchor={anchor}", "anchor_weight=0")
+    with pytest.raises(ConfigError, match="anchor applies to the mlm objectives"):
+        _recipe(data, folder, f"anchor={anchor}", "objective=rtd")
+    tokenizer = Tokenizer.from_pretrained(data / "tokenizer")
+    with pytest.raises(ConfigError, match="anchor: cannot load"):
+        build_objective(_recipe(data, folder, f"anchor={tmp_path / 'nowhere'}"), tokenizer)
+    wide = transformers.BertModel(transformers.BertConfig(**{**HF_CONFIGS["bert"]().to_dict(), "hidden_size": 48,
+                                                             "vocab_size": tokenizer.vocab_size}))
+    wide.save_pretrained(tmp_path / "wide")
+    with pytest.raises(ConfigError, match="48 wide, the model's 32"):
+        build_objective(_recipe(data, folder, f"anchor={tmp_path / 'wide'}"), tokenizer)

@@ -66,7 +66,7 @@ def test_a_stopped_continued_run_ships_with_its_card(tmp_path):
 def test_a_run_continuing_a_shipped_model_ships_with_the_whole_lineage(tmp_path):
     """Cycle 1 starts from a transformers checkpoint and is shipped; cycle 2 continues the shipped folder and is
     shipped over it: the folder that is replaced leaves its history in lineage.json, metrics.csv counts steps from
-    cycle 1's start, and the card states both cycles and their totals."""
+    cycle 1's start, and the card states both cycles and their totals, and the anchor cycle 2 was kept near."""
     corpus = _corpus(tmp_path / "corpus.txt")
     start = _checkpoint("bert", "base", tmp_path / "start", corpus)
     prepare([str(corpus)], start, tmp_path / "data", holdout=0.1, workers=1, progress=False)
@@ -77,7 +77,8 @@ def test_a_run_continuing_a_shipped_model_ships_with_the_whole_lineage(tmp_path)
     ship.main([str(tmp_path / "run1"), "--name", "tiny-fill", "--models", str(models)])
     assert not (folder / "lineage.json").exists()  # one run: nothing to chain
     first_card = (folder / "README.md").read_text(encoding="utf-8")
-    pretrain(load_recipe(None, [f"init_from={folder}", *common, "seed=1"]), tmp_path / "run2", progress=False)
+    pretrain(load_recipe(None, [f"init_from={folder}", *common, "seed=1", f"anchor={start}", "anchor_weight=0.5"]),
+             tmp_path / "run2", progress=False)  # cycle 2 anchored to where cycle 1 started
     ship.main([str(tmp_path / "run2"), "--name", "tiny-fill", "--models", str(models)])
 
     lineage = json.loads((folder / "lineage.json").read_text(encoding="utf-8"))
@@ -93,6 +94,7 @@ def test_a_run_continuing_a_shipped_model_ships_with_the_whole_lineage(tmp_path)
     assert "| steps | 5 of batch 8 x 32 tokens in 2 cycles" in card and f"{5 * 8 * 32 / 1e6:.1f}M" in card
     assert "in 2 sitting(s)" in card and f"`{folder}` as cycle 1 shipped it" in card
     assert "RUN1" in card and "RUN2" in card and first_card != card
+    assert card.count("anchored to") == 1 and f"anchored to `{start}` (cosine weight 0.5)" in card
     ship.main([str(tmp_path / "run2"), "--name", "tiny-fill", "--models", str(models)])  # the same run again
     assert json.loads((folder / "lineage.json").read_text(encoding="utf-8")) == lineage  # not chained to itself
     assert (folder / "README.md").read_text(encoding="utf-8") == card

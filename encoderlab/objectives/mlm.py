@@ -2,7 +2,10 @@
 
 The loss is the cross-entropy summed over masked tokens divided by the step's masked-token count, plus the
 pair task's cross-entropy divided by the step's sequence count (Devlin et al. 2019, appendix A.2: the sum of
-the two means).
+the two means). With an anchor (continued pretraining that should not wander far from a good encoder), plus
+anchor_weight x the mean over the real tokens not selected for prediction of 1 - cos(ours, the anchor's) of
+the last hidden states, the frozen anchor reading the same corrupted batch. The selected tokens are left to the
+MLM loss: the anchor never learnt to predict them, so its vectors there are no target.
 """
 
 from __future__ import annotations
@@ -10,10 +13,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.config import EncoderConfig
-from encoderlab.errors import ConfigError
-from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel, PreTrainingModel
-from encoderlab.objectives.base import Counts, Objective
+from encoderlab.errors import CheckpointError, ConfigError, InputError
+from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, PreTrainingModel
+from encoderlab.objectives.base import Counts, Objective, check_vocabulary
 from encoderlab.tokenizer import Tokenizer
 
 
@@ -47,11 +51,25 @@ def mlm_metrics(sums: dict[str, float], counts: dict[str, float]) -> dict[str, f
 
 
 class MaskedLanguageModeling(Objective):
-    """MLM (MaskedLMModel) or MLM + NSP/SOP (PreTrainingModel), one model."""
+    """MLM (MaskedLMModel) or MLM + NSP/SOP (PreTrainingModel), one model; optionally a frozen anchor encoder."""
 
-    def __init__(self, model: MaskedLMModel | PreTrainingModel) -> None:
+    def __init__(self, model: MaskedLMModel | PreTrainingModel, anchor: EncoderModel | None = None,
+                 anchor_weight: float = 1.0) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.anchor_weight = model, anchor_weight
+        self.anchor = None if anchor is None else anchor.requires_grad_(False).eval()
+
+    def train(self, mode: bool = True) -> "MaskedLanguageModeling":
+        super().train(mode)
+        if self.anchor is not None:
+            self.anchor.eval()  # its dropout stays off: the target must not be noisy
+        return self
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> Counts:
+        out = super().counts(batch)
+        if self.anchor is not None:  # the anchored tokens: real and not selected for prediction
+            out["anchored"] = out["tokens"] - out["masked"]
+        return out
 
     def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         labels, pair_labels = batch["labels"], batch.get("next_sentence_label")
@@ -66,6 +84,15 @@ class MaskedLanguageModeling(Objective):
             loss = loss + nsp_sum / counts["sequences"]
             sums["nsp_loss"] = nsp_sum.detach()
             sums["nsp_correct"] = (out.nsp_logits.argmax(-1) == pair_labels).sum()
+        if self.anchor is not None:
+            with torch.no_grad():
+                target = self.anchor.encode(batch["input_ids"], batch["attention_mask"],
+                                            batch["token_type_ids"]).last_hidden_state
+            kept = batch["attention_mask"].bool() & (labels == IGNORE_INDEX)
+            cos_sum = (1 - F.cosine_similarity(out.hidden.last_hidden_state[kept].float(),
+                                               target[kept].float(), dim=-1)).sum()
+            loss = loss + self.anchor_weight * cos_sum / counts["anchored"]
+            sums["cos_loss"] = cos_sum.detach()
         return loss, sums
 
     def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
@@ -75,10 +102,31 @@ class MaskedLanguageModeling(Objective):
             out["nsp_loss"] = sums["nsp_loss"] / counts["sequences"]
             out["nsp_accuracy"] = sums["nsp_correct"] / counts["sequences"]
             out["loss"] += out["nsp_loss"]
+        if "cos_loss" in sums:
+            out["cos_loss"] = sums["cos_loss"] / max(counts["anchored"], 1.0)
+            out["loss"] += self.anchor_weight * out["cos_loss"]
         return out
 
 
+def load_anchor(cfg, tokenizer: Tokenizer, config: EncoderConfig) -> EncoderModel:
+    """The recipe's anchor as a bare encoder, checked to read the data's tokens and to be as wide as the model."""
+    try:
+        anchor = load_model(resolve_model_path(cfg.anchor), kind="base")
+    except (CheckpointError, ConfigError, InputError) as err:
+        raise ConfigError(f"anchor: cannot load {cfg.anchor!r} as an encoder ({err})") from None
+    check_vocabulary(tokenizer, cfg.data, cfg.anchor, "anchor")
+    if anchor.config.vocab_size < tokenizer.vocab_size:
+        raise ConfigError(f"anchor: {cfg.anchor} has {anchor.config.vocab_size:,} token embeddings, fewer than the "
+                          f"{tokenizer.vocab_size:,} tokens of the data's tokenizer")
+    if anchor.config.hidden_size != config.hidden_size:
+        raise ConfigError(f"anchor: {cfg.anchor}'s hidden states are {anchor.config.hidden_size} wide, the model's "
+                          f"{config.hidden_size}: a cosine between them means nothing")
+    return anchor
+
+
 def build(cfg, tokenizer: Tokenizer) -> MaskedLanguageModeling:
-    """MaskedLMModel for objective mlm; PreTrainingModel (its NSP head) for mlm+nsp and mlm+sop."""
+    """MaskedLMModel for objective mlm; PreTrainingModel (its NSP head) for mlm+nsp and mlm+sop; the anchor if any."""
     config = model_config(cfg, tokenizer)
-    return MaskedLanguageModeling(MaskedLMModel(config) if cfg.objective == "mlm" else PreTrainingModel(config))
+    model = MaskedLMModel(config) if cfg.objective == "mlm" else PreTrainingModel(config)
+    anchor = load_anchor(cfg, tokenizer, config) if cfg.anchor.strip() else None
+    return MaskedLanguageModeling(model, anchor, cfg.anchor_weight)

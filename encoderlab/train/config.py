@@ -37,6 +37,14 @@ class PretrainConfig:
     init_from: str = ""
     """Continued pretraining: a checkpoint folder or alias whose architecture and weights the run starts from
     (heads it lacks start fresh, as from scratch); the data must be prepared with its tokenizer."""
+    anchor: str = ""
+    """mlm objectives: a checkpoint folder or alias (usually init_from's) whose last hidden states the model is
+    kept near, a frozen copy reading the same batch: anchor_weight x (1 - cosine) over the real tokens not
+    selected for prediction is added to the loss, so that adaptation does not wander far from an encoder that
+    was already good (DistilBERT's cosine loss, Sanh et al. 2019, used against the starting model, as in
+    Li & Hoiem 2016, "Learning without Forgetting"). Empty: plain MLM."""
+    anchor_weight: float = 1.0
+    """mlm with anchor: the weight of the anchor's cosine loss beside the MLM loss."""
     model: dict = field(default_factory=dict)
     """EncoderConfig field overrides, e.g. {hidden_dropout: 0.0}; vocab_size comes from the tokenizer."""
     pad_vocab_multiple: int = 1
@@ -166,6 +174,12 @@ class PretrainConfig:
         if self.objective in ("mlm+nsp", "mlm+sop") and "pretraining" not in spec.architectures:
             raise ConfigError(f"objective {self.objective} needs a family with a sentence-pair head; "
                               f"{source} is {config.model_type}, which has none in transformers")
+        if self.anchor.strip():
+            if not self.objective.startswith("mlm"):
+                raise ConfigError(f"anchor applies to the mlm objectives (mlm, mlm+nsp, mlm+sop), not {self.objective}; "
+                                  f"distill keeps its student near the teacher with alpha_cos")
+            if not self.anchor_weight > 0:
+                raise ConfigError(f"anchor_weight must be positive, got {self.anchor_weight}")
         if self.objective == "rtd":
             self._validate_rtd(config)
         if self.objective == "distill":

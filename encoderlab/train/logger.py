@@ -18,7 +18,8 @@ from encoderlab.viz.curves import plot_metrics
 
 log = logging.getLogger(__name__)
 
-# rtd_* and replaced_fraction: ELECTRA's discriminator (mlm_* is then its generator); ce_loss, cos_loss: distillation.
+# rtd_* and replaced_fraction: ELECTRA's discriminator (mlm_* is then its generator); ce_loss: distillation;
+# cos_loss: distillation's cosine to the teacher, or MLM's to its anchor.
 COLUMNS = ("step", "elapsed_s", "loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "rtd_loss",
            "rtd_accuracy", "replaced_fraction", "ce_loss", "cos_loss", "lr", "grad_norm", "tokens_per_s",
            "eval_loss", "eval_mlm_loss", "eval_mlm_accuracy", "eval_perplexity", "eval_nsp_accuracy",
