@@ -14,6 +14,8 @@ Exactness rests on three rules:
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import json
 import logging
 import sys
@@ -36,6 +38,33 @@ from encoderlab.train.state import (DeferredInterrupt, clear_checkpoints, latest
 
 log = logging.getLogger(__name__)
 DUMMY = "dummy"  # key of a micro-batch a rank runs at weight 0 when its share of a step is empty
+TRIM_EVERY = 10  # steps between returns of the heap memory the C allocator holds free (release_freed_memory)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, or None where the process's C library has none (musl, macOS, Windows)."""
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except (OSError, TypeError):
+        return None
+
+
+def release_freed_memory() -> bool:
+    """Hand the heap memory that the C allocator holds free back to the OS; False where that cannot be done.
+
+    Each step allocates tensors whose sizes change with the batch (the logits of however many tokens were masked,
+    packed lengths), and glibc keeps what they freed in its arenas. Continuing minilm by MLM (batch 32 x 128, two
+    cores) grew from 3.0 to 5.2 GB resident in 60 steps, and an anchored 1,000-step run held 10-11 GB, while
+    the weights, optimizer and activations need about 2. malloc_trim(0) releases the free pages of every arena
+    (man 3 malloc_trim: since glibc 2.8 it "frees memory in all arenas and in all chunks with whole free pages");
+    every TRIM_EVERY steps it kept those 60 steps under 3.4 GB at the same speed.
+    """
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -165,6 +194,8 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
         while step < stop_at:
             metrics = _train_step(trainable, data, optimizer, scheduler, options, dist)
             step += 1
+            if step % TRIM_EVERY == 0:
+                release_freed_memory()
             bar.update(1)
             bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{metrics['lr']:.2e}",
                             tok_s=f"{metrics['tokens_per_s']:.0f}", refresh=False)  # drawn at the next interval
