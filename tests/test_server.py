@@ -53,6 +53,9 @@ def running(app, **config) -> Iterator[str]:
     """Serve `app` with uvicorn in a background thread on a free loopback port; yields the base URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))  # port 0: the OS picks a free one, and the socket holds it (no race)
+    # Module-scoped clients keep connections open across tests: with uvicorn's default keep-alive (5 s) the server
+    # may close an idle one just as the next test reuses it, and that request fails with "connection reset".
+    config.setdefault("timeout_keep_alive", 600)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **config))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
