@@ -185,18 +185,20 @@ def _anchor_pair(tmp_path: Path) -> tuple[Path, Path, Path]:
     return folder, tmp_path / "anchor", tmp_path / "data"
 
 
-def _anchored_loss(folder: Path, anchor: Path, batch: dict[str, torch.Tensor], weight: float) -> tuple[torch.Tensor,
-                                                                                                        torch.Tensor]:
-    """transformers' MLM loss of `folder` on the batch, and the mean 1 - cos between its last hidden states and
-    `anchor`'s over the real tokens not selected for prediction."""
+def _anchored_loss(folder: Path, anchor: Path, batch: dict[str, torch.Tensor], weight: float,
+                   layers: str = "last") -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' MLM loss of `folder` on the batch, and the mean 1 - cos between its last hidden states (all:
+    each of its hidden states, averaged) and `anchor`'s over the real tokens not selected for prediction."""
     mlm = transformers.BertForMaskedLM.from_pretrained(folder).eval()
     base = transformers.BertModel.from_pretrained(anchor).eval()
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
     with torch.no_grad():
         out = mlm(**inputs, labels=batch["labels"], output_hidden_states=True)
-        target = base(**inputs).last_hidden_state
+        target = base(**inputs, output_hidden_states=True).hidden_states
     kept = batch["attention_mask"].bool() & (batch["labels"] == -100)
-    cos = (1 - torch.nn.functional.cosine_similarity(out.hidden_states[-1][kept], target[kept], dim=-1)).mean()
+    pairs = list(zip(out.hidden_states, target)) if layers == "all" else [(out.hidden_states[-1], target[-1])]
+    cos = torch.stack([(1 - torch.nn.functional.cosine_similarity(ours[kept], theirs[kept], dim=-1)).mean()
+                       for ours, theirs in pairs]).mean()
     return out.loss + weight * cos, cos
 
 
@@ -213,6 +215,17 @@ def test_an_anchor_adds_its_weighted_cosine_to_transformers_mlm_loss(tmp_path):
     assert_close(torch.tensor(_column(tmp_path / "run", "cos_loss")[0]), cos.float(), **TOL)
     assert_close(torch.tensor(_losses(tmp_path / "run")[0]), expected.float(), **TOL)
     assert "eval_cos_loss" in next(csv.DictReader((tmp_path / "run" / "metrics.csv").open(encoding="utf-8")))
+
+
+def test_an_anchor_on_all_layers_averages_the_cosine_of_every_hidden_state(tmp_path):
+    folder, anchor, data = _anchor_pair(tmp_path)
+    cfg = _recipe(data, folder, f"anchor={anchor}", "anchor_weight=2", "anchor_layers=all")
+    pretrain(cfg, tmp_path / "run", progress=False)
+    batch = _first_batch(cfg, Tokenizer.from_pretrained(data / "tokenizer"))
+    expected, cos = _anchored_loss(folder, anchor, batch, 2.0, layers="all")
+    assert abs(float(cos) - float(_anchored_loss(folder, anchor, batch, 2.0)[1])) > 1e-3  # not the last layer's
+    assert_close(torch.tensor(_column(tmp_path / "run", "cos_loss")[0]), cos.float(), **TOL)
+    assert_close(torch.tensor(_losses(tmp_path / "run")[0]), expected.float(), **TOL)
 
 
 def test_anchored_at_its_own_start_the_first_step_is_plain_mlm(tmp_path):
@@ -253,3 +266,11 @@ def test_bad_anchors_are_refused_by_name(tmp_path):
     wide.save_pretrained(tmp_path / "wide")
     with pytest.raises(ConfigError, match="48 wide, the model's 32"):
         build_objective(_recipe(data, folder, f"anchor={tmp_path / 'wide'}"), tokenizer)
+    with pytest.raises(ConfigError, match="anchor_layers must be one of"):
+        _recipe(data, folder, f"anchor={anchor}", "anchor_layers=middle")
+    deep = transformers.BertModel(transformers.BertConfig(**{**HF_CONFIGS["bert"]().to_dict(), "num_hidden_layers": 3,
+                                                             "vocab_size": tokenizer.vocab_size}))
+    deep.save_pretrained(tmp_path / "deep")
+    build_objective(_recipe(data, folder, f"anchor={tmp_path / 'deep'}"), tokenizer)  # last layers pair whatever the depth
+    with pytest.raises(ConfigError, match="has 3 layers and the model 2"):
+        build_objective(_recipe(data, folder, f"anchor={tmp_path / 'deep'}", "anchor_layers=all"), tokenizer)

@@ -168,8 +168,10 @@ class MaskedLMModel(Model):
         self.init_weights()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
-        return _mlm_output(self, self.encode(input_ids, attention_mask, token_type_ids), labels)
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                output_hidden_states: bool = False) -> ModelOutput:
+        hidden = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
+        return _mlm_output(self, hidden, labels)
 
 
 def _mlm_output(model: MaskedLMModel | PreTrainingModel, hidden: EncoderOutput,
@@ -196,8 +198,8 @@ class PreTrainingModel(Model):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                next_sentence_label: torch.Tensor | None = None) -> ModelOutput:
-        hidden = self.encode(input_ids, attention_mask, token_type_ids)
+                next_sentence_label: torch.Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
+        hidden = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
         out = _mlm_output(self, hidden, labels)
         out.nsp_logits = nsp_logits = self.nsp(hidden.pooled)  # (B, 2)
         if next_sentence_label is not None:

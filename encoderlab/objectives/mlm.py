@@ -4,7 +4,8 @@ The loss is the cross-entropy summed over masked tokens divided by the step's ma
 pair task's cross-entropy divided by the step's sequence count (Devlin et al. 2019, appendix A.2: the sum of
 the two means). With an anchor (continued pretraining that should not wander far from a good encoder), plus
 anchor_weight x the mean over the real tokens not selected for prediction of 1 - cos(ours, the anchor's) of
-the last hidden states, the frozen anchor reading the same corrupted batch. The selected tokens are left to the
+the last hidden states (anchor_layers "all": of every hidden state, averaged over them), the frozen anchor
+reading the same corrupted batch. The selected tokens are left to the
 MLM loss: the anchor never learnt to predict them, so its vectors there are no target.
 """
 
@@ -54,9 +55,9 @@ class MaskedLanguageModeling(Objective):
     """MLM (MaskedLMModel) or MLM + NSP/SOP (PreTrainingModel), one model; optionally a frozen anchor encoder."""
 
     def __init__(self, model: MaskedLMModel | PreTrainingModel, anchor: EncoderModel | None = None,
-                 anchor_weight: float = 1.0) -> None:
+                 anchor_weight: float = 1.0, anchor_layers: str = "last") -> None:
         super().__init__()
-        self.model, self.anchor_weight = model, anchor_weight
+        self.model, self.anchor_weight, self.anchor_all = model, anchor_weight, anchor_layers == "all"
         self.anchor = None if anchor is None else anchor.requires_grad_(False).eval()
 
     def train(self, mode: bool = True) -> "MaskedLanguageModeling":
@@ -73,8 +74,10 @@ class MaskedLanguageModeling(Objective):
 
     def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         labels, pair_labels = batch["labels"], batch.get("next_sentence_label")
-        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels,
-                         **({} if pair_labels is None else {"next_sentence_label": pair_labels}))
+        flags = {} if pair_labels is None else {"next_sentence_label": pair_labels}
+        if self.anchor is not None and self.anchor_all:
+            flags["output_hidden_states"] = True
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels, **flags)
         logits = out.logits  # (N, V) at masked positions
         mlm_sum, correct = mlm_sums(logits, labels[labels != IGNORE_INDEX])
         loss = mlm_sum / counts["masked"]
@@ -86,11 +89,14 @@ class MaskedLanguageModeling(Objective):
             sums["nsp_correct"] = (out.nsp_logits.argmax(-1) == pair_labels).sum()
         if self.anchor is not None:
             with torch.no_grad():
-                target = self.anchor.encode(batch["input_ids"], batch["attention_mask"],
-                                            batch["token_type_ids"]).last_hidden_state
+                target = self.anchor.encode(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                                            output_hidden_states=self.anchor_all)
+            pairs = (zip(out.hidden.hidden_states, target.hidden_states) if self.anchor_all else
+                     [(out.hidden.last_hidden_state, target.last_hidden_state)])
             kept = batch["attention_mask"].bool() & (labels == IGNORE_INDEX)
-            cos_sum = (1 - F.cosine_similarity(out.hidden.last_hidden_state[kept].float(),
-                                               target[kept].float(), dim=-1)).sum()
+            cos_sums = [(1 - F.cosine_similarity(ours[kept].float(), theirs[kept].float(), dim=-1)).sum()
+                        for ours, theirs in pairs]
+            cos_sum = sum(cos_sums) / len(cos_sums)
             loss = loss + self.anchor_weight * cos_sum / counts["anchored"]
             sums["cos_loss"] = cos_sum.detach()
         return loss, sums
@@ -121,6 +127,9 @@ def load_anchor(cfg, tokenizer: Tokenizer, config: EncoderConfig) -> EncoderMode
     if anchor.config.hidden_size != config.hidden_size:
         raise ConfigError(f"anchor: {cfg.anchor}'s hidden states are {anchor.config.hidden_size} wide, the model's "
                           f"{config.hidden_size}: a cosine between them means nothing")
+    if cfg.anchor_layers == "all" and anchor.config.num_layers != config.num_layers:
+        raise ConfigError(f"anchor_layers all pairs the layers one to one, but {cfg.anchor} has "
+                          f"{anchor.config.num_layers} layers and the model {config.num_layers}")
     return anchor
 
 
@@ -129,4 +138,4 @@ def build(cfg, tokenizer: Tokenizer) -> MaskedLanguageModeling:
     config = model_config(cfg, tokenizer)
     model = MaskedLMModel(config) if cfg.objective == "mlm" else PreTrainingModel(config)
     anchor = load_anchor(cfg, tokenizer, config) if cfg.anchor.strip() else None
-    return MaskedLanguageModeling(model, anchor, cfg.anchor_weight)
+    return MaskedLanguageModeling(model, anchor, cfg.anchor_weight, cfg.anchor_layers)

@@ -24,6 +24,7 @@ from encoderlab.train.optim import SCHEDULES
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "rtd", "distill")
 PRECISIONS = ("fp32", "bf16")
 EMBEDDING_SHARING = ("shared", "gdes")
+ANCHOR_LAYERS = ("last", "all")
 
 
 @dataclass
@@ -45,6 +46,9 @@ class PretrainConfig:
     Li & Hoiem 2016, "Learning without Forgetting"). Empty: plain MLM."""
     anchor_weight: float = 1.0
     """mlm with anchor: the weight of the anchor's cosine loss beside the MLM loss."""
+    anchor_layers: str = "last"
+    """mlm with anchor: last (the last hidden states) or all (every hidden state, the embeddings' and each layer's,
+    the cosine averaged over them; the anchor must have as many layers as the model)."""
     model: dict = field(default_factory=dict)
     """EncoderConfig field overrides, e.g. {hidden_dropout: 0.0}; vocab_size comes from the tokenizer."""
     pad_vocab_multiple: int = 1
@@ -180,6 +184,8 @@ class PretrainConfig:
                                   f"distill keeps its student near the teacher with alpha_cos")
             if not self.anchor_weight > 0:
                 raise ConfigError(f"anchor_weight must be positive, got {self.anchor_weight}")
+            if self.anchor_layers not in ANCHOR_LAYERS:
+                raise ConfigError(f"anchor_layers must be one of {ANCHOR_LAYERS}, got {self.anchor_layers!r}")
         if self.objective == "rtd":
             self._validate_rtd(config)
         if self.objective == "distill":
