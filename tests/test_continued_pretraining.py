@@ -266,6 +266,10 @@ def test_bad_anchors_are_refused_by_name(tmp_path):
     wide.save_pretrained(tmp_path / "wide")
     with pytest.raises(ConfigError, match="48 wide, the model's 32"):
         build_objective(_recipe(data, folder, f"anchor={tmp_path / 'wide'}"), tokenizer)
+    small = transformers.BertModel(transformers.BertConfig(**{**HF_CONFIGS["bert"]().to_dict(), "vocab_size": 10}))
+    small.save_pretrained(tmp_path / "small")  # no tokenizer files: only the embedding rows can be checked
+    with pytest.raises(ConfigError, match="10 token embeddings, fewer than"):
+        build_objective(_recipe(data, folder, f"anchor={tmp_path / 'small'}"), tokenizer)
     with pytest.raises(ConfigError, match="anchor_layers must be one of"):
         _recipe(data, folder, f"anchor={anchor}", "anchor_layers=middle")
     deep = transformers.BertModel(transformers.BertConfig(**{**HF_CONFIGS["bert"]().to_dict(), "num_hidden_layers": 3,

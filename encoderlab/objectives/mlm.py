@@ -5,8 +5,8 @@ pair task's cross-entropy divided by the step's sequence count (Devlin et al. 20
 the two means). With an anchor (continued pretraining that should not wander far from a good encoder), plus
 anchor_weight x the mean over the real tokens not selected for prediction of 1 - cos(ours, the anchor's) of
 the last hidden states (anchor_layers "all": of every hidden state, averaged over them), the frozen anchor
-reading the same corrupted batch. The selected tokens are left to the
-MLM loss: the anchor never learnt to predict them, so its vectors there are no target.
+reading the same corrupted batch. The selected tokens are left to the MLM loss: the anchor never learnt to
+predict them, so its vectors there are no target.
 """
 
 from __future__ import annotations
