@@ -112,6 +112,13 @@ def _sources(rules: Rules, our_key: str) -> tuple[str, ...]:
     raise KeyError(f"no weight-map rule for {our_key!r}")
 
 
+def hf_sources(model: nn.Module) -> dict[str, tuple[str, ...]]:
+    """Each of `model`'s tensors (our names) -> the normalized Hugging Face names it is made of (several where we
+    fuse, as ALBERT's shared layer or DeBERTa's attention do)."""
+    rules = _rules(FAMILIES[model.config.model_type], model)
+    return {key: _sources(rules, key) for key in model.state_dict()}
+
+
 def normalize_hf_state(spec: FamilySpec, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Strip the backbone prefix, rename old names (gamma/beta, aliases), drop buffers and tied copies."""
     out: dict[str, torch.Tensor] = {}

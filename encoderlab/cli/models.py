@@ -1,4 +1,5 @@
-"""`encoderlab info`, `embed`, `similarity` and `compare`: a model's shape, its vectors, the family side by side."""
+"""`encoderlab info`, `embed`, `similarity`, `compare` and `merge`: a model's shape, its vectors, the family side by
+side, and weight averages of models."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from encoderlab.engine import cosine_similarity
 from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import Pipeline
 from encoderlab.io import atomic_write, atomic_write_text, read_lines
+from encoderlab.merge import MERGE_FILE, merge_to_folder
 from encoderlab.models import PRESETS
 from encoderlab.nn.model import EncoderModel
 
@@ -116,9 +118,32 @@ def cmd_compare(args: argparse.Namespace) -> None:
     print(text, end="" if text.endswith("\n") else "\n")
 
 
+# ---- merge ----------------------------------------------------------------------------------------
+def cmd_merge(args: argparse.Namespace) -> None:
+    """Average the weights of models of one architecture (a model soup, checkpoint averaging, or an interpolation
+    between a model and the one it started from); the first model gives the class, head, config and tokenizer."""
+    report = merge_to_folder(args.models, args.out, args.weights)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        return
+    shares = ", ".join(f"{name} x {share:.3g}" for name, share in zip(report.models, report.weights))
+    print(f"wrote {args.out}: the weighted average of {shares} ({report.tensors} tensors)")
+    kept = [key for key, holders in report.partial.items() if holders == [0]]
+    if kept:
+        print(f"  kept from {report.models[0]} (no other model has them): {', '.join(kept)}")
+    for key, holders in report.partial.items():
+        if holders != [0]:
+            print(f"  {key}: averaged over {', '.join(report.models[i] for i in holders)} only (the others lack it)")
+    for i, names in report.left_out.items():
+        print(f"  left out of {report.models[i]} (the first model has no such tensors): {', '.join(names)}")
+    for i in report.unchecked_tokenizers:
+        print(f"  {report.models[i]}: no tokenizer files, so its vocabulary was not compared with the first model's")
+    print(f"wrote {Path(args.out) / MERGE_FILE} (the inputs, weights and the tensors above)")
+
+
 # ---- parser ---------------------------------------------------------------------------------------
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    """Register `info`, `embed`, `similarity` and `compare` on the main parser's subparsers."""
+    """Register `info`, `embed`, `similarity`, `compare` and `merge` on the main parser's subparsers."""
     info = commands.add_parser("info", help="config summary and parameter count", description=cmd_info.__doc__)
     source = info.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", metavar="M", help="checkpoint folder or alias ('minilm')")
@@ -161,3 +186,14 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                              "over its seeds), to read SST-2 accuracy from (default: bench/results/*.json)")
     add_json(parser, "machine-readable rows instead of markdown")
     parser.set_defaults(func=cmd_compare)
+
+    merge = commands.add_parser("merge", help="average the weights of models of one architecture (model soups)",
+                                description=cmd_merge.__doc__)
+    merge.add_argument("models", nargs="+", metavar="M",
+                       help="two or more checkpoint folders or aliases that started from one checkpoint (a run's "
+                            "checkpoints, fine-tunes of one model, a model and its start)")
+    merge.add_argument("--out", required=True, metavar="DIR", help="the folder to write the merged model to")
+    merge.add_argument("--weights", nargs="+", type=float, default=None, metavar="W",
+                       help="one weight per model, >= 0, normalised to sum to 1 (default: equal)")
+    add_json(merge, "print merge.json's report instead of the summary")
+    merge.set_defaults(func=cmd_merge)

@@ -63,11 +63,7 @@ def check_vocabulary(tokenizer: Tokenizer, data: str, name: str, role: str) -> N
         theirs = Tokenizer.from_pretrained(resolve_model_path(name))
     except (InputError, ConfigError, OSError):
         return
-    remedy = f"prepare the data with `encoderlab prepare --tokenizer {name}`"
-    if (theirs.kind, theirs.vocab_size) != (tokenizer.kind, tokenizer.vocab_size):
-        raise ConfigError(f"{role}: {name} has a {theirs.kind} tokenizer of {theirs.vocab_size:,} tokens, but "
-                          f"{data} was prepared with a {tokenizer.kind} one of {tokenizer.vocab_size:,}: {remedy}")
-    differ = next((i for i in range(tokenizer.vocab_size) if theirs.id_to_token(i) != tokenizer.id_to_token(i)), None)
-    if differ is not None:
-        raise ConfigError(f"{role}: {name}'s tokenizer differs from that of {data} at id {differ} "
-                          f"({theirs.id_to_token(differ)!r} vs {tokenizer.id_to_token(differ)!r}): {remedy}")
+    difference = tokenizer.difference(theirs)
+    if difference is not None:
+        raise ConfigError(f"{role}: {name}'s tokenizer differs from the one {data} was prepared with ({difference}): "
+                          f"prepare the data with `encoderlab prepare --tokenizer {name}`")

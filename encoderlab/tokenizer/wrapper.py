@@ -113,6 +113,14 @@ class Tokenizer:
         """The token of id `i`, or None when out of range."""
         return self._backend.id_to_token(i)
 
+    def difference(self, other: Tokenizer) -> str | None:
+        """How `other` maps tokens to ids differently ("a bpe tokenizer of 50,265 tokens", "id 7: 'a' vs 'b'"), or
+        None when both have the same kind and the same token at every id."""
+        if (other.kind, other.vocab_size) != (self.kind, self.vocab_size):
+            return f"a {other.kind} tokenizer of {other.vocab_size:,} tokens vs a {self.kind} one of {self.vocab_size:,}"
+        differ = next((i for i in range(self.vocab_size) if other.id_to_token(i) != self.id_to_token(i)), None)
+        return None if differ is None else f"id {differ}: {other.id_to_token(differ)!r} vs {self.id_to_token(differ)!r}"
+
     def num_special_tokens(self, pair: bool = False) -> int:
         """How many special tokens encode adds around one text (pair=False) or two (pair=True)."""
         return self._backend.post_processor.num_special_tokens_to_add(pair)
