@@ -14,6 +14,7 @@ the first model lacks (minilm's pooler in an MLM model) are left out. merge.json
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -23,8 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from encoderlab.checkpoint import (hf_sources, load_model, normalize_hf_state, read_config, read_task_info, read_weights,
-                                   save_pretrained)
+from encoderlab.checkpoint import (hf_sources, load_model, normalize_hf_state, read_config, read_task_info,
+                                   read_weights, save_pretrained)
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.io import atomic_write_text
@@ -44,6 +45,7 @@ class MergeReport:
     models: list[str]
     folders: list[str]
     weights: list[float]
+    sha256: list[dict[str, str]] = field(default_factory=list)  # each model's weight files, as they were merged
     tensors: int = 0
     partial: dict[str, list[int]] = field(default_factory=dict)  # our tensor name -> indices of the models holding it
     left_out: dict[int, list[str]] = field(default_factory=dict)  # model index -> its tensors the first model lacks
@@ -65,7 +67,8 @@ def merge(names: list[str | os.PathLike], weights: list[float] | None = None) ->
     if base.kind == "bilstm":
         raise ConfigError(f"{folders[0]}: merge averages encoders; a BiLSTM baseline has no family weight map")
     _check_configs(folders)
-    report = MergeReport([str(n) for n in names], [str(f) for f in folders], shares)
+    report = MergeReport([str(n) for n in names], [str(f) for f in folders], shares,
+                         [weights_sha256(f) for f in folders])
     _check_tokenizers(folders, report)
     spec = FAMILIES[base.config.model_type]
     states = [None] + [normalize_hf_state(spec, read_weights(f)) for f in folders[1:]]
@@ -149,6 +152,12 @@ def _average(held: list[tuple[int, torch.Tensor]], shares: list[float], own: tor
     if total == 0:  # every model holding it has weight 0: the first model's own value stands
         return own
     return sum((shares[i] / total) * tensor for i, tensor in held).to(own.dtype)
+
+
+def weights_sha256(folder: Path) -> dict[str, str]:
+    """The SHA-256 of each weight file of a checkpoint folder: which weights a merge read, should a folder change."""
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
 
 
 def stored_dtype(folder: Path) -> torch.dtype:

@@ -6,6 +6,7 @@ tensors are left out and reported; models of another shape, family, labels or vo
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -162,6 +163,8 @@ def test_cli_writes_the_merge_and_its_record(tmp_path: Path, capsys) -> None:
     assert "x 0.75" in printed and "x 0.25" in printed and "pooler.dense.weight" in printed
     record = json.loads((tmp_path / "m" / MERGE_FILE).read_text())
     assert record["weights"] == [0.75, 0.25] and record["models"] == [str(a), str(base)]
+    digest = hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest()
+    assert record["sha256"][1] == {"model.safetensors": digest}
     merged, first = load_file(tmp_path / "m" / "model.safetensors"), load_file(a / "model.safetensors")
     assert set(merged) == set(first)  # the first model's layout: BertForMaskedLM, no pooler
     assert main(["merge", str(a), str(base), "--weights", "1", "--out", str(tmp_path / "n")]) == 2
