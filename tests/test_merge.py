@@ -169,3 +169,20 @@ def test_cli_writes_the_merge_and_its_record(tmp_path: Path, capsys) -> None:
     assert set(merged) == set(first)  # the first model's layout: BertForMaskedLM, no pooler
     assert main(["merge", str(a), str(base), "--weights", "1", "--out", str(tmp_path / "n")]) == 2
     assert "--weights: 1 weight(s) for 2 models" in capsys.readouterr().err
+
+
+def test_unrelated_models_are_flagged_and_relatives_are_not(tmp_path: Path, capsys) -> None:
+    a = save_tiny_hf("bert", "mlm", tmp_path / "a", seed=1)
+    stranger = save_tiny_hf("bert", "mlm", tmp_path / "stranger", seed=2)  # another random initialisation
+    relative = transformers.BertForMaskedLM.from_pretrained(a)
+    with torch.no_grad():
+        for param in relative.parameters():
+            param.add_(0.1 * param.std() * torch.randn_like(param))  # a fine-tune's worth of drift
+    relative.save_pretrained(tmp_path / "relative")
+    _, report = merge([a, tmp_path / "relative", stranger])
+    assert report.cosines[1] > 0.9 and abs(report.cosines[2]) < 0.2, report.cosines
+    assert report.unrelated() == [2]
+    assert main(["merge", str(a), str(stranger), "--out", str(tmp_path / "m")]) == 0
+    assert f"warning: {stranger} looks unrelated" in capsys.readouterr().err
+    assert main(["merge", str(a), str(tmp_path / "relative"), "--out", str(tmp_path / "n")]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -138,6 +139,11 @@ def cmd_merge(args: argparse.Namespace) -> None:
         print(f"  left out of {report.models[i]} (the first model has no such tensors): {', '.join(names)}")
     for i in report.unchecked_tokenizers:
         print(f"  {report.models[i]}: no tokenizer files, so its vocabulary was not compared with the first model's")
+    print(f"  cosine of each model's weight matrices to the first's: "
+          f"{', '.join(f'{name} {cosine:.3f}' for name, cosine in zip(report.models, report.cosines))}")
+    for i in report.unrelated():
+        print(f"warning: {report.models[i]} looks unrelated to {report.models[0]} (cosine {report.cosines[i]:.3f}): "
+              f"models that did not start from one checkpoint average into noise", file=sys.stderr)
     print(f"wrote {Path(args.out) / MERGE_FILE} (the inputs, weights and the tensors above)")
 
 
