@@ -35,10 +35,10 @@ from encoderlab.paths import resolve_model_path
 from encoderlab.tokenizer import Tokenizer
 
 MERGE_FILE = "merge.json"
-# Config fields that change training, not the function a model computes: merging models that differ in them is fine.
 # Below this cosine between two models' weight matrices, they did not start from one checkpoint: relatives score
 # above 0.9 (the shipped fill-mask model against minilm, where it started: 0.93), unrelated initialisations about 0.
 RELATED = 0.5
+# Config fields that change training, not the function a model computes: merging models that differ in them is fine.
 TRAINING_ONLY = ("hidden_dropout", "attention_dropout", "initializer_range", "initializer_cutoff_factor", "pooler")
 
 
@@ -82,15 +82,19 @@ def merge(names: list[str | os.PathLike], weights: list[float] | None = None) ->
     spec = FAMILIES[base.config.model_type]
     states = [None] + [normalize_hf_state(spec, read_weights(f)) for f in folders[1:]]
     sources, averaged, used = hf_sources(base), {}, [set() for _ in folders]
+    products = torch.zeros(len(folders), 3, dtype=torch.float64)  # per model: <own, its>, |own|^2, |its|^2
     for key, own in base.state_dict().items():
-        held = [(0, own.float())] + [(i, t) for i in range(1, len(folders))
-                                     if (t := _tensor(states[i], sources[key], own, folders[i], key)) is not None]
-        for i, _ in held[1:]:
+        held = [(0, own)] + [(i, t) for i in range(1, len(folders))
+                             if (t := _tensor(states[i], sources[key], own, folders[i], key)) is not None]
+        for i, tensor in held[1:]:
             used[i].update(sources[key])
+            if own.dim() > 1:  # matrices only: biases and LayerNorm scales near 1 would make any two models alike
+                products[i] += torch.stack([(own.double() * tensor.double()).sum(), own.double().square().sum(),
+                                            tensor.double().square().sum()])
         if len(held) < len(folders):
             report.partial[key] = [i for i, _ in held]
         averaged[key] = _average(held, shares, own)
-    report.cosines = [1.0] + [_cosine(base.state_dict(), states[i], sources) for i in range(1, len(folders))]
+    report.cosines = [1.0] + [_cosine(*products[i].tolist()) for i in range(1, len(folders))]
     report.tensors = len(averaged)
     report.left_out = {i: sorted(set(states[i]) - used[i]) for i in range(1, len(folders)) if set(states[i]) - used[i]}
     base.load_state_dict(averaged)
@@ -153,24 +157,14 @@ def _tensor(state: dict[str, torch.Tensor], names: tuple[str, ...], own: torch.T
     return tensor.float()
 
 
-def _cosine(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor],
-            sources: dict[str, tuple[str, ...]]) -> float:
-    """The cosine between the first model's weight matrices and another's, all matrices both hold taken as one
-    vector. Vectors (biases, LayerNorm scales near 1) are left out: they would make any two models look alike."""
-    dot = own_sq = other_sq = 0.0
-    for key, tensor in own.items():
-        names = sources[key]
-        if tensor.dim() < 2 or not tensor.is_floating_point() or not all(n in state for n in names):
-            continue
-        other = (torch.cat([state[n] for n in names]) if len(names) > 1 else state[names[0]]).double()
-        dot += float((tensor.double() * other).sum())
-        own_sq, other_sq = own_sq + float(tensor.double().square().sum()), other_sq + float(other.square().sum())
+def _cosine(dot: float, own_sq: float, other_sq: float) -> float:
+    """The cosine between two models' weight matrices, all taken as one vector, from their summed products."""
     return round(dot / (own_sq * other_sq) ** 0.5, 4) if own_sq and other_sq else 0.0
 
 
 def _average(held: list[tuple[int, torch.Tensor]], shares: list[float], own: torch.Tensor) -> torch.Tensor:
     """The weighted mean of one tensor over the models that hold it (weights renormalised over them); an integer
-    tensor (a buffer of ids) must be equal in all of them and is kept."""
+    tensor (a buffer of ids) is the first model's."""
     if not own.is_floating_point():
         return own
     total = sum(shares[i] for i, _ in held)
