@@ -159,8 +159,13 @@ def test_raw_text_to_pretrained_model_through_the_cli(tmp_path, capsys):
     assert stats["documents"] == 40 and stats["valid_documents"] == 4 and stats["tokens"] > 1000
     sets = ["data=" + str(tmp_path / "data"), "model.hidden_size=32", "model.num_heads=2", "model.num_layers=1",
             "model.intermediate_size=32", "max_length=32", "batch_size=4", "max_steps=2", "precision=fp32"]
-    assert main(["pretrain", *[a for s in sets for a in ("--set", s)], "--out", str(tmp_path / "run")]) == 0
+    recipe = [a for s in sets for a in ("--set", s)]
+    assert main(["pretrain", *recipe, "--out", str(tmp_path / "run"), "--stop-at", "1"]) == 0
+    assert (tmp_path / "run" / "checkpoints" / "step-000001").is_dir()  # stopped at step 1 of 2 ...
+    assert not (tmp_path / "run" / "model").exists()
+    assert main(["pretrain", *recipe, "--out", str(tmp_path / "run"), "--resume"]) == 0  # ... and continued
     assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
+    assert (tmp_path / "run" / "checkpoints" / "step-000002").is_dir()
 
 
 def test_prepare_names_the_unreadable_file(tmp_path, capsys):

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from encoderlab.cli.options import add_json
+from encoderlab.errors import InputError
 from encoderlab.data.prepare import prepare
 from encoderlab.data.tokenizer_training import train_tokenizer
 from encoderlab.tokenizer import KINDS as TOKENIZER_KINDS
@@ -33,7 +34,9 @@ def cmd_pretrain(args: argparse.Namespace) -> None:
     """Pretrain an encoder from prepared shards (MLM, MLM+NSP/SOP, RTD, distillation), from scratch or from a
     checkpoint (--init-from); resumable; DDP under torchrun."""
     cfg = load_recipe(args.config, (args.set or []) + ([f"init_from={args.init_from}"] if args.init_from else []))
-    result = pretrain(cfg, args.out, resume=args.resume)
+    if args.stop_at is not None and args.stop_at < 1:
+        raise InputError(f"--stop-at {args.stop_at}: give a step of 1 or more")
+    result = pretrain(cfg, args.out, resume=args.resume, stop_after=args.stop_at)
     if result:
         print(json.dumps(result, indent=2))
 
@@ -79,4 +82,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                                                           "folder or alias (the data prepared with its tokenizer)")
     pre.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder: checkpoints, metrics.csv, curves.png")
     pre.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
+    pre.add_argument("--stop-at", type=int, metavar="STEP",
+                     help="leave at this step with a checkpoint, the schedule left as max_steps sets it (the "
+                          "checkpoint is that of a longer run stopped there; --resume continues it)")
     pre.set_defaults(func=cmd_pretrain)
