@@ -11,17 +11,23 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import shutil
+from dataclasses import asdict
 from pathlib import Path
+
+import pytest
 
 import torch
 import transformers
 from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from torch.testing import assert_close
 
 from test_continued_pretraining import RUN, _checkpoint, _corpus
 
 from encoderlab import load_model
 from encoderlab.data.prepare import prepare
+from encoderlab.merge import merge_to_folder, weights_sha256
 from encoderlab.train.config import load_recipe
 from encoderlab.train.pretrain import pretrain
 
@@ -111,6 +117,86 @@ def test_a_run_continuing_a_shipped_model_ships_with_the_whole_lineage(tmp_path)
     ship.RESULTS.write_text(json.dumps(results), encoding="utf-8")
     ship.main([str(tmp_path / "run2"), "--name", "tiny-fill", "--models", str(models)])
     assert "has not measured this model yet" in (folder / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_merge_ships_with_the_trunks_cycles_and_its_members(tmp_path):
+    """Cycle 1 is shipped and a copy kept; two runs continue it (one stopped part way) and are averaged with the copy,
+    that average again with the start (nested merges). Shipping the merge keeps cycle 1 and adds one merge cycle:
+    each model's share of the final average, its SHA-256 and its run's own cycle, the runs' steps and tokens summed.
+    The card lists the members and the commands that make them. A member whose weights changed since it was merged,
+    and the folder the shipping replaces, are refused; a later cycle continues the merge's lineage."""
+    corpus = _corpus(tmp_path / "corpus.txt")
+    start = _checkpoint("bert", "base", tmp_path / "start", corpus)
+    prepare([str(corpus)], start, tmp_path / "data", holdout=0.1, workers=1, progress=False)
+    ship, models = _ship_module(), tmp_path / "models"
+    folder, trunk = models / "tiny-fill", tmp_path / "cycle1"
+    common = [f"data={tmp_path / 'data'}", *RUN, "eval_every=1"]
+    pretrain(load_recipe(None, [f"init_from={start}", *common]), tmp_path / "run1", progress=False)
+    ship.main([str(tmp_path / "run1"), "--name", "tiny-fill", "--models", str(models)])
+    shutil.copytree(folder, trunk)
+    pretrain(load_recipe(None, [f"init_from={folder}", *common, "seed=1"]), tmp_path / "run2", stop_after=2,
+             progress=False)
+    pretrain(load_recipe(None, [f"init_from={folder}", *common, "seed=2", "lr=0.002"]), tmp_path / "run3",
+             progress=False)
+    members = [trunk, tmp_path / "run2" / "checkpoints" / "step-000002", tmp_path / "run3" / "model"]
+    merge_to_folder(members, tmp_path / "soup")
+    merge_to_folder([tmp_path / "soup", start], tmp_path / "wise", weights=[4, 1])
+    ship.main([str(tmp_path / "wise"), "--name", "tiny-fill", "--models", str(models)])
+
+    lineage = json.loads((folder / "lineage.json").read_text(encoding="utf-8"))
+    assert [c["init_from"] for c in lineage] == [str(start), ""] and lineage[0]["steps"] == 3
+    merged = lineage[1]["merge"]["members"]
+    assert [m["folder"] for m in merged] == [str(f.resolve()) for f in [*members, start]]
+    assert [m["weight"] for m in merged] == pytest.approx([0.8 / 3] * 3 + [0.2], abs=1e-6)
+    assert [m["sha256"] for m in merged] == [weights_sha256(f) for f in [*members, start]]
+    assert [m.get("step") for m in merged] == [None, 2, 3, None]  # the trunk is a shipped copy, not a run
+    assert [c["recipe"]["seed"] for m in merged[1:3] for c in m["cycles"]] == [1, 2]  # each run's own cycle only
+    assert lineage[1]["steps"] == 5 and lineage[1]["tokens"] == 5 * 8 * 32
+    assert len(lineage[1]["merge"]["merges"]) == 2  # the inner merge first
+    shipped, made = load_model(folder), load_model(tmp_path / "wise")
+    for (name, a), (_, b) in zip(made.state_dict().items(), shipped.state_dict().items()):
+        assert_close(b, a, rtol=0, atol=0, msg=name)  # bf16 both: the merge wrote the trunk's dtype
+    hf, info = transformers.BertForMaskedLM.from_pretrained(folder, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    rows = list(csv.DictReader((folder / "metrics.csv").open(encoding="utf-8")))
+    assert max(int(r["step"]) for r in rows) == 3  # the trunk's rows
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert "`encoderlab pretrain`, then `encoderlab merge`" in card and "| 2 | a weighted average of 4 models" in card
+    assert "in 2 cycles" in card and f"{(3 + 5) * 8 * 32 / 1e6:.1f}M" in card
+    assert f"| `{members[1]}` | 0.267 | step 2 of 3 of a run from `{folder}`" in card
+    assert f"encoderlab merge CYCLE1 RUN2.1/checkpoints/step-000002 RUN2.2/model --out MERGE1" in card
+    assert f"encoderlab merge MERGE1 {start} --weights 0.8 0.2 --out MERGE2" in card
+    assert " --out RUN2.1 --stop-at 2" in card and "python scripts/ship_model.py MERGE2 --name tiny-fill" in card
+    ship.main([str(tmp_path / "wise"), "--name", "tiny-fill", "--models", str(models)])  # the same merge again
+    assert json.loads((folder / "lineage.json").read_text(encoding="utf-8")) == lineage
+
+    pretrain(load_recipe(None, [f"init_from={folder}", *common, "seed=3"]), tmp_path / "run4", progress=False)
+    ship.main([str(tmp_path / "run4"), "--name", "tiny-fill", "--models", str(models)])  # a cycle after the merge
+    later = json.loads((folder / "lineage.json").read_text(encoding="utf-8"))
+    assert later[:2] == lineage and later[2]["init_from"] == str(folder) and later[2]["steps"] == 3
+    assert "| 2 | a weighted average of 4 models" in (folder / "README.md").read_text(encoding="utf-8")
+
+    merge_to_folder([folder, tmp_path / "run3" / "model"], tmp_path / "over")
+    with pytest.raises(SystemExit, match="this shipping replaces it"):
+        ship.main([str(tmp_path / "over"), "--name", "tiny-fill", "--models", str(models)])
+    weights = load_file(trunk / "model.safetensors")
+    weights = {k: v + 1 if v.is_floating_point() else v for k, v in weights.items()}
+    save_file(weights, trunk / "model.safetensors", metadata={"format": "pt"})  # the trunk copy changed since
+    with pytest.raises(SystemExit, match="SHA-256 differs"):
+        ship.main([str(tmp_path / "wise"), "--name", "tiny-fill", "--models", str(models)])
+
+
+def test_a_recipe_is_shown_as_the_closest_config_and_its_changes():
+    """The reproduce commands name the configs/ file a run's recipe differs least from, with the rest as --set."""
+    ship = _ship_module()
+    config = ROOT / "configs" / "fill-mask-minilm-anchored.yaml"
+    recipe = asdict(load_recipe(config, ["max_steps=400", "seed=4", "anchor_layers=all"]))
+    shown = ship.pretrain_options(recipe).split(" --set ")
+    assert shown[0] == "--config configs/fill-mask-minilm-anchored.yaml"
+    assert sorted(shown[1:]) == ["anchor_layers=all", "max_steps=400", "seed=4"]
+    assert ship.pretrain_options(asdict(load_recipe(config))) == "--config configs/fill-mask-minilm-anchored.yaml"
+    far = asdict(load_recipe(None, ["data=elsewhere", *RUN]))
+    assert ship.pretrain_options(far) == "--config RECIPE.yaml"
 
 
 def test_gpu_mfu_reads_a_runs_tokens_per_second(tmp_path):
