@@ -154,11 +154,16 @@ def learning_curve(folder: Path, cfg: PretrainConfig) -> dict[str, Any] | None:
     cycles = lineage(folder)
     tokens = (sum(c["tokens"] for c in cycles) if cycles
               else steps * cfg.batch_size * cfg.max_length)  # batch_size: sequences per optimizer step, all told
-    return {"columns": ["step", "eval_mlm_accuracy", "eval_mlm_loss"],
-            "points": [[step, *evals[step]] for step in sorted(evals)], "steps": steps,
-            "tokens": tokens, "eval_batches": cfg.eval_batches,
-            "sittings": [{"from_step": s, "seconds": round(t, 1)} for s, t in stretches],
-            "wall_hours": round(sum(t for _, t in stretches) / 3600, 2)}
+    curve = {"columns": ["step", "eval_mlm_accuracy", "eval_mlm_loss"],
+             "points": [[step, *evals[step]] for step in sorted(evals)], "steps": steps,
+             "tokens": tokens, "eval_batches": cfg.eval_batches,
+             "sittings": [{"from_step": s, "seconds": round(t, 1)} for s, t in stretches],
+             "wall_hours": round(sum(t for _, t in stretches) / 3600, 2)}
+    merged = next((c for c in reversed(cycles or []) if c.get("merge")), None)
+    if merged:  # a merge cycle (scripts/ship_model.py): its runs branch off the curve, which is the trunk's
+        curve["merge"] = {"models": len(merged["merge"]["members"]), "steps": merged["steps"],
+                          "hours": round(sum(merged["sittings"]) / 3600, 2)}
+    return curve
 
 
 def plot_curve(name: str, curve: dict[str, Any], heldout_figures: dict[str, Any] | None, path: Path) -> Path:
@@ -168,6 +173,9 @@ def plot_curve(name: str, curve: dict[str, Any], heldout_figures: dict[str, Any]
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
+    merge = curve.get("merge", {})
+    merged = (f"\nthe star: a merge of {merge['models']} models; their runs' {merge['steps']:,} steps are in the "
+              f"tokens and hours" if merge else "")
     fig, axis = plt.subplots(figsize=(8, 4.5))
     axis.plot([p[0] for p in curve["points"]], [p[1] for p in curve["points"]], marker="o", markersize=3,
               label=f"training-time eval ({curve['eval_batches']} batches)")
@@ -180,9 +188,9 @@ def plot_curve(name: str, curve: dict[str, Any], heldout_figures: dict[str, Any]
     for sitting in curve["sittings"][1:]:
         axis.axvline(sitting["from_step"], color="grey", linestyle=":", linewidth=1)
     axis.axhline(0.5, color="C3", linestyle="--", linewidth=1, label="goal 0.50")
-    axis.set(xlabel="step (dotted: resumed)", ylabel="held-out MLM accuracy (15% masked)", ylim=(0, 1),
-             title=f"{name}: {curve['steps']:,} steps, {curve['tokens'] / 1e6:.1f}M tokens, "
-                   f"{curve['wall_hours']:.1f} h")
+    axis.set(xlabel="step (dotted: resumed)", ylabel="held-out MLM accuracy (15% masked)", ylim=(0, 1))
+    axis.set_title(f"{name}: {curve['steps']:,} steps, {curve['tokens'] / 1e6:.1f}M tokens, "
+                   f"{curve['wall_hours'] + merge.get('hours', 0):.1f} h{merged}", fontsize=11 if merge else None)
     axis.grid(alpha=0.3)
     axis.legend(loc="upper left")  # the curve rises from the lower left; the bench point sits at the lower right
     fig.tight_layout()

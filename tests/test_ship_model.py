@@ -35,7 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _ship_module():
-    spec = importlib.util.spec_from_file_location("ship_model", ROOT / "scripts" / "ship_model.py")
+    return _module("ship_model", ROOT / "scripts" / "ship_model.py")
+
+
+def _module(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -169,6 +173,10 @@ def test_a_merge_ships_with_the_trunks_cycles_and_its_members(tmp_path):
     assert " --out RUN2.1 --stop-at 2" in card and "python scripts/ship_model.py MERGE2 --name tiny-fill" in card
     ship.main([str(tmp_path / "wise"), "--name", "tiny-fill", "--models", str(models)])  # the same merge again
     assert json.loads((folder / "lineage.json").read_text(encoding="utf-8")) == lineage
+    bench = _module("fill_mask_model", ROOT / "bench" / "fill_mask_model.py")  # its curve: the trunk's, and the merge
+    curve = bench.learning_curve(folder, bench.model_recipe(folder, None))
+    assert curve["steps"] == 3 and curve["tokens"] == 8 * 8 * 32 and curve["merge"]["models"] == 4
+    assert curve["merge"]["steps"] == 5
 
     pretrain(load_recipe(None, [f"init_from={folder}", *common, "seed=3"]), tmp_path / "run4", progress=False)
     ship.main([str(tmp_path / "run4"), "--name", "tiny-fill", "--models", str(models)])  # a cycle after the merge
@@ -205,9 +213,7 @@ def test_gpu_mfu_reads_a_runs_tokens_per_second(tmp_path):
     prepare([str(corpus)], start, tmp_path / "data", holdout=0.1, workers=1, progress=False)
     pretrain(load_recipe(None, [f"data={tmp_path / 'data'}", f"init_from={start}", *RUN]), tmp_path / "run",
              progress=False)
-    spec = importlib.util.spec_from_file_location("gpu_mfu", ROOT / "scripts" / "gpu_mfu.py")
-    gpu_mfu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_mfu)
+    gpu_mfu = _module("gpu_mfu", ROOT / "scripts" / "gpu_mfu.py")
     assert gpu_mfu.gpu_peak("NVIDIA H100 80GB HBM3") == 989.4e12 and gpu_mfu.gpu_peak("NVIDIA H100 PCIe") == 756e12
     gpu_mfu.main(tmp_path / "run")
     result = json.loads((tmp_path / "run" / "mfu.json").read_text(encoding="utf-8"))
