@@ -9,7 +9,7 @@ mkdir -p "$OUT"
 echo "== 0. Fill in the blank with the shipped model, models/encoderlab-fill-mask (the default: no --model):"
 echo "==    encoderlab fill-mask \"The cat [MASK] on the mat.\" ..."
 encoderlab fill-mask "The cat [MASK] on the mat." "Paris is the [MASK] of France." "I love [MASK] learning." --top-k 5
-echo "(minilm's encoder with a masked-LM head, adapted on Wikipedia: models/encoderlab-fill-mask/README.md)"
+echo "(minilm's encoder with a masked-LM head, adapted on Wikipedia, then averaged with its sibling runs and a tenth of minilm: models/encoderlab-fill-mask/README.md)"
 echo
 
 echo "== 1. What is in the checkpoint: encoderlab info --model minilm"
