@@ -358,7 +358,7 @@ def cycles_table(cycles: list[dict]) -> list[str]:
 def member_kind(m: dict, first: bool, i: int) -> str:
     """What a merged model is, in a few words (the first one: the trunk, cycle i - 1's model)."""
     if first:
-        return f"cycle {i - 1}'s model, which the others continued (the cycles above)"
+        return f"cycle {i - 1}'s model: the trunk, whose cycles are above"
     if m.get("package"):
         return f"`{m['model']}` as the package {m['package']} ships it"
     if m.get("run") and m.get("cycles"):
