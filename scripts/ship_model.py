@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import json
 import platform
 import shutil
@@ -66,17 +65,22 @@ MAX_SETS = 6  # a recipe needing more --set overrides than this is shown as RECI
 def run_record(run: Path, step: int) -> dict:
     """The shipped run's cycle and every earlier one (its init_from's lineage), the rows of all their metrics.csv
     files with steps counted from the first cycle's start, and the totals of steps, tokens and sittings."""
-    recipe = yaml.safe_load((run / "recipe.yaml").read_text(encoding="utf-8"))
-    rows = metrics_rows(run / "metrics.csv", step)
-    start = json.loads((run / "init_from.json").read_text(encoding="utf-8")) if (run / "init_from.json").is_file() else None
-    cycles, earlier_rows = earlier(recipe)
-    if cycles and cycles[-1].get("run") == str(run.resolve()):  # this run shipped before (at an earlier step)
+    own, rows = run_cycle(run, step)
+    cycles, earlier_rows = earlier(own["recipe"])
+    if cycles and cycles[-1].get("run") == own["run"]:  # this run shipped before (at an earlier step)
         cycles = cycles[:-1]
     offset = sum(c["steps"] for c in cycles)
     earlier_rows = [r for r in earlier_rows if int(r["step"]) <= offset]
-    cycles = cycles + [cycle(recipe, start, rows, step, machine()) | {"run": str(run.resolve())}]
     rows = earlier_rows + [r | {"step": str(int(r["step"]) + offset)} for r in rows]
-    return totals(cycles, rows, run)
+    return totals(cycles + [own], rows, run)
+
+
+def run_cycle(run: Path, step: int) -> tuple[dict, list[dict]]:
+    """The run's own cycle up to `step`, and its metrics rows."""
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text(encoding="utf-8"))
+    rows = metrics_rows(run / "metrics.csv", step)
+    start = json.loads((run / "init_from.json").read_text(encoding="utf-8")) if (run / "init_from.json").is_file() else None
+    return cycle(recipe, start, rows, step, machine()) | {"run": str(run.resolve())}, rows
 
 
 def totals(cycles: list[dict], rows: list[dict], records: Path) -> dict:
@@ -158,11 +162,7 @@ def member(name: str, source: Path, share: float, sha: dict[str, str], first: bo
             record = run_record(run, step)
             entry["trunk"] = (record["cycles"], record["rows"], run)
         else:
-            recipe = yaml.safe_load((run / "recipe.yaml").read_text(encoding="utf-8"))
-            start = (json.loads((run / "init_from.json").read_text(encoding="utf-8"))
-                     if (run / "init_from.json").is_file() else None)
-            entry["cycles"] = [cycle(recipe, start, metrics_rows(run / "metrics.csv", step), step, machine())
-                               | {"run": str(run.resolve())}]
+            entry["cycles"] = [run_cycle(run, step)[0]]
     elif (shipped := shipped_cycles(source)) is not None:
         if first:
             entry["trunk"] = (*shipped, source)
@@ -329,8 +329,8 @@ def cycles_table(cycles: list[dict]) -> list[str]:
              "|---|---|---|---|---|---|---|"]
     merges = []
     for i, c in enumerate(cycles, 1):
-        compute = f"{c['tokens'] / 1e6:.1f}M | {sum(c['sittings']) / 3600:.1f} h in {len(c['sittings'])} sitting(s) on " \
-                  f"{c['machine']}"
+        compute = (f"{c['tokens'] / 1e6:.1f}M | {sum(c['sittings']) / 3600:.1f} h in {len(c['sittings'])} "
+                   f"sitting(s) on {c['machine']}")
         if c.get("merge"):
             merges.append((i, c))
             lines.append(f"| {i} | a weighted average of {len(c['merge']['members'])} models (below), cycle {i - 1} "
@@ -349,7 +349,8 @@ def cycles_table(cycles: list[dict]) -> list[str]:
             own = cycles[:i - 1] if j == 0 else m.get("cycles") or [{"final_eval_accuracy": None}]
             accuracy = own[-1]["final_eval_accuracy"]
             sha = ", ".join(f"{v[:12]}..." for v in m["sha256"].values())
-            lines.append(f"| `{m['model'] if m.get('package') else shown_path(m['folder'])}` | {m['weight']:.3f} | {member_kind(m, j == 0, i)} | "
+            shown = m["model"] if m.get("package") else shown_path(m["folder"])
+            lines.append(f"| `{shown}` | {m['weight']:.3f} | {member_kind(m, j == 0, i)} | "
                          f"{'-' if accuracy is None else format(accuracy, '.3f')} | {sha} |")
         lines.append("")
     return lines
@@ -461,7 +462,8 @@ def pretrain_options(recipe: dict) -> str:
             base = asdict(load_recipe(path))
         except ConfigError:
             continue
-        changed = {k: v for k, v in recipe.items() if base.get(k) != v and (k != "model" or not recipe.get("init_from"))}
+        changed = {k: v for k, v in recipe.items()
+                   if base.get(k) != v and (k != "model" or not recipe.get("init_from"))}
         if "model" in changed:  # from scratch: the model's own keys, as --set model.KEY=VALUE
             changed |= {f"model.{k}": v for k, v in changed.pop("model").items() if base["model"].get(k) != v}
         if best is None or len(changed) < len(best[1]):
@@ -478,11 +480,6 @@ def newest_weights(run: Path) -> tuple[Path, int]:
         return checkpoint, int(checkpoint.name.removeprefix("step-"))
     recipe = yaml.safe_load((run / "recipe.yaml").read_text(encoding="utf-8"))
     return run / "model", recipe["max_steps"]
-
-
-def sha256(folder: Path) -> dict[str, str]:
-    """The SHA-256 of each safetensors file of a folder, as bench/fill_mask_model.py records them."""
-    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.glob("*.safetensors"))}
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:
@@ -523,7 +520,7 @@ def main(argv: list[str] | None = None) -> None:
                 shutil.copyfile(record["records"] / name, build / name)
         write_rows(build / "metrics.csv", record["rows"])
         weights = bench["figures"].get("weights", {}).get("sha256", {}) if bench else {}
-        if bench and (bench["figures"].get("model") != args.name or weights != sha256(build)):
+        if bench and (bench["figures"].get("model") != args.name or weights != weights_sha256(build)):
             bench = None  # the results describe another model, or these weights before this shipping
         if len(record["cycles"]) > 1:
             (build / LINEAGE).write_text(json.dumps(record["cycles"], indent=1) + "\n", encoding="utf-8")

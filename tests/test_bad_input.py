@@ -396,6 +396,7 @@ simple_case("yaml-missing-file", lambda t, f: ["pretrain", "--config", t / "abse
 simple_case("yaml-set-without-equals", lambda t, f: recipe(t, "data: d\n", "--set", "max_steps"), "--set", "key=value")
 simple_case("yaml-set-wrong-type", lambda t, f: recipe(t, "data: d\n", "--set", "batch_size=many"), "batch_size")
 simple_case("yaml-data-missing", lambda t, f: recipe(t, "max_steps: 1\n"), "recipe.yaml", "data")
+simple_case("pretrain-stop-at-zero", lambda t, f: recipe(t, "data: d\n", "--stop-at", "0"), "--stop-at", "1 or more")
 XFAIL: dict[str, str] = {}  # case name -> why it is known to fail
 simple_case("yaml-data-folder-absent", lambda t, f: recipe(t, f"data: {t / 'no-shards'}\nmax_steps: 1\n"),
             "no-shards")

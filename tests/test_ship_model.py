@@ -112,7 +112,7 @@ def test_a_run_continuing_a_shipped_model_ships_with_the_whole_lineage(tmp_path)
     # The bench's figures reach the card only for the weights they measured (ship, bench, ship again).
     results = {"command": "python bench/fill_mask_model.py", "goals": [
         {"what": "held-out accuracy", "value": 0.123, "target": 0.5, "met": False}],
-        "figures": {"model": "tiny-fill", "weights": {"sha256": ship.sha256(folder)}}}
+        "figures": {"model": "tiny-fill", "weights": {"sha256": weights_sha256(folder)}}}
     ship.RESULTS = tmp_path / "fill_mask_model.json"
     ship.RESULTS.write_text(json.dumps(results), encoding="utf-8")
     ship.main([str(tmp_path / "run2"), "--name", "tiny-fill", "--models", str(models)])

@@ -6,9 +6,9 @@ import argparse
 import json
 
 from encoderlab.cli.options import add_json
-from encoderlab.errors import InputError
 from encoderlab.data.prepare import prepare
 from encoderlab.data.tokenizer_training import train_tokenizer
+from encoderlab.errors import InputError
 from encoderlab.tokenizer import KINDS as TOKENIZER_KINDS
 from encoderlab.train.config import load_recipe
 from encoderlab.train.pretrain import pretrain
