@@ -80,7 +80,7 @@ def run_cycle(run: Path, step: int) -> tuple[dict, list[dict]]:
     recipe = yaml.safe_load((run / "recipe.yaml").read_text(encoding="utf-8"))
     rows = metrics_rows(run / "metrics.csv", step)
     start = json.loads((run / "init_from.json").read_text(encoding="utf-8")) if (run / "init_from.json").is_file() else None
-    return cycle(recipe, start, rows, step, machine()) | {"run": str(run.resolve())}, rows
+    return portable(cycle(recipe, start, rows, step, machine()) | {"run": repo_path(run)}), rows
 
 
 def totals(cycles: list[dict], rows: list[dict], records: Path) -> dict:
@@ -115,7 +115,7 @@ def merge_record(folder: Path, target: Path) -> dict:
               "steps": sum(c["steps"] for c in counted), "tokens": sum(c["tokens"] for c in counted),
               "sittings": [t for c in counted for t in c["sittings"]],
               "machine": "; ".join(sorted({c["machine"] for c in counted})) or machine(),
-              "final_eval_accuracy": None, "run": str(folder.resolve())}
+              "final_eval_accuracy": None, "run": repo_path(folder)}
     return totals(cycles + [merged], rows, records)
 
 
@@ -137,12 +137,12 @@ def flatten(folder: Path, share: float, target: Path, members: list[dict], merge
         if weights_sha256(source) != sha:
             raise SystemExit(f"{source}: its weights are not those {path} averaged (their SHA-256 differs); "
                              f"merge again")
-        inputs.append(str(source.resolve()))
+        inputs.append(repo_path(source))
         if (source / MERGE_FILE).is_file():
             flatten(source, share * weight / total, target, members, merges)
         else:
             members.append(member(name, source, share * weight / total, sha, first=not members))
-    merges.append({"out": str(folder.resolve()), "inputs": inputs, "weights": report["weights"]})
+    merges.append({"out": repo_path(folder), "inputs": inputs, "weights": report["weights"]})
 
 
 def located(recorded: str) -> Path:
@@ -154,10 +154,10 @@ def located(recorded: str) -> Path:
 def member(name: str, source: Path, share: float, sha: dict[str, str], first: bool) -> dict:
     """A model of a merge: its weight, SHA-256 and what it is. A run's checkpoint brings its own cycle (the first
     model: all its cycles, as `trunk`), a model shipped here its lineage, a package alias its version."""
-    entry: dict = {"model": name, "folder": str(source.resolve()), "weight": round(share, 6), "sha256": sha}
+    entry: dict = {"model": name, "folder": repo_path(source), "weight": round(share, 6), "sha256": sha}
     run, step = run_of(source)
     if run is not None:
-        entry |= {"run": str(run.resolve()), "step": step}
+        entry |= {"run": repo_path(run), "step": step}
         if first:
             record = run_record(run, step)
             entry["trunk"] = (record["cycles"], record["rows"], run)
@@ -224,7 +224,7 @@ def shipped_cycles(folder: Path) -> tuple[list[dict], list[dict]] | None:
     with (folder / "metrics.csv").open(encoding="utf-8") as handle:
         rows = [r for r in csv.DictReader(handle) if r["step"] != "step"]
     if (folder / LINEAGE).is_file():
-        return json.loads((folder / LINEAGE).read_text(encoding="utf-8")), rows
+        return portable(json.loads((folder / LINEAGE).read_text(encoding="utf-8"))), rows
     # Shipped before lineage.json existed: one cycle, from its own records; its machine as its card states it.
     first = yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8"))
     start = (json.loads((folder / "init_from.json").read_text(encoding="utf-8"))
@@ -369,6 +369,25 @@ def member_kind(m: dict, first: bool, i: int) -> str:
     if m.get("cycles"):
         return f"a model shipped here after {len(m['cycles'])} cycle(s)"
     return "a checkpoint"
+
+
+def repo_path(folder: Path) -> str:
+    """A folder as lineage.json records it: relative to the repository where it lies inside it, so that the record
+    reads the same in every clone (the runs and the package folder under .venv included), else absolute."""
+    folder = folder.resolve()
+    return folder.relative_to(ROOT).as_posix() if folder.is_relative_to(ROOT) else str(folder)
+
+
+def portable(value):
+    """Lineage data with every absolute path inside the repository made relative to it (repo_path): what is
+    written, and what is read back from a lineage.json written before paths were relative."""
+    if isinstance(value, dict):
+        return {key: portable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable(item) for item in value]
+    if isinstance(value, str) and value.startswith(f"{ROOT}/"):
+        return Path(value).relative_to(ROOT).as_posix()
+    return value
 
 
 def shown_path(folder: str) -> str:
@@ -523,7 +542,7 @@ def main(argv: list[str] | None = None) -> None:
         if bench and (bench["figures"].get("model") != args.name or weights != weights_sha256(build)):
             bench = None  # the results describe another model, or these weights before this shipping
         if len(record["cycles"]) > 1:
-            (build / LINEAGE).write_text(json.dumps(record["cycles"], indent=1) + "\n", encoding="utf-8")
+            (build / LINEAGE).write_text(json.dumps(portable(record["cycles"]), indent=1) + "\n", encoding="utf-8")
         (build / "README.md").write_text(card(args.name, model, record, bench), encoding="utf-8")
         size = sum(f.stat().st_size for f in build.iterdir()) / 1e6
         if size > LIMIT_MB:

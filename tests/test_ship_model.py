@@ -194,6 +194,44 @@ def test_a_merge_ships_with_the_trunks_cycles_and_its_members(tmp_path):
         ship.main([str(tmp_path / "wise"), "--name", "tiny-fill", "--models", str(models)])
 
 
+def test_lineage_paths_inside_the_repository_are_relative(tmp_path, monkeypatch):
+    """lineage.json records the runs and models inside the repository relative to it, so it reads the same in every
+    clone; one written with absolute paths (before) reads back relative, and shipping again gives the same file."""
+    corpus = _corpus(tmp_path / "corpus.txt")
+    start = _checkpoint("bert", "base", tmp_path / "start", corpus)
+    prepare([str(corpus)], start, tmp_path / "data", holdout=0.1, workers=1, progress=False)
+    ship, models = _ship_module(), tmp_path / "models"
+    monkeypatch.setattr(ship, "ROOT", tmp_path.resolve())  # the repository, for this test
+    folder, trunk = models / "tiny-fill", tmp_path / "cycle1"
+    common = [f"data={tmp_path / 'data'}", *RUN]
+    pretrain(load_recipe(None, [f"init_from={start}", *common]), tmp_path / "run1", progress=False)
+    ship.main([str(tmp_path / "run1"), "--name", "tiny-fill", "--models", str(models)])
+    shutil.copytree(folder, trunk)
+    pretrain(load_recipe(None, [f"init_from={folder}", *common, "seed=1"]), tmp_path / "run2", stop_after=2,
+             progress=False)
+    merge_to_folder([trunk, tmp_path / "run2" / "checkpoints" / "step-000002"], tmp_path / "soup")
+    ship.main([str(tmp_path / "soup"), "--name", "tiny-fill", "--models", str(models)])
+
+    text = (folder / "lineage.json").read_text(encoding="utf-8")
+    assert str(tmp_path.resolve()) not in text and str(tmp_path) not in text
+    lineage = json.loads(text)
+    merge = lineage[1]["merge"]
+    assert [m["folder"] for m in merge["members"]] == ["cycle1", "run2/checkpoints/step-000002"]
+    assert merge["members"][1]["run"] == "run2" and lineage[1]["run"] == "soup"
+    assert merge["merges"] == [{"out": "soup", "inputs": ["cycle1", "run2/checkpoints/step-000002"],
+                                "weights": [0.5, 0.5]}]
+    assert lineage[0]["start"]["folder"] == "start" and lineage[0]["recipe"]["data"] == "data"
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert "| `run2/checkpoints/step-000002` | 0.500 |" in card
+    absolute = text.replace('"cycle1"', f'"{tmp_path.resolve() / "cycle1"}"').replace(
+        '"run2', f'"{tmp_path.resolve()}/run2')
+    assert absolute != text
+    (folder / "lineage.json").write_text(absolute, encoding="utf-8")  # as an older ship_model wrote it
+    assert ship.shipped_cycles(folder)[0] == lineage
+    ship.main([str(tmp_path / "soup"), "--name", "tiny-fill-2", "--models", str(models)])
+    assert (models / "tiny-fill-2" / "lineage.json").read_text(encoding="utf-8") == text
+
+
 def test_a_recipe_is_shown_as_the_closest_config_and_its_changes():
     """The reproduce commands name the configs/ file a run's recipe differs least from, with the rest as --set."""
     ship = _ship_module()
