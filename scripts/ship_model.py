@@ -374,8 +374,7 @@ def member_kind(m: dict, first: bool, i: int) -> str:
 def repo_path(folder: Path) -> str:
     """A folder as lineage.json records it: relative to the repository where it lies inside it, so that the record
     reads the same in every clone (the runs and the package folder under .venv included), else absolute."""
-    folder = folder.resolve()
-    return folder.relative_to(ROOT).as_posix() if folder.is_relative_to(ROOT) else str(folder)
+    return shown_path(str(folder.resolve()))
 
 
 def portable(value):
@@ -385,9 +384,7 @@ def portable(value):
         return {key: portable(item) for key, item in value.items()}
     if isinstance(value, list):
         return [portable(item) for item in value]
-    if isinstance(value, str) and value.startswith(f"{ROOT}/"):
-        return Path(value).relative_to(ROOT).as_posix()
-    return value
+    return shown_path(value) if isinstance(value, str) and value.startswith(f"{ROOT}/") else value
 
 
 def shown_path(folder: str) -> str:
