@@ -23,3 +23,7 @@ class InputError(EncoderlabError, ValueError):
 
 class Terminated(KeyboardInterrupt):
     """A training run stopped by SIGTERM (a scheduler's or a container's stop) after saving; the CLI exits 143."""
+
+
+class TrainingDiverged(EncoderlabError):
+    """A training step's loss or gradient norm was not finite; the run stopped without saving from that point."""

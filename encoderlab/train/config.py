@@ -97,7 +97,12 @@ class PretrainConfig:
     precision: str = "bf16"
     """fp32, or bf16 autocast (CPU and CUDA)."""
     compile: bool = False
-    """torch.compile the encoder."""
+    """torch.compile the whole objective (encoder, heads and loss), every batch padded to max_length so that one
+    graph serves every step; the run's log says how many graphs were compiled after the first step."""
+    data_workers: int = -1
+    """Processes that build batches ahead of the step (encoderlab/train/prefetch.py); -1: auto (up to 4 on CUDA,
+    none on CPU, where the model's threads use every core); 0: built in the main process between steps. A step's
+    batches are the same whatever the number, so a run may resume with another."""
     seed: int = 0
     """Seed of init, data order, masking and dropout."""
     device: str = "auto"
@@ -149,6 +154,8 @@ class PretrainConfig:
         for name in ("max_length", "batch_size", "grad_accum", "max_steps"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.data_workers < -1:
+            raise ConfigError(f"data_workers must be -1 (auto), 0 or a number of processes, got {self.data_workers}")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not 0 < self.decay_fraction <= 1:

@@ -9,6 +9,11 @@ Exactness rests on three rules:
 - the loss is a sum divided by the count of the whole optimizer step (all ranks, all micro-batches; see
   `Objective.counts`), so accumulation and DDP give the gradient of one big batch;
 - a checkpoint holds the weights, optimizer, schedule, every RNG, the data position and the hook's record.
+
+The host never waits for the device inside a step: a step's loss sums, counts and gradient norm stay on the device
+(`StepStats`) and are read at log, evaluation and checkpoint steps (`Watch`), tokens/s over the interval since the
+last read. The same reads catch the first step whose loss or gradient norm is not finite: the run stops there with
+one line naming it, and nothing is saved from weights that step made.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from encoderlab.engine import autocast
-from encoderlab.errors import ConfigError
+from encoderlab.errors import ConfigError, TrainingDiverged
 from encoderlab.objectives import Objective
 from encoderlab.train import distributed
 from encoderlab.train.logger import COLUMNS, RunLogger
@@ -120,6 +125,9 @@ class LoopOptions:
     """metrics.csv's columns."""
     visuals: bool = True
     """TensorBoard logs and the curves PNG beside metrics.csv."""
+    compiled: bool = False
+    """The objective is compiled: the run notes how many graphs torch.compile made, and how many after step one
+    (recompilations, each a stall of seconds to minutes)."""
 
     def due(self, step: int, every: int) -> bool:
         """Whether `step` ends an `every`-step period, an epoch, or the run."""
@@ -143,7 +151,8 @@ class Evaluation:
     def record(self, step: int, steps_per_epoch: int) -> dict[str, Any]:
         """Evaluate and keep the best; returns the new history entry."""
         entry: dict[str, Any] = {"epoch": round(step / steps_per_epoch, 3)} if steps_per_epoch else {}
-        entry |= {"step": step, "train_loss": sum(self.losses) / len(self.losses) if self.losses else None}
+        losses = [float(loss) for loss in self.losses]
+        entry |= {"step": step, "train_loss": sum(losses) / len(losses) if losses else None}
         self.losses = []
         if self.evaluate is not None:
             metrics = self.evaluate()
@@ -160,7 +169,8 @@ class Evaluation:
         return entry
 
     def state_dict(self) -> dict[str, Any]:
-        return {"history": self.history, "best": self.best, "metric": self.metric, "losses": self.losses}
+        return {"history": self.history, "best": self.best, "metric": self.metric,
+                "losses": [float(loss) for loss in self.losses]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.history, self.best, self.metric, self.losses = (state[k] for k in ("history", "best", "metric", "losses"))
@@ -178,7 +188,8 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
              options: LoopOptions, run_dir: Path | None, dist: distributed.Dist, resume: bool = False,
              stop_after: int | None = None, evaluation: Evaluation | None = None) -> LoopResult:
     """Train `objective` to options.max_steps, or stop_after steps, logging and checkpointing in run_dir if given;
-    Ctrl-C and SIGTERM finish the step, save a checkpoint and raise KeyboardInterrupt (Terminated)."""
+    Ctrl-C and SIGTERM finish the step, save a checkpoint and raise KeyboardInterrupt (Terminated); a non-finite
+    loss or gradient norm raises TrainingDiverged, saving nothing."""
     if run_dir is not None:
         _open_run_dir(Path(run_dir), resume, options.discard_old, dist)
     step, seconds = _restore(run_dir, objective, optimizer, scheduler, data, evaluation) if resume else (0, 0.0)
@@ -189,32 +200,43 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
     objective.train()
     stop_at = options.max_steps if stop_after is None else min(options.max_steps, stop_after)
     started = time.time() - seconds
+    watch = Watch(objective, dist.device, run_dir, step)
     bar = logger.progress(step, options.max_steps, options.progress, options.name)
     with bar, DeferredInterrupt() as interrupt:
         while step < stop_at:
-            metrics = _train_step(trainable, data, optimizer, scheduler, options, dist)
+            micro_batches = data.next_step(dist.rank, dist.world_size, options.grad_accum)
+            stats = device_step(trainable, micro_batches, optimizer, scheduler, options.clip_norm, options.precision,
+                                dist)
             step += 1
+            watch.add(step, stats)
             if step % TRIM_EVERY == 0:
                 release_freed_memory()
             bar.update(1)
-            bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{metrics['lr']:.2e}",
-                            tok_s=f"{metrics['tokens_per_s']:.0f}", refresh=False)  # drawn at the next interval
-            if step % options.log_every == 0 or step == stop_at:
-                logger.log(step, metrics)
             if evaluation is not None and dist.is_main:
-                evaluation.losses.append(metrics["loss"])
-                if options.due(step, options.eval_every):
-                    _record(evaluation, step, options, logger, bar)
+                evaluation.losses.append(stats.loss)
             stopping = step < stop_at and _any_rank(interrupt.requested, dist)
-            if run_dir is not None and dist.is_main and (step == stop_at or stopping or
-                                                         options.due(step, options.save_every)):
+            saving = run_dir is not None and dist.is_main and (step == stop_at or stopping or
+                                                               options.due(step, options.save_every))
+            evaluating = evaluation is not None and dist.is_main and options.due(step, options.eval_every)
+            if step % options.log_every == 0 or step == stop_at or saving or evaluating or stopping:
+                metrics = watch.read(step)  # the one wait for the device; raises on a non-finite step
+                bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{metrics['lr']:.2e}",
+                                tok_s=f"{metrics['tokens_per_s']:.0f}", refresh=False)
+                if step % options.log_every == 0 or step == stop_at:
+                    logger.log(step, metrics)
+            if evaluating:
+                _record(evaluation, step, options, logger, bar)
+            if saving:
                 _save(Path(run_dir), step, time.time() - started, objective, optimizer, scheduler, data, evaluation,
                       options.keep_checkpoints)
+                watch.saved(step)
             dist.barrier()
             if stopping:
                 logger.note(f"interrupted at step {step}" + ("" if run_dir is None else
                                                               ": checkpoint saved, continue with --resume"))
                 raise interrupt.stop()
+    if options.compiled:
+        logger.note(watch.compiled_graphs())
     if step == options.max_steps:
         logger.finish()
     return LoopResult(step, time.time() - started)
@@ -250,14 +272,81 @@ def _any_rank(flag: bool, dist: distributed.Dist) -> bool:
     return bool(dist.sum(torch.tensor(int(flag), device=dist.device))) if dist.world_size > 1 else flag
 
 
-def _train_step(model: torch.nn.Module, data: StepData, optimizer: torch.optim.Optimizer, scheduler: Any,
-                options: LoopOptions, dist: distributed.Dist) -> dict[str, float]:
-    """One optimizer step over this rank's share of the next batch; its metrics with tokens/s."""
-    started = time.perf_counter()
-    micro_batches = data.next_step(dist.rank, dist.world_size, options.grad_accum)
-    metrics = optimizer_step(model, micro_batches, optimizer, scheduler, options.clip_norm, options.precision, dist)
-    metrics["tokens_per_s"] = metrics["tokens"] / (time.perf_counter() - started)
-    return metrics
+@dataclass
+class StepStats:
+    """One optimizer step's figures, left on the device until read: the objective's sums and the step's counts
+    (all ranks), this rank's loss (the sum of its micro-batches' shares), the gradient norm, the learning rate."""
+
+    sums: dict[str, torch.Tensor]
+    counts: dict[str, torch.Tensor]
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+    lr: float
+
+    def read(self, objective: Objective) -> dict[str, float]:
+        """The step's metrics as numbers (waits for the device)."""
+        keys = [*self.sums, *self.counts]
+        values = torch.stack([*self.sums.values(), *self.counts.values(), self.grad_norm]).tolist()  # one copy
+        numbers = dict(zip(keys + ["grad_norm"], values))
+        metrics = objective.metrics({k: numbers[k] for k in self.sums}, {k: numbers[k] for k in self.counts})
+        return metrics | {"lr": self.lr, "grad_norm": numbers["grad_norm"], "tokens": numbers["tokens"]}
+
+
+class Watch:
+    """What the loop reads from the device at log, evaluation and checkpoint steps: the latest step's metrics,
+    tokens/s since the previous read, and the first step whose loss or gradient norm was not finite (tracked on the
+    device every step, so no step waits for it)."""
+
+    def __init__(self, objective: Objective, device: torch.device, run_dir: Path | None, step: int) -> None:
+        self.objective, self.run_dir = objective, run_dir
+        self.first_bad = torch.zeros((), dtype=torch.long, device=device)  # 0: every step finite so far
+        self.tokens = torch.zeros((), device=device)  # since the last read
+        self.latest: StepStats | None = None
+        self.read_at, self.read_step = time.perf_counter(), step
+        self.last_finite: tuple[int, float] | None = None  # (step, loss) of the last finite step read
+        self.checkpoint: int | None = step or None
+        self.graphs = [_graphs_compiled()]  # before the run; then after its first step
+
+    def add(self, step: int, stats: StepStats) -> None:
+        """Take a step's stats (device operations only)."""
+        if len(self.graphs) == 1:
+            self.graphs.append(_graphs_compiled())
+        finite = torch.isfinite(stats.loss) & torch.isfinite(stats.grad_norm)
+        self.first_bad = torch.where((self.first_bad == 0) & ~finite, step, self.first_bad)
+        self.tokens += stats.counts["tokens"].float()
+        self.latest = stats
+
+    def read(self, step: int) -> dict[str, float]:
+        """The latest step's metrics with tokens_per_s since the last read; TrainingDiverged if a step since the
+        start was not finite."""
+        metrics = self.latest.read(self.objective)
+        first_bad = int(self.first_bad)
+        if first_bad:
+            raise TrainingDiverged(self._diverged(first_bad, metrics))
+        now = time.perf_counter()
+        metrics["tokens_per_s"] = float(self.tokens) / max(now - self.read_at, 1e-9)
+        self.tokens.zero_()
+        self.read_at, self.read_step, self.last_finite = now, step, (step, metrics["loss"])
+        return metrics
+
+    def saved(self, step: int) -> None:
+        self.checkpoint = step
+
+    def compiled_graphs(self) -> str:
+        """How many graphs torch.compile made in this run, and how many of them after its first step."""
+        total, later = _graphs_compiled() - self.graphs[0], _graphs_compiled() - self.graphs[-1]
+        return (f"torch.compile: {total} graphs compiled, {later} of them after the first step (recompilations: new "
+                f"shapes, evaluation's mode)")
+
+    def _diverged(self, first_bad: int, metrics: dict[str, float]) -> str:
+        """The one line that says where a run stopped being finite."""
+        last = ("no finite step was read" if self.last_finite is None else
+                f"the last finite loss read was {self.last_finite[1]:.4f} at step {self.last_finite[0]}")
+        where = ("no checkpoint was written" if self.checkpoint is None or self.run_dir is None else
+                 f"the last checkpoint is {Path(self.run_dir) / 'checkpoints' / f'step-{self.checkpoint:06d}'}")
+        return (f"step {first_bad}: the loss or gradient norm is not finite (at the latest step: loss "
+                f"{metrics['loss']}, grad norm {metrics['grad_norm']}); the run stops without saving; {last}; {where} "
+                f"(--resume continues from it: lower lr, raise warmup_steps, or use precision fp32)")
 
 
 def step_counts(objective: Objective, batches: list[dict[str, Any]], dist: distributed.Dist) -> dict[str, torch.Tensor]:
@@ -268,31 +357,44 @@ def step_counts(objective: Objective, batches: list[dict[str, Any]], dist: distr
     return dict(zip(keys, dist.sum(local.float()).clamp(min=1).unbind()))
 
 
+def _graphs_compiled() -> int:
+    """Graphs torch.compile has made in this process so far (dynamo's own counter)."""
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
 def optimizer_step(model: torch.nn.Module, micro_batches: list[dict[str, Any]], optimizer: torch.optim.Optimizer,
                    scheduler: Any, clip_norm: float, precision: str, dist: distributed.Dist) -> dict[str, float]:
+    """device_step, its metrics read at once (a bench's or a test's step; the loop reads only at its log steps)."""
+    objective = model.module if isinstance(model, DistributedDataParallel) else model
+    return device_step(model, micro_batches, optimizer, scheduler, clip_norm, precision, dist).read(objective)
+
+
+def device_step(model: torch.nn.Module, micro_batches: list[dict[str, Any]], optimizer: torch.optim.Optimizer,
+                scheduler: Any, clip_norm: float, precision: str, dist: distributed.Dist) -> StepStats:
     """Forward and backward over the micro-batches, clip, step; the loss is normalised over the whole step. `model` is
     an Objective (or a DDP wrapper of one): it returns the micro-batch's share of the loss. A DUMMY micro-batch runs at
-    weight 0: it lets a rank without examples meet the others in DDP's all-reduce."""
+    weight 0: it lets a rank without examples meet the others in DDP's all-reduce. Nothing here waits for the device."""
     objective = model.module if isinstance(model, DistributedDataParallel) else model
     micro_batches = [to_device(b, dist.device) for b in micro_batches]
     counts = step_counts(objective, micro_batches, dist)
     sums: dict[str, torch.Tensor] = {}
+    total = torch.zeros((), device=dist.device)
     for i, batch in enumerate(micro_batches):
         sync = i == len(micro_batches) - 1 or not isinstance(model, DistributedDataParallel)
         weight = 0.0 if batch.get(DUMMY) else float(dist.world_size)  # DDP averages gradients over ranks; we sum
         with (contextlib.nullcontext() if sync else model.no_sync()), autocast(precision, dist.device):
             loss, parts = model({k: v for k, v in batch.items() if k != DUMMY}, counts)
             (loss * weight).backward()
+        total = total + loss.detach().float() * (1.0 if weight else 0.0)
         for key, value in parts.items():  # a dummy's zeros too: every rank then sums the same keys below
             sums[key] = sums.get(key, 0) + (value if weight else value * 0)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm if clip_norm else float("inf"))
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    totals = {k: float(dist.sum(torch.as_tensor(v, device=dist.device).float())) for k, v in sums.items()}
-    metrics = objective.metrics(totals, {k: float(v) for k, v in counts.items()})
-    metrics.update(lr=scheduler.get_last_lr()[0], grad_norm=float(grad_norm), tokens=float(counts["tokens"]))
-    return metrics
+    keys = sorted(sums)
+    summed = dist.sum(torch.stack([torch.as_tensor(sums[k], device=dist.device).float() for k in keys]))
+    return StepStats(dict(zip(keys, summed.unbind())), counts, total, grad_norm.float(), scheduler.get_last_lr()[0])
 
 
 def _restore(run_dir: Path | None, objective: Objective, optimizer: torch.optim.Optimizer, scheduler: Any,

@@ -24,12 +24,11 @@ import torch
 from encoderlab.data.collate import MaskingCollator
 from encoderlab.data.examples import PretrainingExamples
 from encoderlab.data.shards import TokenShards
-from encoderlab.engine import eval_mode, pad
+from encoderlab.engine import eval_mode
 from encoderlab.errors import InputError
 from encoderlab.io import atomic_write_text
 from encoderlab.models import FAMILIES
-from encoderlab.nn.encoder import Encoder
-from encoderlab.nn.model import IGNORE_INDEX, Model
+from encoderlab.nn.model import Model
 from encoderlab.objectives import Objective, build_objective
 from encoderlab.objectives.mlm import MaskedLanguageModeling
 from encoderlab.paths import resolve_model_path
@@ -38,6 +37,7 @@ from encoderlab.train import distributed
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.loop import Evaluation, LoopOptions, autocast, run_loop, to_device
 from encoderlab.train.optim import lr_schedule, make_optimizer
+from encoderlab.train.prefetch import PrefetchedSteps, default_workers
 
 log = logging.getLogger(__name__)
 # The held-out split's example and masking seed, fixed so that runs with different recipe seeds (the cycles of a
@@ -74,15 +74,13 @@ class Batches:
     collator: MaskingCollator
     seed: int
     pad_id: int
-    generator: torch.Generator = field(default_factory=torch.Generator)
+    length: int | None = None  # pad every batch to this many tokens (one shape for a compiled step); None: the longest
 
     def make(self, positions: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
         """A padded batch; example (e, i) is masked by a generator seeded from (seed, e, i) alone."""
-        rows = []
-        for epoch, index in positions:
-            self.generator.manual_seed(_mix(self.seed, epoch, index))
-            rows.append(self.collator([self.examples.get(epoch, index)], self.generator))
-        return _stack(rows, self.pad_id)
+        examples = [self.examples.get(epoch, index) for epoch, index in positions]
+        return self.collator.seeded(examples, [_mix(self.seed, epoch, index) for epoch, index in positions],
+                                    self.length)
 
 
 def _mix(*values: int) -> int:
@@ -92,13 +90,6 @@ def _mix(*values: int) -> int:
         h = (h ^ (value + 0x9E3779B97F4A7C15 + (h << 6) + (h >> 2))) & 0xFFFFFFFFFFFFFFFF
         h = (h * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
     return h >> 1
-
-
-def _stack(rows: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Concatenate single-example batches, right-padding sequence tensors to the longest (multiple of 8)."""
-    fill = {"input_ids": pad_id, "labels": IGNORE_INDEX}
-    return {key: pad([r[key][0].tolist() for r in rows], fill.get(key, 0), multiple_of=8) if rows[0][key].ndim == 2
-            else torch.cat([r[key] for r in rows]) for key in rows[0]}
 
 
 @torch.no_grad()
@@ -124,8 +115,9 @@ def evaluate(model: Objective | Model, batches: Batches, cfg: PretrainConfig, mi
 
 @dataclass
 class PretrainingData:
-    """The loop's data (encoderlab.train.loop.StepData): each step the next batch_size examples of the cursor,
-    rank r taking the r-th slice of micro x grad_accum of them."""
+    """The loop's data (encoderlab.train.loop.StepData, and a Plannable for encoderlab.train.prefetch): each step the
+    next batch_size examples of the cursor, rank r taking the r-th slice of micro x grad_accum of them. A step is
+    planned (positions, cheap, in order) and built (examples, masks, padding) apart, so workers can build ahead."""
 
     batches: Batches
     batch_size: int
@@ -133,9 +125,17 @@ class PretrainingData:
     cursor: Cursor = field(default_factory=Cursor)
 
     def next_step(self, rank: int, world_size: int, grad_accum: int) -> list[dict[str, torch.Tensor]]:
+        return self.build(self.plan(rank, world_size, grad_accum))
+
+    def plan(self, rank: int, world_size: int, grad_accum: int) -> list[list[tuple[int, int]]]:
+        """This rank's micro-batches of the next step as (epoch, index) positions; moves the cursor past the step."""
         positions = self.cursor.take(self.batch_size, self.batches.examples)  # the same on every rank
         mine = positions[rank * self.micro * grad_accum:(rank + 1) * self.micro * grad_accum]
-        return [self.batches.make(mine[i:i + self.micro]) for i in range(0, len(mine), self.micro)]
+        return [mine[i:i + self.micro] for i in range(0, len(mine), self.micro)]
+
+    def build(self, plan: list[list[tuple[int, int]]]) -> list[dict[str, torch.Tensor]]:
+        """The micro-batches of a planned step."""
+        return [self.batches.make(positions) for positions in plan]
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.cursor.epoch, "index": self.cursor.index}
@@ -160,9 +160,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     if cfg.init_from and dist.is_main:
         _record_start(run_dir, cfg.init_from, model, progress)
     micro = cfg.micro_batch(dist.world_size)
-    data = PretrainingData(Batches(PretrainingExamples(TokenShards(cfg.data, "train"), _objective(cfg),
-                                                       cfg.max_length, cfg.seed, cfg.short_seq_prob),
-                                   masking_collator(cfg, tokenizer), cfg.seed, tokenizer.pad_id), cfg.batch_size, micro)
+    data = training_data(cfg, tokenizer, micro, dist)
     valid_batches = heldout_batches(cfg, tokenizer)
     evaluation = None if valid_batches is None else Evaluation(lambda: evaluate(model, valid_batches, cfg, micro,
                                                                                 dist.device))
@@ -170,19 +168,42 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule(cfg.schedule, cfg.warmup_steps, cfg.max_steps,
                                                                        cfg.decay_fraction))
     if cfg.compile:
-        for module in model.modules():
-            if isinstance(module, Encoder):
-                module.compile()
+        model.compile()  # the whole objective: encoder, heads and loss (the loop counts the graphs it makes)
     options = LoopOptions(cfg.max_steps, cfg.grad_accum, cfg.precision, cfg.clip_norm, cfg.log_every, cfg.eval_every,
                           cfg.save_every, keep_checkpoints=cfg.keep_checkpoints, progress=progress, name="pretrain",
-                          recipe=asdict(cfg))
-    result = run_loop(model, data, optimizer, scheduler, options, run_dir, dist, resume, stop_after, evaluation)
+                          recipe=asdict(cfg), compiled=cfg.compile)
+    try:
+        result = run_loop(model, data, optimizer, scheduler, options, run_dir, dist, resume, stop_after, evaluation)
+    finally:
+        if isinstance(data, PrefetchedSteps):
+            data.close()
     if dist.is_main and result.step == cfg.max_steps:
         _export_final(run_dir, model, tokenizer)
     final = {k: v for k, v in (evaluation.history[-1] if evaluation and evaluation.history else {}).items()
              if k.startswith("eval_")}
     distributed.teardown()
     return final | {"step": result.step} | ({"new_tensors": model.new_tensors} if cfg.init_from else {})
+
+
+def fixed_length(cfg: PretrainConfig) -> int | None:
+    """The length every batch is padded to: max_length (rounded up to 8) when compiled, so that one graph serves
+    every step; None (each batch to its longest) otherwise."""
+    return -(-cfg.max_length // 8) * 8 if cfg.compile else None
+
+
+def training_data(cfg: PretrainConfig, tokenizer: Tokenizer, micro: int,
+                  dist: distributed.Dist) -> PretrainingData | PrefetchedSteps:
+    """The training split's steps, built ahead by cfg.data_workers processes (-1: default_workers) when there are any;
+    the batches are the same whichever."""
+    examples = PretrainingExamples(TokenShards(cfg.data, "train"), _objective(cfg), cfg.max_length, cfg.seed,
+                                   cfg.short_seq_prob)
+    data = PretrainingData(Batches(examples, masking_collator(cfg, tokenizer), cfg.seed, tokenizer.pad_id,
+                                   fixed_length(cfg)), cfg.batch_size, micro)
+    workers = cfg.data_workers if cfg.data_workers >= 0 else default_workers(dist.device, dist.world_size)
+    if not workers:
+        return data
+    examples.num_examples(0)  # the first epoch's plan, built once before the workers fork so they share it
+    return PrefetchedSteps(data, workers, pin_memory=dist.device.type == "cuda")
 
 
 def _record_start(run_dir: Path, init_from: str, model: Objective, progress: bool) -> None:
@@ -229,7 +250,7 @@ def heldout_batches(cfg: PretrainConfig, tokenizer: Tokenizer) -> Batches | None
     except InputError:  # no held-out split was prepared: evaluation is skipped, training goes on
         return None
     return Batches(PretrainingExamples(shards, _objective(cfg), cfg.max_length, HELDOUT_SEED, cfg.short_seq_prob),
-                   masking_collator(cfg, tokenizer), HELDOUT_SEED, tokenizer.pad_id)
+                   masking_collator(cfg, tokenizer), HELDOUT_SEED, tokenizer.pad_id, fixed_length(cfg))
 
 
 def _export_final(run_dir: Path, model: Objective, tokenizer: Tokenizer) -> None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import random
 import shutil
 import signal
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
@@ -131,14 +133,21 @@ def load_trainer_state(folder: Path) -> dict[str, Any]:
 class DeferredInterrupt:
     """Within `with`, Ctrl-C and SIGTERM (what Slurm, Kubernetes, `docker stop` and torchrun send before a kill) set
     `requested` instead of raising, so a loop stops between steps and raises `stop()`: mid-step, the model, optimizer
-    and data position would be out of step and the checkpoint would not resume exactly. A second signal raises at
-    once. Nothing happens outside the main thread (signals cannot be caught there); an ignored signal stays ignored."""
+    and data position would be out of step and the checkpoint would not resume exactly.
+
+    Signals arrive in groups: GNU timeout signals the process and then its whole process group, Slurm every process
+    of a step, a terminal's Ctrl-C the foreground group, torchrun forwards what it gets. So a second signal within
+    GRACE_SECONDS of the first is a copy of the same stop and is ignored; a later one raises at once (the save is
+    stuck), and so does a second Ctrl-C typed at a terminal (someone wants out now). Nothing happens outside the main
+    thread (signals cannot be caught there); an ignored signal stays ignored."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    GRACE_SECONDS = 10.0
 
     def __init__(self) -> None:
         self.requested = False
         self.signum: int | None = None
+        self.first_at = 0.0
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Self:
@@ -159,6 +168,18 @@ class DeferredInterrupt:
         return Terminated() if self.signum == signal.SIGTERM else KeyboardInterrupt()
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
+        now = time.monotonic()
+        if not self.requested:
+            self.requested, self.signum, self.first_at = True, signum, now
+            return
+        typed = signum == signal.SIGINT and _at_a_terminal()
+        if typed or now - self.first_at > self.GRACE_SECONDS:
             raise self.stop()
-        self.requested, self.signum = True, signum
+
+
+def _at_a_terminal() -> bool:
+    """Whether this process reads from a terminal (where a second Ctrl-C is a person asking to stop now)."""
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):  # a closed stdin
+        return False
