@@ -18,8 +18,9 @@ from test_tasks_family import outputs
 
 from encoderlab import EncoderConfig, load_model
 from encoderlab.errors import ConfigError
+from encoderlab.nn import attention as attention_module
 from encoderlab.nn import window
-from encoderlab.nn.model import EncoderModel, SequenceClassifier
+from encoderlab.nn.model import EncoderModel, MaskedLMModel, SequenceClassifier
 from encoderlab.nn.window import Band
 
 # Four layers: 0 and 3 global, 1 and 2 local with a window of 6 (3 each side); rotary bases far apart, so a layer
@@ -179,3 +180,33 @@ def test_fresh_weights_follow_transformers_init_truncated_and_residual_scaled() 
     assert ours.encoder.layers[0].attn.out.weight.abs().max() <= 2 * residual
     bert = EncoderModel(EncoderConfig.from_preset("bert-mini", vocab_size=4000))
     assert bert.encoder.layers[0].attn.out.weight.abs().max() > 3 * 0.02  # BERT's plain normal has tails
+
+
+def _nan_on_empty_rows(q, k, v, attn_mask=None, dropout_p=0.0, **kwargs):
+    """scaled_dot_product_attention as CUDA's memory-efficient kernel computes a query whose mask row is all False:
+    softmax over nothing, 0/0 = NaN (pytorch/pytorch#103963; torch's CPU kernels return zeros there instead)."""
+    scores = q @ k.transpose(-1, -2) * kwargs.get("scale", q.shape[-1] ** -0.5)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+    return scores.softmax(dim=-1) @ v
+
+
+@pytest.mark.parametrize("T", [24, 48], ids=["dense-window", "banded-window"])
+def test_padding_far_past_the_window_stays_finite_through_cuda_like_attention(monkeypatch, T) -> None:
+    """The cause of modernbert-base's NaN on CUDA: a padding query more than half a window past its row's last real
+    token had no key at all in local layers. With attention that gives NaN on such a row, as CUDA's kernel does,
+    the MLM loss and every gradient stay finite, and the real tokens' outputs equal torch's own kernel's."""
+    model = MaskedLMModel(tiny_config("modernbert").replace(num_layers=3, local_attention=6)).train()
+    model.config.hidden_dropout = model.config.attention_dropout = 0.0
+    randomize(model, seed=4)
+    batch = family_batch(model.config, lengths=(T, 5))  # row 2: 5 real tokens, then T - 5 of padding
+    assert Band(3, None).banded(T) == (T >= window.BANDED_FROM * 3)
+    labels = torch.where(batch["attention_mask"].bool(), batch["input_ids"], -100)
+    reference = model(**batch, labels=labels)
+    for module in (attention_module, window):
+        monkeypatch.setattr(module.F, "scaled_dot_product_attention", _nan_on_empty_rows)
+    out = model(**batch, labels=labels)
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert_close(out.logits, reference.logits, **TOL)

@@ -52,8 +52,9 @@ class SelfAttention(nn.Module):
         T = q.shape[2]
         if isinstance(mask, Band) and mask.banded(T) and not (return_probs or dropout):
             return self.merge(banded_attention(q, k, v, mask), packing), None
-        mask = mask.dense(T, q.device) if isinstance(mask, Band) else mask
-        if return_probs or (dropout and x.device.type == "cpu") or self._openvino_graph():
+        eager = return_probs or (dropout and x.device.type == "cpu") or self._openvino_graph()
+        mask = mask.dense(T, q.device, own=not eager) if isinstance(mask, Band) else mask
+        if eager:
             context, probs = self._eager(q, k, v, mask, dropout)
             probs = probs if return_probs else None
         elif x.device.type == "cpu" and torch.compiler.is_compiling() and q.shape[2] <= SHORT:

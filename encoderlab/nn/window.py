@@ -5,7 +5,13 @@ Dense, the window is a (T, T) band mask over full attention: T^2 scores a head, 
 the queries go in blocks of `half` positions and each block meets only the 3 x half keys its window can reach, so a
 head computes 3 x half x T scores and the cost grows linearly in T (Longformer's banded attention, Beltagy et al.
 2020, arXiv:2004.05150, section 3.1, done with blocks instead of a custom kernel). The blocks are folded into the
-batch and run through the same fused scaled_dot_product_attention as global layers. Outputs equal the dense path's."""
+batch and run through the same fused scaled_dot_product_attention as global layers. Outputs equal the dense path's.
+
+Every query may attend to its own position, padding or not. A padding query more than `half` positions past its
+row's last real token has no real key in its window, and a row of the mask with no True at all is 0/0 in softmax:
+torch's CPU kernels return zeros for it, but CUDA's memory-efficient kernel returns NaN (pytorch/pytorch#103963,
+#110213), whose gradient then poisons every key and value (modernbert-base, 64 x 512 tokens, bf16 on an H100: loss
+NaN from the first steps). A real query's window holds its own position already, so its output is unchanged."""
 
 from __future__ import annotations
 
@@ -25,15 +31,18 @@ class Band:
 
     half: int
     key_mask: torch.Tensor | None  # (B, 1, 1, T) bool, True at real tokens; None: no padding
-    _dense: dict = field(default_factory=dict, repr=False)  # T -> (B or 1, 1, T, T), made once for all local layers
+    _dense: dict = field(default_factory=dict, repr=False)  # (T, own) -> (B or 1, 1, T, T), made once for all local layers
 
-    def dense(self, T: int, device: torch.device) -> torch.Tensor:
-        """The window as a boolean mask (B or 1, 1, T, T) for full attention."""
-        if T not in self._dense:
+    def dense(self, T: int, device: torch.device, own: bool = False) -> torch.Tensor:
+        """The window as a boolean mask (B or 1, 1, T, T) for full attention; with `own`, every query keeps its own
+        key (for SDPA: see the module docstring; the eager path's additive mask is finite on an empty row, and
+        matches transformers' eager attention there)."""
+        if (T, own) not in self._dense:
             i = torch.arange(T, device=device)
             band = ((i[:, None] - i[None, :]).abs() <= self.half)[None, None]  # (1, 1, T, T)
-            self._dense[T] = band if self.key_mask is None else self.key_mask & band
-        return self._dense[T]
+            mask = band if self.key_mask is None else self.key_mask & band
+            self._dense[T, own] = mask | (i[:, None] == i[None, :]) if own and self.key_mask is not None else mask
+        return self._dense[T, own]
 
     def banded(self, T: int) -> bool:
         """Whether blocks beat the dense mask at length T (never while tracing: the export keeps one graph)."""
@@ -50,9 +59,10 @@ def banded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, band: Ba
     keys, values = (F.pad(t, (0, 0, b, after + b)).unfold(2, 3 * b, b).transpose(-1, -2) for t in (k, v))
     offsets = torch.arange(3 * b, device=q.device)[None, :] - torch.arange(b, device=q.device)[:, None]
     window = (offsets >= 0) & (offsets <= 2 * b)  # (b, 3b): key j of a block is within half of query i
+    own = offsets == b  # (b, 3b): query i's own position, kept even where it is padding (see the module docstring)
     real = torch.ones(B, T, dtype=torch.bool, device=q.device) if band.key_mask is None else band.key_mask[:, 0, 0]
     real = F.pad(real, (b, after + b)).unfold(1, 3 * b, b)  # (B, nb, 3b), False beyond the sequence
-    mask = (window[None, None] & real[:, :, None, :]).view(B * nb, 1, b, 3 * b)
+    mask = ((window[None, None] & real[:, :, None, :]) | own).view(B * nb, 1, b, 3 * b)
 
     def fold(t: torch.Tensor) -> torch.Tensor:  # (B, nh, nb, rows, hd) -> (B * nb, nh, rows, hd)
         return t.transpose(1, 2).reshape(B * nb, nh, *t.shape[-2:])
