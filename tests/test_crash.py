@@ -31,7 +31,8 @@ from encoderlab.data.prepare import prepare
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train.config import load_recipe
 from encoderlab.train.pretrain import pretrain
-from encoderlab.train.state import STATE_FILE
+from encoderlab.errors import Terminated
+from encoderlab.train.state import STATE_FILE, DeferredInterrupt
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -214,6 +215,60 @@ def test_pretrain_sigint_saves_the_step_and_exits_cleanly(recipe, pretrained, tm
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same_pretraining(run, pretrained)
+
+
+def _group_is_gone(pgid: int, timeout: float = 15.0) -> bool:
+    """Whether every process of the group has exited (workers, compile's helpers), waiting up to `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_pretrain_saves_when_the_process_and_its_group_are_signalled_at_once(recipe, tmp_path):
+    """As GNU timeout stops a command (the process, then its whole group) and Slurm a step (every process): two
+    SIGTERMs at once, with data workers running and the objective compiled. The run finishes its step, saves,
+    exits 143 with no traceback, leaves no process of its group behind, and --resume completes it."""
+    run = tmp_path / "run"
+    argv = ["pretrain", "--config", str(recipe), "--out", str(run), "--set", "save_every=10", "--set",
+            "data_workers=2", "--set", "compile=true"]
+    proc = subprocess.Popen([sys.executable, "-m", "encoderlab", *argv], cwd=ROOT, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    SPAWNED.append(proc)
+    wait_for_new_checkpoint(proc, run, timeout=300)  # compiling comes first
+    time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGTERM)  # the group: the main process gets its second copy, the workers theirs
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err and err.rstrip().endswith("terminated"), err[-3000:]
+    step = int(re.search(r"interrupted at step (\d+)", err).group(1))
+    assert 10 <= step < RECIPE["max_steps"] and latest_step(run) == step
+    assert_checkpoints_whole(run)
+    assert _group_is_gone(proc.pid), "a worker or helper process outlived the run"
+    resume = [*argv[:-2], "--resume"]  # eager this time: compiling again would double the test's time
+    done = subprocess.run([sys.executable, "-m", "encoderlab", *resume], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert latest_step(run) == RECIPE["max_steps"] and (run / "model" / "model.safetensors").is_file()
+
+
+def test_a_second_signal_within_the_grace_period_is_the_same_stop():
+    """In-process: copies of SIGTERM arriving together set the request once; one arriving after the grace period
+    means the save is stuck, and raises."""
+    with DeferredInterrupt() as interrupt:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handlers run between bytecodes of the main thread
+        assert interrupt.requested and interrupt.signum == signal.SIGTERM
+        interrupt.first_at -= DeferredInterrupt.GRACE_SECONDS + 1
+        with pytest.raises(Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
 
 
 def test_pretrain_refuses_a_fresh_run_over_checkpoints(recipe, pretrained, capsys):

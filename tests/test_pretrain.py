@@ -15,8 +15,9 @@ import torch
 from encoderlab import load_model
 from encoderlab.cli import main
 from encoderlab.data.prepare import prepare
-from encoderlab.errors import ConfigError
+from encoderlab.errors import ConfigError, TrainingDiverged
 from encoderlab.nn.model import MaskedLMModel
+from encoderlab.objectives.mlm import MaskedLanguageModeling
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train.config import load_recipe
 from encoderlab.train.optim import linear_schedule, lr_schedule, param_groups, wsd_schedule
@@ -232,3 +233,36 @@ def test_two_process_ddp_matches_one_process(prepared, tmp_path):
     a, b = load_model(single / "model"), load_model(double / "model")
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_step_and_saving_nothing_after_it(prepared, tmp_path, monkeypatch,
+                                                                                     capsys):
+    """A NaN injected into step 5's loss (its gradients follow) is caught at the next read, step 6's checkpoint:
+    one error line names step 5 and the last good checkpoint (step 4); nothing is saved or exported after it."""
+    real_forward, calls = MaskedLanguageModeling.forward, iter(range(1, 10**6))
+
+    def poisoned(self, batch, counts):
+        loss, sums = real_forward(self, batch, counts)
+        return (loss * float("nan"), sums) if self.training and next(calls) == 5 else (loss, sums)
+
+    monkeypatch.setattr(MaskedLanguageModeling, "forward", poisoned)
+    run = tmp_path / "run"
+    sets = [f"data={prepared}", *TINY, "max_steps=10", "save_every=2", "log_every=3", "eval_every=0",
+            "keep_checkpoints=5"]
+    code = main(["pretrain", *[a for s in sets for a in ("--set", s)], "--out", str(run)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error: step 5: the loss or gradient norm is not finite"), err
+    assert "the last finite loss read was" in err[-1] and "at step 4" in err[-1]
+    assert str(run / "checkpoints" / "step-000004") in err[-1]
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step-000004"
+    assert sorted(p.name for p in (run / "checkpoints").glob("step-*")) == ["step-000002", "step-000004"]
+    assert not (run / "model").exists()
+    assert max(step for step, _ in _losses(run)) == 3  # logged at 3; step 6's row was never written
+
+
+def test_an_overflowing_learning_rate_is_caught_without_injection(prepared, tmp_path):
+    """A real divergence: lr 1e30 sends the weights to inf within a step or two."""
+    with pytest.raises(TrainingDiverged, match=r"^step \d+: the loss or gradient norm is not finite"):
+        pretrain(_recipe(prepared, "max_steps=6", "lr=1e30", "warmup_steps=1", "clip_norm=0", "save_every=0",
+                         "eval_every=0", "log_every=1"), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "model").exists() and not (tmp_path / "run" / "checkpoints" / "latest").exists()

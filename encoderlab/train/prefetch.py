@@ -15,6 +15,7 @@ handles the signal (encoderlab.train.state.DeferredInterrupt) and shuts its work
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 from collections.abc import Iterator
@@ -24,6 +25,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 PREFETCH_STEPS = 4  # steps each worker builds ahead of the loop (DataLoader's prefetch_factor)
+# Workers start as forks where the platform has them: they share the memory-mapped shards and the epoch's plan,
+# built before, instead of unpickling them (they never touch CUDA, so a fork after CUDA's start is safe).
+_CONTEXT = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
 
 
 class Plannable(Protocol):
@@ -116,5 +120,6 @@ class PrefetchedSteps:
         self._loader = DataLoader(_Builds(self.data), sampler=_Plans(self.data, rank, world_size, grad_accum),
                                   batch_size=None, num_workers=self.workers, prefetch_factor=PREFETCH_STEPS,
                                   pin_memory=self.pin_memory, worker_init_fn=_ignore_stop_signals,
-                                  persistent_workers=False)
+                                  persistent_workers=False, multiprocessing_context=_CONTEXT,
+                                  generator=torch.Generator().manual_seed(0))  # not the global RNG: dropout's
         self._iterator = iter(self._loader)
