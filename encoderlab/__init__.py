@@ -1,17 +1,46 @@
-"""encoderlab: BERT-family encoders written from scratch, with Hugging Face parity."""
+"""encoderlab: BERT-family encoders written from scratch, with Hugging Face parity.
+
+The models and loaders below load torch, so they are imported on first use (PEP 562's module __getattr__), not
+with the package: `encoderlab --help` and the CLI's input checks answer without torch (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
 
 from encoderlab import models  # noqa: F401  (registers every family's presets and config.json names with config)
-from encoderlab.checkpoint import load_model, resolve_model_path, save_pretrained
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, EncoderlabError, InputError
-from encoderlab.nn.bilstm import BiLSTMClassifier
-from encoderlab.nn.model import (EncoderModel, MaskedLMModel, ModelOutput, PreTrainingModel, ReplacedTokenDetector,
-                                 SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier)
 
 __version__ = "0.1.0"
+
+_LAZY = {  # name -> the module that defines it (each of these imports torch)
+    "load_model": "encoderlab.checkpoint", "resolve_model_path": "encoderlab.checkpoint",
+    "save_pretrained": "encoderlab.checkpoint", "BiLSTMClassifier": "encoderlab.nn.bilstm",
+    **{name: "encoderlab.nn.model" for name in (
+        "EncoderModel", "MaskedLMModel", "ModelOutput", "PreTrainingModel", "ReplacedTokenDetector",
+        "SentenceEmbedder", "SequenceClassifier", "SpanExtractor", "TokenClassifier")},
+}
 
 __all__ = [
     "BiLSTMClassifier", "CheckpointError", "ConfigError", "EncoderConfig", "EncoderModel", "EncoderlabError",
     "InputError", "MaskedLMModel", "ModelOutput", "PreTrainingModel", "ReplacedTokenDetector", "SentenceEmbedder",
     "SequenceClassifier", "SpanExtractor", "TokenClassifier", "load_model", "resolve_model_path", "save_pretrained",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The lazily imported names of __all__ (`from encoderlab import EncoderModel` works as before). The model
+    classes come along with any of them: they register with checkpoint's MODEL_CLASSES, which loading reads."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'encoderlab' has no attribute {name!r}")
+    for module in ("encoderlab.nn.model", "encoderlab.nn.bilstm", _LAZY[name]):
+        importlib.import_module(module)
+    value = getattr(sys.modules[_LAZY[name]], name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -22,6 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from encoderlab.choices import COMPARE_QUICK as QUICK
+from encoderlab.choices import FAMILY_PRESETS, REFERENCE
+from encoderlab.choices import CompareSettings as Settings
 from encoderlab.config import EncoderConfig
 from encoderlab.engine import forward, pad_batch
 from encoderlab.errors import ConfigError, InputError
@@ -30,10 +33,6 @@ from encoderlab.io import progress_bar
 from encoderlab.models import PRESETS
 from encoderlab.nn.model import EncoderModel
 
-REFERENCE = "bert-base"
-FAMILY_PRESETS = ("bert-base", "roberta-base", "distilbert-base", "albert-base", "electra-small", "electra-base",
-                  "deberta-v3-base", "modernbert-base")
-"""One base-sized preset per family (two for ELECTRA): the default rows, kept where PRESETS has them."""
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"  # a source checkout's bench records
 MISSING = "—"
 
@@ -43,27 +42,6 @@ MISSING = "—"
 SST2_LOG_MEAN, SST2_LOG_STD = 3.02, 0.52
 SST2_PIECES = (2, 53)  # clipped to the dev set's range
 SPECIAL_TOKENS = 2  # [CLS] ... [SEP] (<s> ... </s> for RoBERTa)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How the speed is measured."""
-
-    threads: int = 2
-    """torch CPU threads."""
-    sequences: int = 128
-    """Sequences in the throughput pass (a multiple of batch_size keeps every batch full)."""
-    batch_size: int = 32
-    """Sequences per forward pass for throughput, length-sorted so little compute goes to padding."""
-    latency_sequences: int = 32
-    """Sequences timed one at a time (batch 1) for latency; the first ones of the same set."""
-    repeats: int = 3
-    """Timed passes per model; each figure is the median over them."""
-    seed: int = 0
-    """Seed of the token ids and their lengths."""
-
-
-QUICK = Settings(sequences=32, latency_sequences=8, repeats=2)
 
 
 @dataclass(frozen=True)

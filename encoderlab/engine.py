@@ -24,7 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from encoderlab.errors import InputError
+from encoderlab.choices import COMBINE
+from encoderlab.errors import ConfigError, InputError
+from encoderlab.io import as_list, check_texts  # noqa: F401  (pipelines import them from here too)
 from encoderlab.nn.pooling import pool
 from encoderlab.tokenizer import Encoded, Tokenizer
 
@@ -34,29 +36,6 @@ Result = TypeVar("Result")
 
 
 # ---- inputs, encode, batch, pad --------------------------------------------------------------------------------------
-def as_list(values: Any, what: str) -> list:
-    """A non-empty list of inputs; InputError for one string, a mapping, an empty list, or no list at all."""
-    if isinstance(values, str):
-        raise InputError(f"expected a list of {what}s, got one string (wrap it in a list)")
-    if isinstance(values, (bytes, dict)) or not isinstance(values, Iterable):
-        raise InputError(f"expected a list of {what}s, got a {type(values).__name__}")
-    values = list(values)
-    if not values:
-        raise InputError(f"no {what}s given")
-    return values
-
-
-def check_texts(texts: Sequence[str], what: str = "text") -> list[str]:
-    """The texts as a list; InputError naming the first empty, whitespace-only or non-string one."""
-    texts = as_list(texts, what)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise InputError(f"{what} {i} is a {type(text).__name__}, expected a string")
-        if not text.strip():
-            raise InputError(f"{what} {i} is empty or whitespace only")
-    return texts
-
-
 def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | None = None,
            max_length: int | None = None, what: str = "texts") -> list[Encoded]:
     """Tokenize texts (and pairs) in chunks, truncated to max_length (None: not); warns how many were cut."""
@@ -74,7 +53,6 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | No
     return out
 
 
-COMBINE = ("logits", "probs")  # how the windows of one long text combine: mean of their logits, or of probabilities
 
 
 def split_windows(item: Encoded, max_length: int, stride: int) -> list[tuple[int, Encoded]]:
@@ -201,6 +179,24 @@ def cosine_similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = a / np.linalg.norm(a, axis=-1, keepdims=True).clip(min=1e-12)
     b = b / np.linalg.norm(b, axis=-1, keepdims=True).clip(min=1e-12)
     return a @ b.T
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """--device: CUDA when there is one (None), else the CPU; ConfigError for a name torch refuses or a CUDA device
+    this machine lacks. Every command that runs a model resolves its device here (fine-tuning through
+    tasks.finetune.resolve_device, which adds torchrun's ranks)."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ConfigError(f"--device {name!r}: {err}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: CUDA is not available on this machine (use --device cpu)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                          f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    return device
 
 
 def autocast(precision: str, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:

@@ -10,7 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +173,49 @@ def progress_bar(**options: Any) -> tqdm:
         return tqdm(file=sys.stderr, dynamic_ncols=True, **options)
     # maxinterval too: tqdm's monitor thread otherwise forces a line every 10 s
     return tqdm(file=_Lines(sys.stderr), mininterval=LOG_INTERVAL, maxinterval=LOG_INTERVAL, ncols=100, **options)
+
+
+# ---- inputs: checked before any model loads (the CLI checks them without torch) ------------------------------
+def as_list(values: Any, what: str) -> list:
+    """A non-empty list of inputs; InputError for one string, a mapping, an empty list, or no list at all."""
+    if isinstance(values, str):
+        raise InputError(f"expected a list of {what}s, got one string (wrap it in a list)")
+    if isinstance(values, (bytes, dict)) or not isinstance(values, Iterable):
+        raise InputError(f"expected a list of {what}s, got a {type(values).__name__}")
+    values = list(values)
+    if not values:
+        raise InputError(f"no {what}s given")
+    return values
+
+
+def check_texts(texts: Sequence[str], what: str = "text") -> list[str]:
+    """The texts as a list; InputError naming the first empty, whitespace-only or non-string one."""
+    texts = as_list(texts, what)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InputError(f"{what} {i} is a {type(text).__name__}, expected a string")
+        if not text.strip():
+            raise InputError(f"{what} {i} is empty or whitespace only")
+    return texts
+
+
+def qa_inputs(inputs: Sequence[dict[str, str]]) -> list[tuple[str, str]]:
+    """(question, context) pairs from dicts; InputError naming the first bad item."""
+    inputs = as_list([inputs] if isinstance(inputs, dict) else inputs, "question")
+    out = []
+    for i, item in enumerate(inputs):
+        if not isinstance(item, dict) or not isinstance(item.get("question"), str) \
+                or not isinstance(item.get("context"), str):
+            raise InputError(f"input {i}: expected an object with string fields 'question' and 'context'")
+        for field in ("question", "context"):
+            if not item[field].strip():
+                raise InputError(f"input {i}: the {field} is empty or whitespace only")
+        out.append((item["question"], item["context"]))
+    return out
+
+
+def require_text(text: str, pair: str | None) -> None:
+    """InputError for an empty or whitespace-only text or pair."""
+    for name, value in (("text", text), ("pair", pair)):
+        if value is not None and not value.strip():
+            raise InputError(f"attention: the {name} is empty or only whitespace (expected some words)")

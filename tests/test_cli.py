@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from encoderlab.cli import build_parser, main
 
@@ -181,3 +182,108 @@ def test_prepare_names_the_unreadable_file(tmp_path, capsys):
     err = _run_error(["prepare", "--corpus", str(bad), "--tokenizer", str(tokenizer_dir), "--out",
                       str(tmp_path / "data")], capsys)
     assert "bad.txt" in err
+
+
+# ---- a fast start: --help, argument errors and input checks without torch (issue 37) --------------------------
+def _fresh(*argv: str) -> subprocess.CompletedProcess:
+    """`encoderlab ARGV` in a fresh interpreter, which then prints the heavy modules it imported."""
+    code = ("import sys\nfrom encoderlab.cli import main\ntry:\n    code = main(sys.argv[1:])\nexcept SystemExit as stop:\n"
+            "    code = stop.code\nheavy = sorted(m for m in ('torch', 'numpy', 'fastapi', 'onnxruntime', 'transformers')"
+            " if m in sys.modules)\nprint('HEAVY', ','.join(heavy), 'EXIT', code)\n")
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          check=False)
+
+
+FAST_ANSWERS = [  # (argv, exit code, what the one error line says)
+    (["--help"], 0, None),
+    (["fill-mask", "--help"], 0, None),
+    (["fill-mask", "--precision", "fp64", "Paris is the [MASK]."], 2, "invalid choice: 'fp64'"),
+    (["fill-mask", ""], 2, "text 0 is empty or whitespace only"),
+    (["fill-mask", "--top-k", "-1", "Paris is the [MASK]."], 2, "--top-k -1: expected a positive number"),
+    (["embed", "--model", "minilm", "--input", "nope.txt", "--out", "x.npy"], 2, "nope.txt: no such file"),
+    (["similarity", "--model", "minilm", "a query", " "], 2, "text 1 is empty or whitespace only"),
+    (["qa", "--model", "minilm", "--question", " ", "--context", "Paris."], 2, "the question is empty"),
+    (["classify", "--model", "minilm", "--device", "gpu", "a"], 2, "'gpu': expected cpu, cuda or cuda:N"),
+    (["serve", "--model", "minilm", "--batch-size", "0"], 2, "--batch-size 0: expected a positive number"),
+]
+
+
+@pytest.mark.parametrize("argv, code, says", FAST_ANSWERS, ids=[" ".join(a[:3]) for a, _, _ in FAST_ANSWERS])
+def test_help_argument_errors_and_bad_inputs_answer_in_one_line_before_a_model_loads(argv, code, says):
+    done = _fresh(*argv)
+    assert f"EXIT {code}" in done.stdout, done.stdout + done.stderr
+    if says is not None:
+        assert done.stderr.strip().count("\n") == 0 and done.stderr.startswith("error: "), done.stderr
+        assert says in done.stderr and "usage:" not in done.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="encoderlab/cli/train.py imports the training stack (torch) at its top; "
+                   "with its imports moved into its command functions this passes: drop this mark then")
+@pytest.mark.parametrize("argv, code, says", FAST_ANSWERS, ids=[" ".join(a[:3]) for a, _, _ in FAST_ANSWERS])
+def test_help_argument_errors_and_bad_inputs_never_import_torch(argv, code, says):
+    done = _fresh(*argv)
+    assert "HEAVY  EXIT" in done.stdout, done.stdout  # nothing heavy imported
+
+
+def test_the_names_the_parser_checks_are_the_ones_the_code_runs():
+    """encoderlab.choices holds what the parser checks without torch; the modules that act on them agree."""
+    from encoderlab import choices
+    from encoderlab.tokenizer import KINDS
+    from encoderlab.train.config import PRECISIONS
+
+    assert choices.TRAINING_PRECISIONS == PRECISIONS and choices.TOKENIZER_KINDS == KINDS
+
+
+def test_loading_a_checkpoint_imports_no_compiler():
+    """A one-shot command takes the shortest path: building the model on the meta device runs no initialiser
+    (which would import torch._dynamo, 2.4 s of a 6 s fill-mask on 2 cores) and nothing compiles."""
+    code = ("import sys\nfrom encoderlab.infer.pipelines import pipeline\npipeline('fill-mask')(['Paris is the [MASK].'])\n"
+            "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+# ---- --device on every command that runs a model (issue 35, item 8) ---------------------------------------------
+DEVICE_COMMANDS = {
+    "fill-mask": ["fill-mask", "Paris is the [MASK] of France."],
+    "embed": ["embed", "--model", "minilm", "--input", "examples/sentences.txt", "--out", "{tmp}/x.npy"],
+    "similarity": ["similarity", "--model", "minilm", "a query", "a candidate"],
+    "classify": ["classify", "--model", "minilm", "a text"],
+    "ner": ["ner", "--model", "minilm", "a text"],
+    "qa": ["qa", "--model", "minilm", "--question", "Who?", "--context", "Anna."],
+    "serve": ["serve", "--model", "minilm"],
+    "benchmark": ["benchmark", "sts", "--model", "minilm", "--data", "{tmp}", "--out", "{tmp}/out"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(DEVICE_COMMANDS))
+def test_device_refuses_a_bad_name_in_one_line(command, tmp_path, capsys):
+    argv = [a.format(tmp=tmp_path) for a in DEVICE_COMMANDS[command]] + ["--device", "gpu"]
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("error: argument --device: 'gpu': expected cpu, cuda or cuda:N"), err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: --device cuda is not refused here")
+@pytest.mark.parametrize("command", sorted(DEVICE_COMMANDS))
+def test_device_cuda_without_a_gpu_is_refused_before_anything_loads(command, tmp_path, capsys):
+    argv = [a.format(tmp=tmp_path) for a in DEVICE_COMMANDS[command]] + ["--device", "cuda:0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --device cuda:0: CUDA is not available on this machine (use --device cpu)\n"
+
+
+def test_device_cpu_runs_and_the_pipeline_is_on_it(tmp_path, capsys):
+    assert main(["fill-mask", "Paris is the [MASK] of France.", "--device", "cpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["masks"][0]["predictions"][0]["token"] == "capital"
+    out = tmp_path / "x.npy"
+    assert main(["embed", "--model", "minilm", "--input", str(ROOT / "examples" / "sentences.txt"), "--out", str(out),
+                 "--device", "cpu"]) == 0
+    assert np.load(out).shape == (6, 384)
+    from encoderlab.cli.options import resolve_device
+
+    assert str(resolve_device("cpu")) == "cpu"
+    assert str(resolve_device(None)) == ("cuda" if torch.cuda.is_available() else "cpu")  # the default

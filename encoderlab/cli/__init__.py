@@ -1,4 +1,5 @@
-"""The `encoderlab` command. Each subcommand is a small function; errors in user input exit 2 with one line."""
+"""The `encoderlab` command. Each subcommand is a small function; errors in user input exit 2 with one line, argument
+errors included. Building the parser imports no torch (encoderlab.cli.options says how)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import sys
 
 from encoderlab.cli import benchmark, export, finetune, models, pipelines, serve, train
+from encoderlab.cli.options import Parser
 from encoderlab.errors import EncoderlabError, Terminated
 
 # Each command group's module adds its subcommands with add_commands(subparsers), in this order.
@@ -18,7 +20,7 @@ EPILOG = ("--model takes a checkpoint folder (config.json + model.safetensors), 
 # ---- parser ---------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="encoderlab", description="BERT-family encoders: load, inspect, embed.",
+    parser = Parser(prog="encoderlab", description="BERT-family encoders: load, inspect, embed.",
                                      epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="store_true", help="log more detail")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

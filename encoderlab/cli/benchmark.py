@@ -8,13 +8,11 @@ import os
 import shlex
 from typing import Any
 
-import torch
-
-from encoderlab.cli.finetune import DEVICE, given
-from encoderlab.cli.options import add_json, add_model, add_options, add_precision, add_threads, apply_threads
-from encoderlab.compare import cpu_name
-from encoderlab.tasks.benchmark import QUICK, SUITES, BenchJob, benchmark, markdown
-from encoderlab.tasks.finetune import split_names
+from encoderlab.choices import BENCHMARK_QUICK as QUICK
+from encoderlab.choices import split_names
+from encoderlab.cli.finetune import given
+from encoderlab.cli.options import (DEVICE, add_json, add_model, add_options, add_precision, add_threads, apply_threads,
+                                    resolve_device)
 
 LAYOUTS = {
     "glue": "the GLUE folder layout: CoLA/, SST-2/, MRPC/, STS-B/, QQP/, MNLI/, QNLI/, RTE/, WNLI/, each with "
@@ -37,7 +35,13 @@ RECIPE = ("Default recipe, the BERT paper's (Devlin et al. 2019, section 4.1 and
 
 def cmd_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     """Fine-tune and score a model on every task of a suite; print the table."""
+    resolve_device(args.device)  # a CUDA device this machine lacks: refused before any data is read
     apply_threads(args.threads)
+    import torch
+
+    from encoderlab.compare import cpu_name
+    from encoderlab.tasks.benchmark import BenchJob, benchmark, markdown
+
     machine = f"{cpu_name()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads" + (
         f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "")
     job = BenchJob(**given(args, BenchJob), progress=not args.no_progress, machine=machine,
@@ -61,8 +65,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         sub.add_argument("--out", required=True, metavar="DIR", help="folder for OUT/TASK/seed-S (model, "
                          "training.json, result.json), OUT/TASK/result.json, OUT/results.md and OUT/results.json")
         add_options(sub, (
-            ("--tasks", split_names, None, "A,B", f"only these of {', '.join(s.name for s in SUITES[suite])} "
-             "(default: all that are there)"),
+            ("--tasks", split_names, None, "A,B", "only these tasks, by name (default: all that are there; an "
+             "unknown name is refused with the list)"),
             ("--seeds", int, 1, "K", "runs with seeds S, S+1, ...: each figure is their median (default: 1)"),
             ("--seed", int, 42, "S", "first seed (default: 42)"),
             ("--lr", float, None, "LR", "peak learning rate (default: 2e-5; CoNLL, SQuAD: 5e-5)"),

@@ -6,12 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
+from encoderlab.choices import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
+from encoderlab.choices import ONNX_KINDS as KINDS
 from encoderlab.cli.options import add_json, add_model
-from encoderlab.infer.onnx import DEFAULT_OPSET, KINDS, MAX_OPSET, MIN_OPSET, export_onnx
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> None:
     """Export a checkpoint or fine-tuned folder to ONNX, with its tokenizer and a JSON sidecar beside it."""
+    from encoderlab.infer.onnx import export_onnx
+
     result = export_onnx(args.model, args.out, int8=args.int8, kind=args.kind, opset=args.opset)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from encoderlab.cli.options import (MODEL_HELP, add_json, add_model, add_options, add_precision, add_threads,
+from encoderlab.choices import BATCH_SIZE, BILSTM, MAX_LENGTH, split_names
+from encoderlab.choices import FINETUNE_TASKS as TASKS
+from encoderlab.cli.options import (DEVICE, MODEL_HELP, add_json, add_model, add_options, add_precision, add_threads,
                                     add_window_options, apply_threads)
-from encoderlab.tasks.finetune import (BATCH_SIZE, BILSTM, MAX_LENGTH, TASKS, EvaluateJob, FinetuneJob, Head,
-                                       Reading, evaluate, finetune, split_names)
-from encoderlab.tasks.objective import TrainOptions
-from encoderlab.train import distributed
+
+if TYPE_CHECKING:
+    from encoderlab.tasks.finetune import FinetuneJob, Reading
 
 DATA_HELP = {
     "classify": "GLUE-style TSV/CSV with a header row (or --no-header), or JSONL",
@@ -30,11 +31,16 @@ def given(args: argparse.Namespace, job: type) -> dict[str, Any]:
 
 def reading(args: argparse.Namespace) -> Reading:
     """The reader options of a finetune or evaluate command line."""
+    from encoderlab.tasks.finetune import Reading
+
     return Reading(**given(args, Reading), header=not getattr(args, "no_header", False))
 
 
 def finetuning(args: argparse.Namespace) -> FinetuneJob:
     """The FinetuneJob a `finetune TASK` command line asks for."""
+    from encoderlab.tasks.finetune import FinetuneJob, Head
+    from encoderlab.tasks.objective import TrainOptions
+
     defaults = {"lr": args.lr or (1e-3 if args.model == BILSTM else 2e-5),
                 "batch_size": args.batch_size or BATCH_SIZE[args.task], "progress": not args.no_progress}
     options = TrainOptions(**given(args, TrainOptions) | defaults)
@@ -47,6 +53,9 @@ def finetuning(args: argparse.Namespace) -> FinetuneJob:
 def cmd_finetune(args: argparse.Namespace) -> dict[str, Any]:
     """Fine-tune a model on a task; keep the best checkpoint by the eval metric; print the results."""
     apply_threads(args.threads)
+    from encoderlab.tasks.finetune import finetune
+    from encoderlab.train import distributed
+
     summary = finetune(finetuning(args))
     if distributed.is_main_process():
         _print_summary(summary, args.json)
@@ -79,6 +88,8 @@ def _f1_of(result: dict[str, Any]) -> str:
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled data file; print the metrics."""
     apply_threads(args.threads)
+    from encoderlab.tasks.finetune import EvaluateJob, evaluate
+
     result = evaluate(EvaluateJob(**given(args, EvaluateJob), reading=reading(args)))
     if args.json:
         print(json.dumps(result, indent=2))
@@ -89,7 +100,6 @@ def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---- parser --------------------------------------------------------------------------------------------------
-DEVICE = ("--device", None, None, "D", "cpu, cuda or cuda:N (default: cuda if present)")
 KEEP_STATE = ("--keep-state", argparse.BooleanOptionalAction, True, None, "keep OUT/checkpoints, the resumable "
               "optimizer state (about 3x the model), once the run has finished (default: keep)")
 

@@ -8,22 +8,20 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
-
-from encoderlab.checkpoint import load_model, resolve_model_path
+from encoderlab.choices import COMPARE_QUICK as QUICK
+from encoderlab.choices import FAMILY_PRESETS, REFERENCE
+from encoderlab.choices import CompareSettings as Settings
 from encoderlab.cli.options import (add_inference_options, add_json, add_model, add_options, add_threads, add_window_options,
                                     load_pipeline)
-from encoderlab.compare import FAMILY_PRESETS, QUICK, REFERENCE, Settings, compare, render_json, render_markdown
 from encoderlab.config import EncoderConfig
-from encoderlab.engine import cosine_similarity
 from encoderlab.errors import InputError
-from encoderlab.infer.pipelines import Pipeline
-from encoderlab.io import atomic_write, atomic_write_text, read_lines
-from encoderlab.merge import MERGE_FILE, merge_to_folder
+from encoderlab.io import atomic_write, atomic_write_text, check_texts, read_lines
 from encoderlab.models import PRESETS
-from encoderlab.nn.model import EncoderModel
+
+if TYPE_CHECKING:
+    from encoderlab.infer.pipelines import Pipeline
 
 
 def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +38,11 @@ def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
 # ---- info -----------------------------------------------------------------------------------------
 def cmd_info(args: argparse.Namespace) -> None:
     """Print a config summary and the parameter count of a checkpoint or preset."""
+    import torch
+
+    from encoderlab.checkpoint import load_model, resolve_model_path
+    from encoderlab.nn.model import EncoderModel
+
     if args.preset:
         config = EncoderConfig.from_preset(args.preset)
         with torch.device("meta"):
@@ -75,6 +78,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     texts = read_lines(args.input)
     embedder = _embedder(args)
     vectors = embedder.embed(texts)
+    import numpy as np  # loaded with the pipeline already
     out = Path(args.out)
 
     def write(tmp: Path) -> None:
@@ -92,7 +96,10 @@ def cmd_similarity(args: argparse.Namespace) -> None:
     """Cosine similarity of the first text with each of the others, most similar first."""
     if len(args.texts) < 2:
         raise InputError("similarity needs at least two texts: a query and one or more candidates")
+    check_texts(args.texts)  # before the model loads
     vectors = _embedder(args).embed(args.texts)
+    from encoderlab.engine import cosine_similarity
+
     scores = cosine_similarity(vectors[:1], vectors[1:])[0]
     ranked = sorted(zip(args.texts[1:], scores.tolist()), key=lambda pair: -pair[1])
     if args.json:
@@ -106,6 +113,8 @@ def cmd_similarity(args: argparse.Namespace) -> None:
 # ---- compare --------------------------------------------------------------------------------------
 def cmd_compare(args: argparse.Namespace) -> None:
     """Measure the family side by side: size, CPU latency and throughput on the same inputs, SST-2 accuracy."""
+    from encoderlab.compare import compare, render_json, render_markdown
+
     settings = replace(QUICK if args.quick else Settings(), threads=args.threads)
     if args.repeats is not None:
         settings = replace(settings, repeats=args.repeats)
@@ -123,6 +132,8 @@ def cmd_compare(args: argparse.Namespace) -> None:
 def cmd_merge(args: argparse.Namespace) -> None:
     """Average the weights of models of one architecture (a model soup, checkpoint averaging, or an interpolation
     between a model and the one it started from); the first model gives the class, head, config and tokenizer."""
+    from encoderlab.merge import MERGE_FILE, merge_to_folder
+
     report = merge_to_folder(args.models, args.out, args.weights)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))

@@ -11,18 +11,17 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from encoderlab.checkpoint import load_model, resolve_model_path
-from encoderlab.cli.options import (MODEL_HELP, add_inference_options, add_json, add_model, add_options, add_window_options,
-                                    load_pipeline)
+from encoderlab.choices import MAX_TOKENS_SHOWN
+from encoderlab.cli.options import (MODEL_HELP, add_inference_options, add_json, add_model, add_options,
+                                    add_window_options, check_top_k, load_pipeline)
 from encoderlab.errors import InputError
-from encoderlab.infer.pipelines import qa_inputs
-from encoderlab.io import read_lines, read_text
+from encoderlab.io import check_texts, qa_inputs, read_lines, read_text, require_text
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
-from encoderlab.tokenizer import Tokenizer
-from encoderlab.viz.attention import (MAX_TOKENS_SHOWN, AttentionMaps, attention_maps, head_entropy, plot_attention,
-                                      require_text)
+
+if TYPE_CHECKING:
+    from encoderlab.viz.attention import AttentionMaps
 
 
 def add_pipeline_options(parser: argparse.ArgumentParser, inputs: bool = True, help: str = MODEL_HELP,
@@ -43,7 +42,7 @@ def read_inputs(args: argparse.Namespace) -> list[str]:
     texts = read_lines(args.input) if args.input else list(args.texts)
     if not texts:
         raise InputError("no input texts: pass them as arguments or with --input FILE")
-    return texts
+    return check_texts(texts)  # before any model loads
 
 
 def emit(args: argparse.Namespace, results: list[dict[str, Any]], show: callable) -> list[dict[str, Any]]:
@@ -60,7 +59,9 @@ def emit(args: argparse.Namespace, results: list[dict[str, Any]], show: callable
 # ---- the commands ------------------------------------------------------------------------------------
 def cmd_fill_mask(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Predict the tokens behind [MASK] (several per text allowed): top-k with probabilities."""
-    results = load_pipeline("fill-mask", args)(read_inputs(args), top_k=args.top_k)
+    texts = read_inputs(args)
+    check_top_k(args.top_k)
+    results = load_pipeline("fill-mask", args)(texts, top_k=args.top_k)
 
     def show(result: dict[str, Any]) -> None:
         print(result["text"])
@@ -78,6 +79,7 @@ def cmd_classify(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.pair is not None:
         if len(args.pair) != len(texts):
             raise InputError(f"{len(texts)} texts but {len(args.pair)} --pair texts")
+        check_texts(args.pair, "--pair text")
         inputs = [[a, b] for a, b in zip(texts, args.pair)]
     results = load_pipeline("classify", args, stride=args.stride, combine=args.combine)(inputs)
 
@@ -111,6 +113,7 @@ def cmd_qa(args: argparse.Namespace) -> list[dict[str, Any]]:
         if args.context_file and not context.strip():
             raise InputError(f"{args.context_file}: the context file is empty")
         items = [{"question": question, "context": context} for question in args.question]
+        qa_inputs(items)  # blank questions or context: refused before the model loads
     results = load_pipeline("qa", args, doc_stride=args.doc_stride)(items)
 
     def show(result: dict[str, Any]) -> None:
@@ -140,6 +143,10 @@ def cmd_attention(args: argparse.Namespace) -> None:
     require_text(args.text, args.pair)  # before the model is loaded
     if args.max_tokens < 1:
         raise InputError(f"--max-tokens {args.max_tokens}: expected at least 1")
+    from encoderlab.checkpoint import load_model, resolve_model_path
+    from encoderlab.tokenizer import Tokenizer
+    from encoderlab.viz.attention import attention_maps, plot_attention
+
     folder = resolve_model_path(args.model)
     model = load_model(folder, kind="base")  # any checkpoint: bare, MLM or fine-tuned; fp32 probabilities
     maps = attention_maps(model, Tokenizer.from_pretrained(folder), args.text, args.pair, [args.layer])
@@ -153,6 +160,8 @@ def cmd_attention(args: argparse.Namespace) -> None:
 
 def _summary(maps: AttentionMaps, layer: int, head: int | None, out: Path) -> dict:
     """The JSON of `attention --json`: tokens, the chosen map(s) and each head's mean row entropy."""
+    from encoderlab.viz.attention import head_entropy
+
     selected = maps.select(layer, head)
     entropy = head_entropy(selected)  # () or (heads,)
     return {"png": str(out), "tokens": maps.tokens, "layer": maps.layers[maps.layer_index(layer)],

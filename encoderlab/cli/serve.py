@@ -7,7 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-from encoderlab.cli.options import add_inference_options, add_model, add_options, apply_threads
+from encoderlab.cli.options import add_inference_options, add_model, add_options, apply_threads, check_batch, resolve_device
 from encoderlab.errors import InputError
 from encoderlab.infer.limits import API_KEY_ENV, TASKS, Limits
 
@@ -15,14 +15,17 @@ from encoderlab.infer.limits import API_KEY_ENV, TASKS, Limits
 def cmd_serve(args: argparse.Namespace) -> None:
     """Serve one model over HTTP: /embed, /classify, /fill-mask, /ner, /qa (whichever it supports), /health, /docs.
     /fill-mask, where the model has no masked-LM head, is answered by the shipped encoderlab-fill-mask."""
-    from encoderlab.infer import server  # FastAPI and uvicorn: imported to serve, not at every start of the CLI
+    key = api_key(args.api_key_file)
+    check_batch(args)
+    device = resolve_device(args.device)
+    from encoderlab.infer import server  # FastAPI, uvicorn and torch: imported to serve, after the options are checked
 
     server.log.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # which endpoints are up, the docs URL
     apply_threads(args.threads)
     limits = Limits(args.max_batch, args.max_text_chars, args.max_body_bytes, args.batch_wait_ms, args.body_timeout_s)
     server.serve(args.model, args.host, args.port, args.tasks, args.precision, limits, args.batch_size,
-                 args.max_length, "debug" if args.verbose else "info", args.compile, api_key=api_key(args.api_key_file),
-                 engine=args.engine, engine_cache=args.engine_cache)
+                 args.max_length, "debug" if args.verbose else "info", args.compile, api_key=key,
+                 engine=args.engine, engine_cache=args.engine_cache, device=device)
 
 
 def api_key(path: Path | None) -> str | None:

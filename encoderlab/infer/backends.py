@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from encoderlab.choices import ENGINES
 from encoderlab.config import EncoderConfig
 from encoderlab.engine import Output, encode, pad_batch, sentence_vectors
 from encoderlab.errors import ConfigError, InputError
@@ -46,7 +47,6 @@ from encoderlab.nn.encoder import EncoderOutput
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
-ENGINES = ("torch", "onnxruntime", "ctranslate2", "openvino", "auto")
 RUNTIMES = ENGINES[1:4]
 RUNTIME_PRECISIONS = ("fp32", "int8")  # what the runtimes run; torch: precision.PRECISIONS
 EXTRA = "pip install 'encoderlab[engines]'"

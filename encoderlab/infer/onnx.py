@@ -27,6 +27,8 @@ import torch
 from torch import nn
 
 from encoderlab.checkpoint import load_model, read_task_info, resolve_model_path, settings
+from encoderlab.choices import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
+from encoderlab.choices import ONNX_KINDS as KINDS
 from encoderlab.config import EncoderConfig
 from encoderlab.engine import Engine, Output, check_texts, sentence_vectors
 from encoderlab.errors import CheckpointError, ConfigError, InputError
@@ -41,9 +43,6 @@ from encoderlab.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-KINDS = ("base", "mlm")
-DEFAULT_OPSET = 17  # the first with LayerNormalization as one op (fewer nodes than its decomposition)
-MIN_OPSET, MAX_OPSET = 14, 20  # SDPA's symbolic needs 14; 20 is the TorchScript exporter's last
 SIDECAR_FORMAT = "encoderlab-onnx/1"
 
 

@@ -29,6 +29,7 @@ from encoderlab.checkpoint import Settings, load_model, read_config, resolve_mod
 from encoderlab.engine import (COMBINE, Encoded, Engine, Output, as_list, check_texts, encode, forward, mean_by_owner,
                                sentence_vectors, split_windows)
 from encoderlab.errors import CheckpointError, ConfigError, InputError, MissingHeadError
+from encoderlab.io import qa_inputs
 from encoderlab.infer import backends
 from encoderlab.infer.compiled import compile_encoders
 from encoderlab.nn.model import IGNORE_INDEX, MODEL_CLASSES, SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier
@@ -435,21 +436,6 @@ class QA(Pipeline):
         reader = self.reader
         return super().info() | {"doc_stride": self.doc_stride, "n_best": reader.n_best,
                                  "max_answer_length": reader.max_answer_length, "allow_null": reader.allow_null}
-
-
-def qa_inputs(inputs: Sequence[dict[str, str]]) -> list[tuple[str, str]]:
-    """(question, context) pairs from dicts; InputError naming the first bad item."""
-    inputs = as_list([inputs] if isinstance(inputs, dict) else inputs, "question")
-    out = []
-    for i, item in enumerate(inputs):
-        if not isinstance(item, dict) or not isinstance(item.get("question"), str) \
-                or not isinstance(item.get("context"), str):
-            raise InputError(f"input {i}: expected an object with string fields 'question' and 'context'")
-        for field in ("question", "context"):
-            if not item[field].strip():
-                raise InputError(f"input {i}: the {field} is empty or whitespace only")
-        out.append((item["question"], item["context"]))
-    return out
 
 
 PIPELINES: dict[str, type[Pipeline]] = {cls.task: cls for cls in (FillMask, Embed, Classify, NER, QA)}

@@ -38,11 +38,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encoderlab.choices import INFERENCE_PRECISIONS as PRECISIONS
 from encoderlab.errors import ConfigError
 from encoderlab.nn.mlp import FeedForward
 
 log = logging.getLogger(__name__)
-PRECISIONS = ("fp32", "bf16", "int8", "auto")
 
 
 @functools.cache

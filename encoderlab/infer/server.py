@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
@@ -44,6 +44,9 @@ from encoderlab.infer.limits import API_KEY_ENV, TASKS, Limits
 from encoderlab.infer.pipelines import Pipeline, pipeline
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 from encoderlab.viz.attention import attention_maps
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 PLAYGROUND = Path(__file__).parent / "playground"  # the page at /: plain HTML, CSS and JavaScript, no build step
@@ -547,15 +550,15 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, tasks: list[str
           precision: str = "fp32", limits: Limits | None = None, batch_size: int = 32,
           max_length: int | None = None, log_level: str = "info", compile: bool = False,
           fill_mask_model: str | None = DEFAULT_FILL_MASK_MODEL, api_key: str | None = None, engine: str = "torch",
-          engine_cache: str | None = None) -> None:
-    """Load the model's pipelines (/fill-mask by fill_mask_model where the model has no masked-LM head) and serve
-    them with uvicorn until interrupted; a host other than loopback needs an api_key (check_exposure); engine:
-    what runs the encoder (encoderlab.infer.backends)."""
+          engine_cache: str | None = None, device: str | torch.device = "cpu") -> None:
+    """Load the model's pipelines (/fill-mask by fill_mask_model where the model has no masked-LM head) on `device`
+    and serve them with uvicorn until interrupted; a host other than loopback needs an api_key (check_exposure);
+    engine: what runs the encoder (encoderlab.infer.backends)."""
     import uvicorn
 
     check_exposure(host, api_key)
-    options = {"batch_size": batch_size, "compile": compile, "engine": engine, "engine_cache": engine_cache} | (
-        {"max_length": max_length} if max_length else {})
+    options = {"batch_size": batch_size, "compile": compile, "engine": engine, "engine_cache": engine_cache,
+               "device": device} | ({"max_length": max_length} if max_length else {})
     pipelines, reasons = load_pipelines(model, tasks, precision, fill_mask_model, **options)
     app = create_app(pipelines, limits or Limits(), model=str(model), unavailable=reasons, api_key=api_key,
                      loopback_only=not api_key)  # check_exposure: no key means a loopback host

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from encoderlab.choices import BENCHMARK_QUICK as QUICK
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import atomic_write_text
 from encoderlab.tasks.finetune import (MAX_LENGTH, EvaluateJob, FinetuneJob, Head, Reading, evaluate, finetune,
@@ -92,7 +93,6 @@ SUITES: dict[str, tuple[Spec, ...]] = {
              Spec("imdb-tsv", "", ("train.tsv",), (("test", ("test.tsv",)),), ("accuracy",),
                   reading=Reading("text", "label"))),
 }
-QUICK = {"max_train": 500, "max_eval": 500, "epochs": 1.0}  # --quick: a subset and one epoch
 
 
 @dataclass

@@ -13,6 +13,9 @@ from typing import Any
 
 import torch
 
+from encoderlab.choices import BATCH_SIZE, BILSTM, MAX_LENGTH, split_names
+from encoderlab.choices import FINETUNE_TASKS as TASKS
+from encoderlab.engine import resolve_device as engine_device
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import atomic_write_text
 from encoderlab.checkpoint import Settings, load_model, read_task_info, save_pretrained, settings
@@ -29,10 +32,6 @@ from encoderlab.tokenizer import Tokenizer
 from encoderlab.train import distributed
 from encoderlab.train.state import clear_checkpoints, seed_everything
 
-TASKS = ("classify", "ner", "qa", "embed")
-MAX_LENGTH = {"classify": 128, "ner": 256, "qa": 384, "embed": 128}
-BATCH_SIZE = {"classify": 32, "ner": 32, "qa": 16, "embed": 32}
-BILSTM = "bilstm"
 
 
 @dataclass(frozen=True)
@@ -118,11 +117,6 @@ class EvaluateJob:
 
 
 # ---- reading data ---------------------------------------------------------------------------------------------
-def split_names(value: str | None) -> list[str] | None:
-    """"a, b" -> ["a", "b"]; None or "" -> None."""
-    return [part.strip() for part in value.split(",")] if value else None
-
-
 def read_examples(task: str, path: str, reading: Reading, info: dict | None = None, regression: bool = False) -> list:
     """The examples of a data file for a task; reader options from `reading`, else from the model's task.json (whose
     labels pick the class folders of a folder of examples)."""
@@ -188,18 +182,10 @@ def build_model(name: str, model: str, head: Head, task: Task, tokenizer: Tokeni
 
 
 def resolve_device(name: str | None) -> torch.device:
-    """--device, or CUDA when there is one, else the CPU; under torchrun, this rank's device."""
+    """--device, or CUDA when there is one, else the CPU (engine.resolve_device); under torchrun, this rank's."""
     if distributed.world_size() > 1:
         return distributed.setup(name or "auto").device
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise ConfigError(f"--device {name!r}: {err}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {name}: CUDA is not available on this machine")
-    return device
+    return engine_device(name)
 
 
 # ---- finetune ------------------------------------------------------------------------------------------------

@@ -73,9 +73,15 @@ def release_freed_memory() -> bool:
 
 
 def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """The batch with every tensor (also inside nested dicts) moved to `device`."""
-    return {k: to_device(v, device) if isinstance(v, dict) else
-            v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    """The batch with every tensor (also inside nested dicts) moved to `device`, int32 ones widened to int64 there
+    (data workers send ids and labels as int32: half the bytes to copy; encoderlab.train.prefetch)."""
+    return {k: to_device(v, device) if isinstance(v, dict) else _moved(v, device) if isinstance(v, torch.Tensor)
+            else v for k, v in batch.items()}
+
+
+def _moved(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    moved = tensor.to(device, non_blocking=True)
+    return moved.long() if moved.dtype == torch.int32 else moved
 
 
 class StepData(Protocol):

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from encoderlab.choices import MAX_TOKENS_SHOWN
 from encoderlab.engine import eval_mode
 from encoderlab.errors import InputError
-from encoderlab.io import atomic_write
+from encoderlab.io import atomic_write, require_text
 from encoderlab.nn.encoder import Encoder
 from encoderlab.tokenizer import Tokenizer
 
@@ -23,7 +24,6 @@ if TYPE_CHECKING:  # matplotlib is imported only when a picture is drawn
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-MAX_TOKENS_SHOWN = 64  # beyond this, labels on a heat-map are too small to read
 
 
 @dataclass
@@ -100,13 +100,6 @@ def attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, pair: str 
     probs = attention_probs(encoder, batch.input_ids, batch.attention_mask, batch.token_type_ids, picked)
     tokens = [tokenizer.id_to_token(i) for i in batch.input_ids[0].tolist()]
     return AttentionMaps(tokens, probs[:, 0], picked, len(encoder.layers), batch.num_truncated > 0)
-
-
-def require_text(text: str, pair: str | None) -> None:
-    """InputError for an empty or whitespace-only text or pair."""
-    for name, value in (("text", text), ("pair", pair)):
-        if value is not None and not value.strip():
-            raise InputError(f"attention: the {name} is empty or only whitespace (expected some words)")
 
 
 def head_entropy(maps: torch.Tensor) -> torch.Tensor:

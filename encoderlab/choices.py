@@ -1,0 +1,64 @@
+"""The names and defaults the command line checks and shows before any model loads, in a module that imports
+nothing: the modules that act on them import them from here, so that `encoderlab --help`, an argument error or a
+bad input answers without loading torch (about 2 s on 2 cores; issue 37, docs/reliability.md#fast-start)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ---- inference: encoderlab.infer.precision, encoderlab.infer.backends, encoderlab.engine ---------------------
+INFERENCE_PRECISIONS = ("fp32", "bf16", "int8", "auto")
+ENGINES = ("torch", "onnxruntime", "ctranslate2", "openvino", "auto")
+COMBINE = ("logits", "probs")  # how the windows of one long text combine: mean of their logits, or of probabilities
+MAX_TOKENS_SHOWN = 64  # attention maps: beyond this, labels on a heat-map are too small to read
+
+# ---- training: encoderlab.train.config.PRECISIONS and encoderlab.tokenizer.KINDS are pinned equal to these by
+# tests/test_cli.py (those modules load torch, so the parser cannot read them)
+TRAINING_PRECISIONS = ("fp32", "bf16")
+TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")
+
+# ---- ONNX export: encoderlab.infer.onnx ----------------------------------------------------------------------
+ONNX_KINDS = ("base", "mlm")
+DEFAULT_OPSET = 17  # the first with LayerNormalization as one op (fewer nodes than its decomposition)
+MIN_OPSET, MAX_OPSET = 14, 20  # SDPA's symbolic needs 14; 20 is the TorchScript exporter's last
+
+# ---- fine-tuning: encoderlab.tasks.finetune ------------------------------------------------------------------
+FINETUNE_TASKS = ("classify", "ner", "qa", "embed")
+MAX_LENGTH = {"classify": 128, "ner": 256, "qa": 384, "embed": 128}
+BATCH_SIZE = {"classify": 32, "ner": 32, "qa": 16, "embed": 32}
+BILSTM = "bilstm"
+
+# ---- `encoderlab compare`: encoderlab.compare ----------------------------------------------------------------
+REFERENCE = "bert-base"
+FAMILY_PRESETS = ("bert-base", "roberta-base", "distilbert-base", "albert-base", "electra-small", "electra-base",
+                  "deberta-v3-base", "modernbert-base")
+"""One base-sized preset per family (two for ELECTRA): the default rows, kept where PRESETS has them."""
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """How `encoderlab compare` measures the speed."""
+
+    threads: int = 2
+    """torch CPU threads."""
+    sequences: int = 128
+    """Sequences in the throughput pass (a multiple of batch_size keeps every batch full)."""
+    batch_size: int = 32
+    """Sequences per forward pass for throughput, length-sorted so little compute goes to padding."""
+    latency_sequences: int = 32
+    """Sequences timed one at a time (batch 1) for latency; the first ones of the same set."""
+    repeats: int = 3
+    """Timed passes per model; each figure is the median over them."""
+    seed: int = 0
+    """Seed of the token ids and their lengths."""
+
+
+COMPARE_QUICK = CompareSettings(sequences=32, latency_sequences=8, repeats=2)
+
+# ---- `encoderlab benchmark --quick`: encoderlab.tasks.benchmark ----------------------------------------------
+BENCHMARK_QUICK = {"max_train": 500, "max_eval": 500, "epochs": 1.0}  # a smoke run: a subset and one epoch
+
+
+def split_names(value: str | None) -> list[str] | None:
+    """"a, b" -> ["a", "b"]; None or "" -> None."""
+    return [part.strip() for part in value.split(",")] if value else None
