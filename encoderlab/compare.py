@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from encoderlab.choices import COMPARE_QUICK as QUICK
+from encoderlab.choices import COMPARE_QUICK as QUICK  # noqa: F401  (examples/ import it from here)
 from encoderlab.choices import FAMILY_PRESETS, REFERENCE
 from encoderlab.choices import CompareSettings as Settings
 from encoderlab.config import EncoderConfig

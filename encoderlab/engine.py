@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from encoderlab.choices import COMBINE
+from encoderlab.choices import COMBINE  # noqa: F401  (tasks and pipelines import it from here)
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import as_list, check_texts  # noqa: F401  (pipelines import them from here too)
 from encoderlab.nn.pooling import pool

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from encoderlab.choices import BATCH_SIZE, BILSTM, MAX_LENGTH, split_names
-from encoderlab.choices import FINETUNE_TASKS as TASKS
 from encoderlab.engine import resolve_device as engine_device
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import atomic_write_text
