@@ -213,3 +213,30 @@ def test_panels_without_a_model_say_so_and_the_key_is_asked_for(browser):
         assert "stub has no masked-LM head" in tab.inner_text("#panel-fill-mask .missing")
         assert not tab.is_visible("#panel-ner form") and tab.is_visible("#panel-similarity form")
         tab.close()
+
+
+@pytest.mark.parametrize("path, operation", [("/docs", ".opblock-summary-path"), ("/redoc", "[data-section-id]")])
+def test_api_docs_render_every_operation_with_the_network_blocked(pipelines, browser, path, operation):
+    """/docs (Swagger UI) and /redoc load their scripts from the server itself (fastapi-offline's copies), not a
+    CDN: with every request to another origin aborted, the page still lists each endpoint. The one outside request
+    allowed is ReDoc's own logo in its "powered by" footer, which its script asks for and the page does without."""
+    with running(create_app(pipelines, Limits(), model="docs-test")) as url:
+        tab = browser.new_page()
+        outside: list[str] = []
+
+        def only_this_server(route) -> None:
+            if route.request.url.startswith(url):
+                route.continue_()
+            else:
+                outside.append(route.request.url)
+                route.abort()
+
+        tab.route("**/*", only_this_server)
+        tab.goto(url + path)
+        tab.wait_for_selector(operation, timeout=20_000)
+        shown = tab.inner_text("body")
+        tab.close()
+    cosmetic = {"https://cdn.redoc.ly/redoc/logo-mini.svg"} if path == "/redoc" else set()
+    assert set(outside) <= cosmetic, f"{path} asked for files from elsewhere: {outside}"
+    for endpoint in ("/embed", "/classify", "/fill-mask", "/ner", "/qa", "/health"):
+        assert endpoint in shown, f"{path} does not list {endpoint}"

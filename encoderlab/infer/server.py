@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Request
+from fastapi_offline import FastAPIOffline
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PLAYGROUND = Path(__file__).parent / "playground"  # the page at /: plain HTML, CSS and JavaScript, no build step
+# Swagger UI's and ReDoc's files for /docs and /redoc, from the fastapi-offline package (FastAPI's own pages load them
+# from a CDN, blank offline); like the playground's files they hold no data, so they need no API key.
+DOCS_ASSETS = "/docs-assets"
 
 
 # ---- request and response models --------------------------------------------------------------------
@@ -284,15 +288,18 @@ class BodyCheck:
         return bytes(body), more
 
 
+PUBLIC = ("/playground/", DOCS_ASSETS + "/")  # files that hold no data: the playground's, the API docs' scripts
+
+
 class KeyCheck:
     """ASGI middleware: 401 for a request without the API key in its X-API-Key header, before its body is read
-    (the playground's own files, which hold no data, excepted)."""
+    (the playground's own files and the docs pages' scripts, which hold no data, excepted)."""
 
     def __init__(self, app: Any, key: str) -> None:
         self.app, self.key = app, key.encode()
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "http" and scope["path"] != "/" and not scope["path"].startswith("/playground/"):
+        if scope["type"] == "http" and scope["path"] != "/" and not scope["path"].startswith(PUBLIC):
             given = dict(scope["headers"]).get(b"x-api-key", b"")
             if not hmac.compare_digest(given, self.key):  # in constant time: no guessing the key byte by byte
                 return await _refuse(send, 401, "missing or wrong API key: send it in the X-API-Key header")
@@ -388,7 +395,7 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
 
     endpoints = ", ".join(f"{task} (by {pipe.model_name})" if pipe.model_name and pipe.model_name != model else task
                           for task, pipe in pipelines.items())  # the model behind a task where it is not the server's
-    app = FastAPI(title="encoderlab", lifespan=lifespan,
+    app = FastAPIOffline(title="encoderlab", lifespan=lifespan, static_url=DOCS_ASSETS,
                   description=f"Model **{model or '?'}**: {endpoints}. Limits: {limits.max_batch} texts "
                               f"a request, {limits.max_text_chars} characters a text, {limits.max_body_bytes} bytes "
                               f"a body.")
