@@ -147,6 +147,22 @@ def test_absent_tasks_are_listed(glue, tiny_model, tmp_path):
                  "--tasks", "rte,sst-2"]) == 2
 
 
+def test_a_quick_run_says_it_is_a_smoke_run_not_a_score(tiny_model, tmp_path, capsys):
+    """--quick prints, and records in results.json and results.md, that its figures are not scores (issue 37: a
+    quick STS-B run printed Pearson 2.53 with no word of it); a full run says nothing of the kind."""
+    data = tmp_path / "glue"
+    glue_task(data, "RTE", 24, "train")
+    glue_task(data, "RTE", 8, "dev")
+    quick = bench("glue", "--model", tiny_model, "--data", data, "--out", tmp_path / "quick", "--quick",
+                  "--device", "cpu", "--no-progress", "--batch-size", "8")
+    shown = capsys.readouterr().out
+    assert quick["smoke_run"] is True and "not scores" in quick["note"]
+    assert "a smoke run" in shown and "not scores" in shown
+    assert "a smoke run" in (tmp_path / "quick" / "results.md").read_text(encoding="utf-8")
+    full = bench("glue", "--model", tiny_model, "--data", data, "--out", tmp_path / "full", *FAST)
+    assert full["smoke_run"] is False and "note" not in full and "a smoke run" not in capsys.readouterr().out
+
+
 def test_figures_equal_finetune_then_evaluate_by_hand(glue, tiny_model, tmp_path, capsys):
     """The same recipe (finetune's defaults but the epochs, lr and batch) and seed give the same figures."""
     summary = bench("glue", "--model", tiny_model, "--data", glue, "--out", tmp_path / "bench", "--tasks",

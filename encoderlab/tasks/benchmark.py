@@ -25,6 +25,9 @@ from encoderlab.tasks.finetune import (MAX_LENGTH, EvaluateJob, FinetuneJob, Hea
 from encoderlab.tasks.objective import TrainOptions
 from encoderlab.viz.curves import plot_spread
 
+SMOKE_NOTE = (f"--quick: a smoke run ({QUICK['max_train']} training and {QUICK['max_eval']} eval examples, one "
+              "epoch) that checks the suite runs end to end; its figures are not scores")
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -300,7 +303,8 @@ def benchmark(job: BenchJob) -> dict[str, Any]:
     started = time.time()
     results = [run_task(job, task) for task in found]
     summary = {"suite": job.suite, "model": job.model, "data": str(job.data), "command": job.command_line,
-               "machine": job.machine, "seconds": round(time.time() - started, 1), "absent": absent,
+               "machine": job.machine, "smoke_run": job.quick, **({"note": SMOKE_NOTE} if job.quick else {}),
+               "seconds": round(time.time() - started, 1), "absent": absent,
                "glue": glue_score(results) if job.suite == "glue" else None, "tasks": results}
     out = Path(job.out)
     atomic_write_text(out / "results.json", json.dumps(summary, indent=2) + "\n")
@@ -315,6 +319,7 @@ def markdown(summary: dict[str, Any]) -> str:
     """One table of every figure (median, spread over the seeds, time), the GLUE score, absent tasks, commands."""
     lines = [f"# encoderlab benchmark {summary['suite']}: {summary['model']}", "",
              f"`{summary['command']}` on {summary['machine']}", "",
+             *([f"**{SMOKE_NOTE}**", ""] if summary.get("smoke_run") else []),
              "| task | split | metric | median | min | max | std | seeds | time (all seeds) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for result in summary["tasks"]:
