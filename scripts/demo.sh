@@ -48,3 +48,6 @@ encoderlab compare --presets distilbert-base albert-base electra-small --quick -
 
 echo
 echo "Files written in $OUT: sentences.npy, the attention maps (attention-*.png) and minilm-int8.onnx"
+echo
+echo "To run these commands yourself, put encoderlab on the PATH of your shell first (once per new shell):"
+echo "    source .venv/bin/activate        # or call $(pwd)/.venv/bin/encoderlab"

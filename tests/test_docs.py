@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import shlex
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,12 +124,20 @@ def test_the_pages_show_commands():
     assert sum(not c.long for c in COMMANDS) >= 8  # enough of them really run
 
 
+def refused_by_the_parser(command: Command) -> bool:
+    """The page shows argparse refusing this command (an argument error), on purpose."""
+    return any(line.startswith("error: argument ") for line in command.output)
+
+
 @pytest.mark.parametrize("command", COMMANDS, ids=str)
 def test_every_command_parses(command: Command):
     try:
         build_parser().parse_args(command.argv)
     except SystemExit as exit:
-        pytest.fail(f"{command}: the CLI refuses it (exit {exit.code})")
+        if not (refused_by_the_parser(command) and exit.code == 2):
+            pytest.fail(f"{command}: the CLI refuses it (exit {exit.code})")
+    else:
+        assert not refused_by_the_parser(command), f"{command}: the page shows an argument error, but it parses"
 
 
 def _is_subsequence(expected: list[str], got: list[str]) -> bool:
@@ -154,7 +165,10 @@ def test_every_short_command_runs_as_shown(command: Command, workdir, monkeypatc
     monkeypatch.chdir(workdir)
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = main(command.argv)
+        try:
+            code = main(command.argv)
+        except SystemExit as exit:  # argparse's refusal, shown on purpose (refused_by_the_parser)
+            code = exit.code
     got = stdout.getvalue().splitlines() + stderr.getvalue().splitlines()
     expects_error = any(line.startswith("error:") for line in command.output)
     assert (code != 0) == expects_error, f"{command}: exit {code}\n" + "\n".join(got)
@@ -177,3 +191,66 @@ def test_the_parser_of_this_test_reads_continuations_comments_and_outputs(tmp_pa
     assert (first.argv, first.long, first.line) == (["info", "--preset", "bert-mini"], True, 3)
     assert (second.argv, second.long, second.output) == (["info", "--model", "minilm"], False, ["line one"])
     assert normalized(["took 1,234.5 s at /x/site-packages/pkg/model", ""]) == ["took # s at pkg/model"]
+
+
+# ---- the README in a fresh shell, as a newcomer pastes it (issue 37) ----------------------------------------------
+README = ROOT / "README.md"
+CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "dumb"}  # no .venv/bin in it
+
+
+def setup_lines(path: Path = README) -> list[str]:
+    """The lines of the page's set-up block (the first bash block with `make demo`) that follow its `make`
+    commands: what a newcomer types after the set-up, in every new shell (`source .venv/bin/activate`)."""
+    text = path.read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M) if "make demo" in b)
+    lines = [line.split("#")[0].strip() for line in block.splitlines()]
+    return [line for line in lines if line and not line.startswith("make ")]
+
+
+def test_the_readme_says_how_to_get_encoderlab_on_the_path():
+    assert "source .venv/bin/activate" in setup_lines()
+
+
+def test_the_readme_commands_run_in_a_fresh_shell_after_the_setup(workdir, tmp_path):
+    """Each short command of the README, pasted into a new bash with a bare PATH after the set-up block's own lines:
+    it must be found, exit as the page shows and print what it shows (numbers aside)."""
+    commands = [c for c in page_commands(README) if not c.long]
+    if any("../shared" in w for c in commands for w in c.argv) and not SHARED.is_dir():
+        pytest.skip("a README command reads ../shared/data, which is absent here")
+    (workdir / ".venv").unlink(missing_ok=True)
+    (workdir / ".venv").symlink_to(ROOT / ".venv")
+    script = ["set +e", "command -v encoderlab >/dev/null && echo 'encoderlab on the PATH before the set-up' && exit 9",
+              *setup_lines()]
+    for i, command in enumerate(commands):
+        script += [f"echo '@@@ {i}'", shlex.join(["encoderlab", *command.argv]) + " 2>&1", "echo \"@@@ rc=$?\""]
+    done = subprocess.run(["bash", "--norc", "--noprofile", "-c", "\n".join(script)], cwd=workdir, text=True,
+                          capture_output=True, env=CLEAN_ENV | {"HOME": str(tmp_path)}, timeout=900, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    outputs = re.split(r"^@@@ (\d+)\n", done.stdout, flags=re.M)[1:]
+    assert len(outputs) == 2 * len(commands), done.stdout[-3000:] + done.stderr[-2000:]
+    for command, shown in zip(commands, outputs[1::2]):
+        body, code = shown.rsplit("@@@ rc=", 1)
+        got = body.splitlines()
+        expects_error = any(line.startswith("error:") for line in command.output)
+        assert (int(code) != 0) == expects_error, f"{command}: exit {code} in a fresh shell\n{body[-2000:]}"
+        assert int(code) != 127, f"{command}: not found in a fresh shell after the set-up"
+        assert _is_subsequence(normalized(command.output), normalized(got)), (
+            f"{command}: the page shows\n" + "\n".join(command.output) + "\nbut a fresh shell prints\n" + body)
+
+
+@pytest.mark.skipif(os.getuid() != 0 or shutil.which("make") is None, reason="needs root and make, as the target does")
+def test_make_test_installs_chromium_from_apt_when_absent(tmp_path):
+    """`make test` (the README's test command) depends on `make chromium`, which installs Debian's chromium when it
+    is absent, with root and apt-get: a stand-in apt-get on a PATH without chromium records what it is asked."""
+    assert re.search(r"^test: .*\bchromium\b", (ROOT / "Makefile").read_text(encoding="utf-8"), re.M)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "id").symlink_to(shutil.which("id"))
+    apt = bin_dir / "apt-get"
+    apt.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'apt.log'}\n", encoding="utf-8")
+    apt.chmod(0o755)
+    done = subprocess.run([shutil.which("make"), "-s", "chromium"], cwd=ROOT, env={"PATH": str(bin_dir)},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "apt.log").read_text(encoding="utf-8").splitlines() == ["update -qq",
+                                                                               "install -y -qq chromium"]
