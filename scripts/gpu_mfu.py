@@ -21,16 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from encoderlab.train.config import load_recipe  # noqa: E402
-from encoderlab.train.flops import mlm_flops_per_token  # noqa: E402
-
-# Dense (not 2:4 sparse) bf16 tensor-core peaks from NVIDIA's datasheets: H100 SXM and H200 989.4 TFLOPS,
-# H100 PCIe 756 TFLOPS, A100 312 TFLOPS.
-PEAKS = {"H200": 989.4e12, "H100 PCIe": 756e12, "H100": 989.4e12, "A100": 312e12}
-
-
-def gpu_peak(name: str) -> float | None:
-    """The dense bf16 peak of a GPU by its name, or None for one not in the table."""
-    return next((peak for key, peak in PEAKS.items() if key in name), None)
+from encoderlab.train.flops import gpu_peak, mlm_flops_per_token  # noqa: E402
 
 
 def main(run: Path) -> None:

@@ -31,3 +31,13 @@ def rtd_flops_per_token(discriminator: EncoderConfig, generator: EncoderConfig, 
     H = discriminator.hidden_size
     return (mlm_flops_per_token(generator, seq_len, masked_fraction)
             + encoder_flops_per_token(discriminator, seq_len) + 6 * (H * H + H))
+
+
+# Dense (not 2:4 sparse) bf16 tensor-core peaks from NVIDIA's datasheets: H100 SXM and H200 989.4 TFLOPS,
+# H100 PCIe 756 TFLOPS, A100 312 TFLOPS. "H100 PCIe" comes before "H100": the first key found in a name wins.
+GPU_BF16_PEAKS = {"H200": 989.4e12, "H100 PCIe": 756e12, "H100": 989.4e12, "A100": 312e12}
+
+
+def gpu_peak(name: str) -> float | None:
+    """The dense bf16 peak FLOP/s of a GPU by its name (torch.cuda.get_device_name()), or None for one not known."""
+    return next((peak for key, peak in GPU_BF16_PEAKS.items() if key in name), None)
