@@ -152,7 +152,7 @@ class Evaluation:
     on_record: Callable[[Evaluation], None] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     best: dict[str, Any] | None = None
-    losses: list[float] = field(default_factory=list)  # train losses since the last record
+    losses: list = field(default_factory=list)  # train losses since the last record (floats, or StepLoss)
 
     def record(self, step: int, steps_per_epoch: int) -> dict[str, Any]:
         """Evaluate and keep the best; returns the new history entry."""
@@ -219,7 +219,7 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
                 release_freed_memory()
             bar.update(1)
             if evaluation is not None and dist.is_main:
-                evaluation.losses.append(stats.loss)
+                evaluation.losses.append(StepLoss(stats, objective))  # read when the hook records
             stopping = step < stop_at and _any_rank(interrupt.requested, dist)
             saving = run_dir is not None and dist.is_main and (step == stop_at or stopping or
                                                                options.due(step, options.save_every))
@@ -296,6 +296,17 @@ class StepStats:
         numbers = dict(zip(keys + ["grad_norm"], values))
         metrics = objective.metrics({k: numbers[k] for k in self.sums}, {k: numbers[k] for k in self.counts})
         return metrics | {"lr": self.lr, "grad_norm": numbers["grad_norm"], "tokens": numbers["tokens"]}
+
+
+@dataclass
+class StepLoss:
+    """A step's total loss (all ranks), read from the device only when float() asks for it."""
+
+    stats: StepStats
+    objective: Objective
+
+    def __float__(self) -> float:
+        return self.stats.read(self.objective)["loss"]
 
 
 class Watch:
