@@ -27,7 +27,8 @@ class Objective(nn.Module):
     def counts(self, batch: dict[str, torch.Tensor]) -> Counts:
         """This micro-batch's share of the step's counts (the loop sums them over micro-batches and ranks)."""
         return {"masked": (batch["labels"] != IGNORE_INDEX).sum(), "tokens": batch["attention_mask"].sum(),
-                "sequences": torch.tensor(batch["input_ids"].shape[0], device=batch["input_ids"].device)}
+                # torch.full, not torch.tensor: a copy from the host would wait for the GPU's queue every step
+                "sequences": torch.full((), batch["input_ids"].shape[0], device=batch["input_ids"].device)}
 
     def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The micro-batch's share of the step's loss, and detached sums (losses, correct counts) for the logs."""
