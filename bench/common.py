@@ -116,9 +116,10 @@ def training_precision() -> str:
     return "bf16" if bf16_supported() else "fp32"
 
 
-def goal(what: str, value: float, target: float) -> dict[str, Any]:
-    """One goal line: met when value >= target."""
-    return {"what": what, "value": round(value, 3), "target": target, "met": bool(value >= target)}
+def goal(what: str, value: float, target: float, at_most: bool = False) -> dict[str, Any]:
+    """One goal line: met when value >= target (at_most: when value <= target, for times and sizes)."""
+    met = value <= target if at_most else value >= target
+    return {"what": what, "value": round(value, 3), "target": target, "met": bool(met)}
 
 
 def parser(doc: str, quick: str) -> argparse.ArgumentParser:

@@ -1,0 +1,106 @@
+"""How fast the `encoderlab` command answers: --help, an argument error and an empty text (none of which should load
+torch), and a one-sentence fill-mask and a six-line embed end to end, each a fresh process as a user starts it.
+
+    python bench/startup.py            # 5 runs of each, the median kept
+    python bench/startup.py --quick    # 3 runs of each
+    python bench/startup.py --smoke    # 1 run of each on a tiny random model (make test)
+
+Also `python -X importtime -c "import encoderlab.cli"`: how long importing the CLI takes, whether torch comes with it,
+and the slowest imports (docs/reliability.md#fast-start shows them). Times are wall-clock on a machine that may be
+shared: the machine and its load average are recorded with them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import goal, parser, size, tiny_model, write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCES = ROOT / "examples" / "sentences.txt"  # 6 lines
+LIGHT, HEAVY = 0.5, 3.0  # the goals, in seconds (issue 37; 2 cores)
+RUNS = {"smoke": 1, "quick": 3, "full": 5}
+
+
+def encoderlab_command() -> list[str]:
+    """The `encoderlab` script beside this python (what `make demo` installs), else `python -m encoderlab`."""
+    script = Path(sys.executable).with_name("encoderlab")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "encoderlab"]
+
+
+def cases(fill_model: str, embed_model: str, out: Path) -> dict[str, tuple[list[str], int, float]]:
+    """name -> (arguments, expected exit code, goal in seconds)."""
+    return {
+        "help": (["--help"], 0, LIGHT),
+        "argument_error": (["fill-mask", "--precision", "fp64", "Paris is the [MASK] of France."], 2, LIGHT),
+        "empty_text": (["fill-mask", "--model", fill_model, ""], 2, LIGHT),
+        "fill_mask": (["fill-mask", "--model", fill_model, "Paris is the [MASK] of France."], 0, HEAVY),
+        "embed_6_lines": (["embed", "--model", embed_model, "--input", str(SENTENCES), "--out", str(out / "x.npy")], 0,
+                          HEAVY),
+    }
+
+
+def timed(argv: list[str], code: int, runs: int) -> dict[str, Any]:
+    """Median and every wall-clock time of `encoderlab ARGV` over `runs` fresh processes; exits on a wrong code."""
+    seconds = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run([*encoderlab_command(), *argv], capture_output=True, text=True, cwd=ROOT, check=False)
+        seconds.append(time.perf_counter() - started)
+        if done.returncode != code:
+            raise SystemExit(f"encoderlab {' '.join(argv)} exited {done.returncode}, expected {code}:\n{done.stderr}")
+    return {"command": " ".join(["encoderlab", *argv]), "median_s": round(statistics.median(seconds), 3),
+            "runs_s": [round(s, 3) for s in seconds], "last_stderr": done.stderr.strip()[-300:]}
+
+
+def import_time() -> dict[str, Any]:
+    """`python -X importtime -c "import encoderlab.cli"`: the total, whether torch came along, the slowest imports."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import encoderlab.cli"], capture_output=True,
+                          text=True, cwd=ROOT, check=True)
+    rows = []
+    for line in done.stderr.splitlines():
+        parts = line.removeprefix("import time:").split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            rows.append((int(parts[1]), parts[2].rstrip(), len(parts[2]) - len(parts[2].lstrip())))
+    top = [r for r in rows if r[2] == 1]  # imported by the statement itself
+    return {"command": 'python -X importtime -c "import encoderlab.cli"',
+            "total_ms": round(sum(us for us, _, _ in top) / 1e3, 1),
+            "torch_imported": any(name.strip() == "torch" for _, name, _ in rows),
+            "slowest_ms": {name.strip(): round(us / 1e3, 1) for us, name, _ in sorted(rows, reverse=True)[:8]}}
+
+
+def main() -> None:
+    args = parser(__doc__, "3 runs of each command").parse_args()
+    work = Path(tempfile.mkdtemp(prefix="encoderlab-startup-"))
+    try:
+        fill_model, embed_model = "encoderlab-fill-mask", "minilm"
+        if args.smoke:
+            fill_model, embed_model = str(tiny_model(work / "mlm", masked_lm=True)), str(tiny_model(work / "base"))
+        figures: dict[str, Any] = {"size": size(args), "load_average": os.getloadavg(),
+                                   "encoderlab": " ".join(encoderlab_command())}
+        goals = []
+        for name, (argv, code, target) in cases(fill_model, embed_model, work).items():
+            figures[name] = timed(argv, code, RUNS[size(args)])
+            print(f"{name:>15}: {figures[name]['median_s']:.2f} s  ({figures[name]['command']})", file=sys.stderr)
+            goals.append(goal(f"{name.replace('_', ' ')}: median wall-clock seconds of a fresh `encoderlab` process",
+                              figures[name]["median_s"], target, at_most=True))
+        figures["import"] = import_time()
+        goals.append(goal("importing encoderlab.cli loads torch (1 = yes)", float(figures["import"]["torch_imported"]),
+                          0.0, at_most=True))
+        path = write_results(args, "startup", figures, goals)
+        print(f"wrote {path}", file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
