@@ -217,8 +217,6 @@ def test_help_argument_errors_and_bad_inputs_answer_in_one_line_before_a_model_l
         assert says in done.stderr and "usage:" not in done.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="encoderlab/cli/train.py imports the training stack (torch) at its top; "
-                   "with its imports moved into its command functions this passes: drop this mark then")
 @pytest.mark.parametrize("argv, code, says", FAST_ANSWERS, ids=[" ".join(a[:3]) for a, _, _ in FAST_ANSWERS])
 def test_help_argument_errors_and_bad_inputs_never_import_torch(argv, code, says):
     done = _fresh(*argv)

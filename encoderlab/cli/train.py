@@ -5,17 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 
+from encoderlab.choices import TOKENIZER_KINDS
 from encoderlab.cli.options import add_json
-from encoderlab.data.prepare import prepare
-from encoderlab.data.tokenizer_training import train_tokenizer
 from encoderlab.errors import InputError
-from encoderlab.tokenizer import KINDS as TOKENIZER_KINDS
-from encoderlab.train.config import load_recipe
-from encoderlab.train.pretrain import pretrain
 
 
 def cmd_tokenizer_train(args: argparse.Namespace) -> None:
     """Train a tokenizer on raw text (plain, JSONL, WikiExtractor; .gz too) and save it to a folder."""
+    from encoderlab.data.tokenizer_training import train_tokenizer  # torch: loaded to run, not for --help
+
     tokenizer = train_tokenizer(args.corpus, kind=args.kind, vocab_size=args.vocab_size, out_dir=args.out,
                                 lowercase=args.lowercase, progress=True)
     print(f"wrote {args.out}: {args.kind} vocabulary of {tokenizer.vocab_size:,} tokens")
@@ -23,6 +21,8 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> None:
 
 def cmd_prepare(args: argparse.Namespace) -> None:
     """Tokenize a raw-text corpus into memory-mapped token shards with sentence and document boundaries."""
+    from encoderlab.data.prepare import prepare  # torch: loaded to run, not for --help
+
     stats = prepare(args.corpus, args.tokenizer, args.out, holdout=args.holdout, workers=args.workers)
     print(json.dumps(stats, indent=2) if args.json else
           f"wrote {args.out}: {stats['documents']:,} documents, {stats['sentences']:,} sentences, "
@@ -33,6 +33,9 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 def cmd_pretrain(args: argparse.Namespace) -> None:
     """Pretrain an encoder from prepared shards (MLM, MLM+NSP/SOP, RTD, distillation), from scratch or from a
     checkpoint (--init-from); resumable; DDP under torchrun."""
+    from encoderlab.train.config import load_recipe  # torch: loaded to run, not for --help
+    from encoderlab.train.pretrain import pretrain
+
     cfg = load_recipe(args.config, (args.set or []) + ([f"init_from={args.init_from}"] if args.init_from else []))
     if args.stop_at is not None and args.stop_at < 1:
         raise InputError(f"--stop-at {args.stop_at}: give a step of 1 or more")
