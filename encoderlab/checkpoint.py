@@ -232,6 +232,15 @@ def read_config(folder: Path) -> dict:
     return read_json_file(path)
 
 
+def model_config(name: str | os.PathLike) -> EncoderConfig | None:
+    """The config of a checkpoint folder or alias, read without its weights; None for the BiLSTM baseline."""
+    folder = resolve_model_path(name)
+    raw = read_config(folder)
+    if (raw.get("architectures") or [None])[0] == BILSTM:
+        return None
+    return EncoderConfig.from_hf_dict(raw, str(folder / "config.json"))
+
+
 def read_task_info(name: str | os.PathLike) -> dict:
     """task.json of a fine-tuned folder, or {} for a plain checkpoint."""
     path = resolve_model_path(name) / TASK_FILE

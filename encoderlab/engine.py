@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.choices import COMBINE  # noqa: F401  (tasks and pipelines import it from here)
+from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import as_list, check_texts  # noqa: F401  (pipelines import them from here too)
 from encoderlab.nn.pooling import pool
@@ -53,6 +54,22 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | No
     return out
 
 
+
+
+def window(config: EncoderConfig | None, tokenizer: Tokenizer | None, *wishes: int | None) -> int:
+    """The window: the most tokens one input of a run holds; longer texts are truncated (or read in windows) to it.
+    The first of `wishes` given (a flag, then the folder's setting, then a task's default), else all the model
+    takes; never past the model's usable positions (config.max_tokens: RoBERTa's 514 hold 512 tokens, as positions
+    start at pad_token_id + 1) or the tokenizer's model_max_length. Every entry point asks here
+    (docs/inference.md#the-window---max-length)."""
+    limits = [config.max_tokens] if config is not None else []  # a BiLSTM has no position table
+    limits += [tokenizer.model_max_length] if tokenizer is not None else []
+    if not limits:
+        raise ConfigError("a window needs the model's config or its tokenizer")
+    limit, wish = min(limits), next((w for w in wishes if w), None)
+    if wish is not None and wish > limit:
+        log.warning("max length %d: the model takes %d tokens at most; using %d", wish, limit, limit)
+    return min(wish or limit, limit)
 
 
 def split_windows(item: Encoded, max_length: int, stride: int) -> list[tuple[int, Encoded]]:

@@ -69,3 +69,32 @@ def conll_sentences() -> list[list[str]]:
     if current:
         sentences.append(current)
     return sentences
+
+
+LONG_WORDS = "the plot was very good and anna lives in paris where it is so great".split()
+
+
+@pytest.fixture(scope="session")
+def long_text() -> str:
+    """2,000 words: the issue's text, far past any 512-token window."""
+    return " ".join(LONG_WORDS[i % len(LONG_WORDS)] for i in range(2000))
+
+
+@pytest.fixture(scope="session")
+def roberta_window_path(tmp_path_factory) -> Path:
+    """A random 2-layer RoBERTa-family MLM folder with roberta-base's 514 positions, 512 of them usable (positions
+    start at pad_token_id + 1 = 2), and a byte-level BPE tokenizer: the window's test model (issue 36)."""
+    import torch
+
+    from encoderlab import EncoderConfig, MaskedLMModel
+    from encoderlab.tokenizer import Tokenizer
+
+    folder = tmp_path_factory.mktemp("roberta-514")
+    tokenizer = Tokenizer.train_from_iterator("bpe", [" ".join(LONG_WORDS)] * 3, vocab_size=400, min_frequency=1)
+    config = EncoderConfig.from_preset("roberta-mini", hidden_size=32, num_heads=2, intermediate_size=37, num_layers=2,
+                                       vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id)
+    assert (config.max_position_embeddings, config.max_tokens) == (514, 512)
+    torch.manual_seed(0)
+    MaskedLMModel(config).save_pretrained(folder)
+    tokenizer.save(folder)
+    return folder

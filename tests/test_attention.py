@@ -212,3 +212,19 @@ def test_cli_out_of_range_layer_or_head_exits_2_with_one_line(tmp_path: Path, ca
 def test_cli_empty_text_exits_2(tmp_path: Path, capsys) -> None:
     assert main(["attention", "--model", "minilm", "   ", "--out", str(tmp_path / "x.png")]) == 2
     assert "empty" in capsys.readouterr().err
+
+
+def test_cli_truncates_a_long_text_to_a_roberta_window_and_says_so(tmp_path: Path, capsys, roberta_window_path,
+                                                                    long_text) -> None:
+    # Issue 36: RoBERTa's 514 positions hold 512 tokens (they start at pad_token_id + 1); a 2,000-word text used to
+    # raise "sequence of 514 tokens is longer than the model's 512 positions".
+    out = tmp_path / "long.png"
+    args = ["attention", "--model", str(roberta_window_path), long_text, "--head", "0", "--out", str(out)]
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out}: layer 1, head 0, 512 tokens (truncated to the model's window)"
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["truncated"] is True and len(report["tokens"]) == 512 and report["tokens"][-1] == "</s>"
+    assert torch.tensor(report["attention"]).shape == (512, 512)
+    assert main([*args[:3], "anna lives in paris", *args[4:], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["truncated"] is False

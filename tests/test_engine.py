@@ -2,12 +2,13 @@
 
 `embed` (CLI), the Python pipeline, the server and the ONNX runner give the same vectors for the same texts, and
 follow the folder (minilm: unit vectors) without a flag; QA options (allow_null, n_best) give the same answers
-through the pipeline, the `qa` command and `evaluate qa`.
+through the pipeline, the `qa` command and `evaluate qa`; the window (engine.window) is the same at every entry point.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +21,15 @@ from hf_oracle import randomize
 
 from encoderlab import EncoderConfig
 from encoderlab.cli import main
-from encoderlab.checkpoint import Settings, save_pretrained, settings
+from encoderlab.checkpoint import Settings, load_model, save_pretrained, settings
 from encoderlab.engine import MAX_PADDING, pad, pad_batch, sorted_batches
 from encoderlab.infer.onnx import OnnxRunner, export_onnx
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.infer.server import Limits, create_app, load_pipelines
 from encoderlab.nn.model import SpanExtractor
+from encoderlab.tasks.finetune import EvaluateJob, FinetuneJob, task_for_model, train_window
 from encoderlab.tokenizer import Tokenizer
+from encoderlab.viz.attention import attention_maps
 
 FP32 = {"atol": 1e-5, "rtol": 1e-5}
 TEXTS = ["A man is playing a guitar.", "The market fell sharply on Monday.", "tea",
@@ -177,3 +180,34 @@ def test_qa_options_change_the_answers(qa_folders, tmp_path, capsys):
     null = answers_everywhere(qa_folders["null"], tmp_path, capsys)["pipeline"]
     assert "" not in plain and plain != null
     assert pipeline("qa", qa_folders["null"]).info()["allow_null"] is True
+
+
+# ---- the window: one resolver, every entry point --------------------------------------------------------------------
+def windows_everywhere(folder: Path, tmp_path: Path, capsys, text: str, flag: int | None) -> dict[str, int]:
+    """The window each entry point takes for `folder`, with --max-length `flag` where the entry point has one."""
+    tokenizer, asked = Tokenizer.from_pretrained(folder), flag or settings(folder).max_length
+    evaluate_job = EvaluateJob("embed", str(folder), "unused.tsv", max_length=flag)
+    maps = attention_maps(load_model(folder, kind="base"), tokenizer, text, max_length=asked)
+    found = {"pipeline": pipeline("embed", folder, max_length=flag).max_length,
+             "server": load_pipelines(str(folder), tasks=["embed"], max_length=flag)[0]["embed"].max_length,
+             "attention": len(maps.tokens),
+             "evaluate": task_for_model(evaluate_job, load_model(folder, kind="embed"), {}, tokenizer).max_length,
+             "finetune": train_window(FinetuneJob("embed", str(folder), "unused.tsv", tmp_path, max_length=asked),
+                                      tokenizer)}  # fine-tuning reads no folder settings: --max-length 514 here
+    if flag is None:  # the commands with no --max-length follow the folder
+        assert main(["attention", "--model", str(folder), text, "--head", "0", "--out", str(tmp_path / "a.png"),
+                     "--json"]) == 0
+        found["attention cli"] = len(json.loads(capsys.readouterr().out)["tokens"])
+        found["onnx"] = export_onnx(folder, tmp_path / "m.onnx")["max_length"]
+    return found
+
+
+@pytest.mark.parametrize("flag, expected", [(None, 512), (100, 100), (600, 512)])
+def test_every_entry_point_takes_the_same_window(tmp_path, capsys, roberta_window_path, long_text, flag, expected):
+    """Issue 36: a RoBERTa-family folder whose sentence-transformers file asks for 514 tokens (its position count)
+    gets 512 (positions start at pad_token_id + 1) from every entry point, and a flag's value within it."""
+    folder = tmp_path / "model"
+    shutil.copytree(roberta_window_path, folder)
+    (folder / "sentence_bert_config.json").write_text('{"max_seq_length": 514}', encoding="utf-8")
+    found = windows_everywhere(folder, tmp_path, capsys, long_text, flag)
+    assert set(found.values()) == {expected}, found

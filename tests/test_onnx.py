@@ -152,6 +152,16 @@ def test_embed_folder_keeps_its_pooling(tmp_path, tokenizer):
     assert_close(torch.from_numpy(runner.embed(SENTENCES)), expected, **FP32)
 
 
+def test_roberta_export_records_its_512_usable_positions(tmp_path, roberta_window_path, long_text):
+    """Issue 36: a RoBERTa-family folder (514 positions, starting at pad_token_id + 1) used to record 514, and the
+    runner then fed a text 514 tokens into a table that holds 512; it records the pipelines' window."""
+    export_onnx(roberta_window_path, tmp_path / "roberta.onnx")
+    runner = OnnxRunner(tmp_path / "roberta.onnx", threads=1)
+    embed = pipeline("embed", roberta_window_path)
+    assert runner.info["max_length"] == runner.max_length == embed.max_length == 512
+    assert_close(torch.from_numpy(runner.embed([long_text])), torch.from_numpy(embed.embed([long_text])), **FP32)
+
+
 # ---- the real MiniLM: fp32 and int8 -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def minilm_exports(tmp_path_factory, minilm_path) -> tuple[Path, Path]:

@@ -58,6 +58,20 @@ def test_attention_endpoint_equals_viz_attention(task_folders, head):
                                atol=6e-5, rtol=0)  # the endpoint rounds to 4 decimals
 
 
+def test_attention_endpoint_truncates_a_long_text_to_a_roberta_window(roberta_window_path, long_text):
+    """Issue 36: /attention passed no window, so a 2,000-word text on a RoBERTa-family model (514 positions, 512
+    usable) answered 500; it is cut to the endpoint's window, as the pipelines cut it, and says so."""
+    pipes, reasons = load_pipelines(str(roberta_window_path), tasks=["fill-mask"])
+    assert pipes["fill-mask"].max_length == 512
+    with TestClient(create_app(pipes, Limits(), model="roberta", unavailable=reasons)) as client:
+        long = client.post("/attention", json={"text": long_text, "head": 0})
+        short = client.post("/attention", json={"text": "anna lives in paris", "head": 0})
+    assert long.status_code == 200, long.text
+    assert long.json()["truncated"] is True and len(long.json()["tokens"]) == 512
+    assert torch.tensor(long.json()["maps"]).shape == (1, 512, 512)
+    assert short.json()["truncated"] is False
+
+
 @pytest.mark.parametrize("body, needle", [({"text": "anna", "layer": 2}, "layer 2 out of range"),
                                           ({"text": "anna", "head": 5}, "head 5 out of range"),
                                           ({"text": "anna", "task": "qa"}, "task 'qa' is not served"),

@@ -55,7 +55,8 @@ def cmd_info(args: argparse.Namespace) -> None:
         "source": source, "model_type": config.model_type, "class": type(model).__name__,
         "num_layers": config.num_layers, "hidden_size": config.hidden_size, "num_heads": config.num_heads,
         "intermediate_size": config.intermediate_size, "vocab_size": config.vocab_size,
-        "max_position_embeddings": config.max_position_embeddings, "hidden_act": config.hidden_act,
+        "max_position_embeddings": config.max_position_embeddings, "max_tokens": config.max_tokens,
+        "hidden_act": config.hidden_act,
         "parameters": model.num_parameters(),
     }
     if args.json:

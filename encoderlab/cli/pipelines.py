@@ -143,19 +143,21 @@ def cmd_attention(args: argparse.Namespace) -> None:
     require_text(args.text, args.pair)  # before the model is loaded
     if args.max_tokens < 1:
         raise InputError(f"--max-tokens {args.max_tokens}: expected at least 1")
-    from encoderlab.checkpoint import load_model, resolve_model_path
+    from encoderlab.checkpoint import load_model, resolve_model_path, settings
     from encoderlab.tokenizer import Tokenizer
     from encoderlab.viz.attention import attention_maps, plot_attention
 
     folder = resolve_model_path(args.model)
     model = load_model(folder, kind="base")  # any checkpoint: bare, MLM or fine-tuned; fp32 probabilities
-    maps = attention_maps(model, Tokenizer.from_pretrained(folder), args.text, args.pair, [args.layer])
+    maps = attention_maps(model, Tokenizer.from_pretrained(folder), args.text, args.pair, [args.layer],
+                          settings(folder).max_length)  # the window the pipelines use
     out = plot_attention(maps, args.out, args.layer, args.head, args.max_tokens)
     if args.json:
         print(json.dumps(_summary(maps, args.layer, args.head, out)))
     else:
         what = f"head {args.head % maps.num_heads}" if args.head is not None else f"all {maps.num_heads} heads"
-        print(f"wrote {out}: layer {maps.layers[0]}, {what}, {len(maps.tokens)} tokens")
+        cut = " (truncated to the model's window)" if maps.truncated else ""
+        print(f"wrote {out}: layer {maps.layers[0]}, {what}, {len(maps.tokens)} tokens{cut}")
 
 
 def _summary(maps: AttentionMaps, layer: int, head: int | None, out: Path) -> dict:
@@ -203,7 +205,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("attention", help="heat-map of a layer's attention for one text",
                                    description=cmd_attention.__doc__)
     add_model(parser, "checkpoint folder (bare, MLM or fine-tuned), or the alias 'minilm'")
-    parser.add_argument("text", metavar="TEXT", help="the text to look at")
+    parser.add_argument("text", metavar="TEXT", help="the text to look at; past the model's window (the folder's "
+                        "max length, else all the model takes) it is truncated, and the output says so")
     add_options(parser, (
         ("--pair", None, None, "TEXT", "a second text, encoded as [CLS] A [SEP] B [SEP]"),
         ("--layer", int, -1, "L", "layer to draw, from 0; negative counts from the last (default: -1, the last)"),

@@ -38,7 +38,7 @@ from torch import nn
 
 from encoderlab.choices import ENGINES
 from encoderlab.config import EncoderConfig
-from encoderlab.engine import Output, encode, pad_batch, sentence_vectors
+from encoderlab.engine import Output, encode, pad_batch, sentence_vectors, window
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.infer import precision as precisions
 from encoderlab.infer.onnx import OnnxRunner, export_encoder
@@ -201,7 +201,7 @@ def _ov_int8(model: Any, tokenizer: Tokenizer, config: EncoderConfig) -> Any:
     """nncf's post-training int8 of an OpenVINO model, activation ranges from CALIBRATION in batches of 8, each text
     cut to at most 128 tokens (and the model's positions)."""
     nncf = importlib.import_module("nncf")  # _import("openvino") checked it is there
-    limit = min(128, config.max_tokens)
+    limit = window(config, tokenizer, 128)
     items = encode(tokenizer, CALIBRATION.read_text(encoding="utf-8").splitlines())
     ids, types = [e.input_ids[:limit] for e in items], [e.token_type_ids[:limit] for e in items]
     names = {i.get_any_name() for i in model.inputs}

@@ -9,7 +9,7 @@ tokenizer files, so the folder runs on its own: `OnnxRunner(FILE.onnx)`.
 Exporter: TorchScript (`dynamo=False`). On torch 2.13 both give a correct graph with dynamic axes (MiniLM 32 x 40 with
 padding: max |diff| 3e-6, dynamo 4e-6), but dynamo needs onnxscript, took 8 s against 3 s and its graph ran ~15% slower
 in onnxruntime. TorchScript export is deprecated since torch 2.9; moving means `dynamo=True` and `dynamic_shapes` with
-`Dim("sequence", max=max_position_embeddings)`. SDPA with our boolean mask exports as it is (opset >= 14: Where(mask, 0,
+`Dim("sequence", max=config.max_tokens)`. SDPA with our boolean mask exports as it is (opset >= 14: Where(mask, 0,
 -inf) + Softmax), so the model code needs no export-only path."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from encoderlab.checkpoint import load_model, read_task_info, resolve_model_path
 from encoderlab.choices import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from encoderlab.choices import ONNX_KINDS as KINDS
 from encoderlab.config import EncoderConfig
-from encoderlab.engine import Engine, Output, check_texts, sentence_vectors
+from encoderlab.engine import Engine, Output, check_texts, sentence_vectors, window
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.io import atomic_write, atomic_write_text, read_json_file
 from encoderlab.nn import model as kinds
@@ -71,8 +71,10 @@ def _graph_module(model: nn.Module) -> nn.Module:
     return Exported().eval()
 
 
-def _load_for_export(name: str | os.PathLike, kind: str) -> tuple[Path, nn.Module, dict]:
-    """The checkpoint folder, the model to export (eval mode) and its sidecar fields (task, outputs, max_length...)."""
+def _load_for_export(name: str | os.PathLike, kind: str,
+                     tokenizer: Tokenizer | None) -> tuple[Path, nn.Module, dict]:
+    """The checkpoint folder, the model to export (eval mode) and its sidecar fields (task, outputs, max_length: the
+    window the pipelines use, engine.window)."""
     if kind not in KINDS:
         raise ConfigError(f"unknown export kind {kind!r}; expected one of {', '.join(KINDS)}")
     folder = resolve_model_path(name)
@@ -91,7 +93,7 @@ def _load_for_export(name: str | os.PathLike, kind: str) -> tuple[Path, nn.Modul
             model = load_model(folder, kind="embed")  # the encoder under a pretraining head
         fields = _task_fields(model)
     given = settings(folder)
-    limit = min(int(given.max_length or model.config.max_position_embeddings), model.config.max_position_embeddings)
+    limit = window(model.config, tokenizer, given.max_length)
     fields |= {"max_length": limit, "normalize": given.normalize, "task_info": task_info}
     return folder, model.eval(), fields
 
@@ -180,16 +182,20 @@ def _max_abs_diff(module: nn.Module, fields: dict, vocab_size: int, path: Path) 
     return float(np.abs(got - expected).max())
 
 
-def _copy_tokenizer(folder: Path, dest: Path) -> bool:
-    """Save the checkpoint's tokenizer files into dest; False, with a warning, when it has none."""
-    if dest.resolve() == folder.resolve():  # exported into the checkpoint folder: its own files stay as they are
-        return True
+def _folder_tokenizer(folder: Path) -> Tokenizer | None:
+    """The checkpoint's tokenizer; None, with a warning, when it has none."""
     try:
-        Tokenizer.from_pretrained(folder).save(dest)
+        return Tokenizer.from_pretrained(folder)
     except InputError as err:  # the graph runs on token ids without it; texts need it
         log.warning("no tokenizer copied (%s): OnnxRunner.run works, embed does not", err)
-        return False
-    return True
+        return None
+
+
+def _copy_tokenizer(tokenizer: Tokenizer | None, folder: Path, dest: Path) -> bool:
+    """Save the checkpoint's tokenizer files into dest; False when it has none."""
+    if tokenizer is not None and dest.resolve() != folder.resolve():  # into the checkpoint folder: its own files stay
+        tokenizer.save(dest)
+    return tokenizer is not None
 
 
 def _write(module: nn.Module, fields: dict, config: EncoderConfig, out: Path, int8: bool, opset: int) -> int:
@@ -235,12 +241,14 @@ def export_onnx(model_name_or_path: str | os.PathLike, out_path: str | os.PathLi
         raise ConfigError(f"{out}: expected a file name ending in .onnx")
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ConfigError(f"opset {opset}: expected {MIN_OPSET} to {MAX_OPSET}")
-    folder, model, fields = _load_for_export(model_name_or_path, kind)
+    folder = resolve_model_path(model_name_or_path)
+    tokenizer = _folder_tokenizer(folder)
+    folder, model, fields = _load_for_export(folder, kind, tokenizer)
     module, vocab_size = _graph_module(model), model.config.vocab_size
     fp32_bytes = _write(module, fields, model.config, out, int8, opset)
-    tokenizer = _copy_tokenizer(folder, out.parent)
+    copied = _copy_tokenizer(tokenizer, folder, out.parent)
     sidecar = {"format": SIDECAR_FORMAT, "source": str(folder), "kind": kind, "inputs": list(INPUT_NAMES),
-               "hidden_size": model.config.hidden_size, "opset": opset, "int8": int8, "tokenizer": tokenizer} | fields
+               "hidden_size": model.config.hidden_size, "opset": opset, "int8": int8, "tokenizer": copied} | fields
     atomic_write_text(sidecar_path(out), json.dumps(sidecar, indent=2) + "\n")
     # int8 is not checked on random ids, far from real text; the tests measure it on real sentences.
     check = None if int8 else _max_abs_diff(module, fields, vocab_size, out)

@@ -27,14 +27,14 @@ from torch import nn
 
 from encoderlab.checkpoint import Settings, load_model, read_config, resolve_model_path, settings, stored_kind
 from encoderlab.engine import (COMBINE, Encoded, Engine, Output, as_list, check_texts, encode, forward, mean_by_owner,
-                               sentence_vectors, split_windows)
+                               sentence_vectors, split_windows, window)
 from encoderlab.errors import CheckpointError, ConfigError, InputError, MissingHeadError
 from encoderlab.io import qa_inputs
 from encoderlab.infer import backends
 from encoderlab.infer.compiled import compile_encoders
 from encoderlab.nn.model import IGNORE_INDEX, MODEL_CLASSES, SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
-from encoderlab.tasks.qa import Decoded, QATask
+from encoderlab.tasks.qa import Decoded, QATask, fit_to_window
 from encoderlab.tasks.readers import QAExample
 from encoderlab.tokenizer import Tokenizer
 
@@ -63,8 +63,7 @@ class Pipeline:
         self.settings, self.model_name = settings or Settings(), model_name
         self.device = torch.device(device)
         self.tokenizer, self.batch_size = tokenizer, batch_size
-        limit = model.config.max_position_embeddings
-        self.max_length = min(max_length or self.settings.max_length or limit, limit, tokenizer.model_max_length)
+        self.max_length = window(model.config, tokenizer, max_length, self.settings.max_length)
         self.engine = Engine(tokenizer, self.max_length, batch_size, self.device)
         model = model.eval().to(self.device)
         if compile and engine != "torch":
@@ -413,9 +412,8 @@ class QA(Pipeline):
         """doc_stride, max_answer_length: None follows the folder's settings."""
         super().__init__(model, tokenizer, precision, **options)
         given = self.settings
-        # A window this short (tiny test models) still fits a question, a stride and some context.
-        self.reader = QATask(tokenizer, self.max_length, min(doc_stride or given.doc_stride, self.max_length // 2),
-                             min(given.max_query_length, self.max_length // 4),
+        self.reader = QATask(tokenizer, self.max_length,
+                             *fit_to_window(self.max_length, doc_stride or given.doc_stride, given.max_query_length),
                              max_answer_length or given.max_answer_length, given.n_best, given.allow_null)
         self.doc_stride = self.reader.doc_stride
 

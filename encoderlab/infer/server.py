@@ -8,7 +8,8 @@ A server holds one checkpoint and offers the endpoints whose pipeline that check
 has no masked-LM head, `serve` answers /fill-mask with the shipped default model (encoderlab-fill-mask), the
 one second model it may load. GET /health reports the model behind each endpoint, the queue and how many
 forward batches served how many requests. GET / is the playground page (infer/playground/); POST /attention gives
-viz.attention's maps. With an API key (KeyCheck) every request but the page's files needs it in X-API-Key.
+viz.attention's maps of a text cut to the endpoint's window (`"truncated": true` says it was cut). With an API key
+(KeyCheck) every request but the page's files needs it in X-API-Key.
 
 Each endpoint has a micro-batching worker: requests that arrive within `batch_wait_ms` of the first (or until
 `max_batch` texts) go through the pipeline in one call, on one model thread, so the event loop keeps answering
@@ -438,7 +439,8 @@ def _add_attention(app: FastAPI, request: type[BaseModel], pipelines: dict[str, 
             raise InputError(f"task {task!r} is not served here; expected one of {', '.join(pipelines)}")
         pipe = pipelines[task]
         maps = await asyncio.get_running_loop().run_in_executor(  # on the model thread, as the batches run
-            executor, lambda: attention_maps(pipe.model, pipe.tokenizer, body.text, layers=[body.layer]))
+            executor, lambda: attention_maps(pipe.model, pipe.tokenizer, body.text, layers=[body.layer],
+                                             max_length=pipe.max_length))
         probs = maps.probs[0] if body.head is None else maps.select(body.layer, body.head)[None]
         return {"tokens": maps.tokens, "layer": maps.layers[0], "num_layers": maps.num_layers, "num_heads":
                 maps.num_heads, "maps": probs.double().round(decimals=4).tolist(), "truncated": maps.truncated}

@@ -134,9 +134,9 @@ def build(cfg, tokenizer: Tokenizer) -> Distillation:
     if config.vocab_size != teacher.config.vocab_size:
         raise ConfigError(f"init_from {cfg.init_from}: {config.vocab_size:,} tokens, the teacher "
                           f"{teacher.config.vocab_size:,}; distillation needs the same vocabulary")
-    if cfg.max_length > config.max_position_embeddings:
-        raise ConfigError(f"max_length {cfg.max_length} exceeds the teacher's max_position_embeddings "
-                          f"{config.max_position_embeddings}")
+    if cfg.max_length > config.max_tokens:  # RoBERTa's 514 positions hold 512 tokens
+        raise ConfigError(f"max_length {cfg.max_length} exceeds the {config.max_tokens} tokens the teacher takes "
+                          f"(max_position_embeddings {config.max_position_embeddings})")
     student = MaskedLMModel(config)
     init_from_teacher(student, teacher)
     return Distillation(student, teacher, cfg.temperature, cfg.alpha_ce, cfg.alpha_mlm, cfg.alpha_cos)

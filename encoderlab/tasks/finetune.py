@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from encoderlab.choices import BATCH_SIZE, BILSTM, MAX_LENGTH, split_names
-from encoderlab.engine import resolve_device as engine_device
+from encoderlab.engine import resolve_device as engine_device, window
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import atomic_write_text
-from encoderlab.checkpoint import Settings, load_model, read_task_info, save_pretrained, settings
+from encoderlab.checkpoint import Settings, load_model, model_config, read_task_info, save_pretrained, settings
 from encoderlab.nn import model as models
 from encoderlab.nn.bilstm import BiLSTMClassifier
 from encoderlab.tasks import readers
@@ -25,7 +25,7 @@ from encoderlab.tasks.base import Task
 from encoderlab.tasks.classify import ClassifyTask, label_set
 from encoderlab.tasks.embedding import EmbedTask
 from encoderlab.tasks.objective import TrainOptions, train
-from encoderlab.tasks.qa import QATask
+from encoderlab.tasks.qa import QATask, fit_to_window
 from encoderlab.tasks.tagging import TagTask, tag_set
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train import distributed
@@ -156,8 +156,8 @@ def build_task(name: str, head: Head, tokenizer: Tokenizer, train: list, max_len
     if name == "ner":
         return TagTask(tokenizer, max_length, tag_set(train), **common)
     if name == "qa":
-        return QATask(tokenizer, max_length, head.doc_stride, head.max_query_length, head.max_answer_length,
-                      head.n_best, allow_null=any(e.is_impossible for e in train), **common)
+        return QATask(tokenizer, max_length, *fit_to_window(max_length, head.doc_stride, head.max_query_length),
+                      head.max_answer_length, head.n_best, allow_null=any(e.is_impossible for e in train), **common)
     loss = head.loss or ("cosent" if all(isinstance(e.label, float) for e in train) else "mnrl")
     return EmbedTask(tokenizer, max_length, loss, head.scale, **common)
 
@@ -201,8 +201,8 @@ def finetune(job: FinetuneJob) -> dict[str, Any]:
     evaluation = None
     if job.eval:
         evaluation = subsample(read_examples(name, job.eval, job.reading, classes, regression), job.max_eval)
-    task = build_task(name, job.head, tokenizer, train_set, job.max_length or MAX_LENGTH[name],
-                      job.options.batch_size, job.options.precision)
+    task = build_task(name, job.head, tokenizer, train_set, train_window(job, tokenizer), job.options.batch_size,
+                      job.options.precision)
     _check_metric(job.metric, task, evaluation)
     features = task.features(train_set)
     if evaluation is not None:
@@ -211,6 +211,12 @@ def finetune(job: FinetuneJob) -> dict[str, Any]:
     runs = [_one_run(job, task, tokenizer, features, evaluation, seed,
                      out if len(seeds) == 1 else out / f"seed-{seed}", len(train_set)) for seed in seeds]
     return runs[0] if len(runs) == 1 else _summarize(runs, out)
+
+
+def train_window(job: FinetuneJob, tokenizer: Tokenizer) -> int:
+    """Tokens per training input: --max-length, else the task's default, within what the model takes."""
+    config = None if job.model == BILSTM else model_config(job.model)
+    return window(config, tokenizer, job.max_length, MAX_LENGTH[job.task])
 
 
 def _check_metric(metric: str | None, task: Task, evaluation: list | None) -> None:
@@ -287,7 +293,7 @@ def task_for_model(job: EvaluateJob, model: torch.nn.Module, info: dict, tokeniz
         raise InputError(f"{job.model}: a {type(model).__name__} cannot be evaluated on {name} "
                          f"(expected {' or '.join(c.__name__ for c in needs)})")
     given = settings(job.model)  # the folder's window and QA decoding, as every pipeline reads them
-    max_length = job.max_length or given.max_length or MAX_LENGTH[name]
+    max_length = window(getattr(model, "config", None), tokenizer, job.max_length, given.max_length, MAX_LENGTH[name])
     common = {"batch_size": job.batch_size or BATCH_SIZE[name], "precision": job.precision}
     if name == "classify":
         labels = None if model.regression else model.labels or _numbered(model)
@@ -296,8 +302,8 @@ def task_for_model(job: EvaluateJob, model: torch.nn.Module, info: dict, tokeniz
     if name == "ner":
         return TagTask(tokenizer, max_length, model.labels or _numbered(model), **common)
     if name == "qa":
-        return QATask(tokenizer, max_length, given.doc_stride, given.max_query_length, given.max_answer_length,
-                      given.n_best, given.allow_null, **common)
+        return QATask(tokenizer, max_length, *fit_to_window(max_length, given.doc_stride, given.max_query_length),
+                      given.max_answer_length, given.n_best, given.allow_null, **common)
     return EmbedTask(tokenizer, max_length, info.get("loss") or "cosent", **common)
 
 

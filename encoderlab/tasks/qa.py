@@ -73,6 +73,12 @@ def answer_tokens(spans: list[tuple[int, int] | None], char_start: int, char_end
     return (start, end) if start <= end else None
 
 
+def fit_to_window(max_length: int, doc_stride: int, max_query_length: int) -> tuple[int, int]:
+    """doc_stride and max_query_length cut to a short window (a tiny model's): at most a half and a quarter of it,
+    so that a question, the stride and some context fit; from 256 tokens the defaults (128, 64) stand unchanged."""
+    return min(doc_stride, max_length // 2), min(max_query_length, max_length // 4)
+
+
 class QATask(Task):
     """Span extraction over (question, context) windows."""
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from encoderlab.choices import MAX_TOKENS_SHOWN
-from encoderlab.engine import eval_mode
+from encoderlab.engine import eval_mode, window
 from encoderlab.errors import InputError
 from encoderlab.io import atomic_write, require_text
 from encoderlab.nn.encoder import Encoder
@@ -34,7 +34,7 @@ class AttentionMaps:
     probs: torch.Tensor  # (len(layers), heads, T, T) float32 on the CPU; each row sums to 1
     layers: list[int]  # the model layer of each entry of probs, counted from 0
     num_layers: int  # layers in the model, for negative indexes
-    truncated: bool = False  # the input was cut to the model's maximum length
+    truncated: bool = False  # the input was cut to the window (engine.window): the maps cover its first tokens
 
     @property
     def num_heads(self) -> int:
@@ -91,10 +91,11 @@ def _resolve_layers(layers: list[int] | None, num_layers: int) -> list[int]:
 
 def attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, pair: str | None = None,
                    layers: list[int] | None = None, max_length: int | None = None) -> AttentionMaps:
-    """Run the model once on `text` (and `pair`) and return its tokens and attention (layers, heads, T, T)."""
+    """Run the model once on `text` (and `pair`) and return its tokens and attention (layers, heads, T, T); a text
+    longer than the window (max_length, else all the model takes: engine.window) is truncated and says so."""
     require_text(text, pair)
     encoder = find_encoder(model)
-    limit = max_length or encoder.config.max_position_embeddings
+    limit = window(encoder.config, tokenizer, max_length)
     batch = tokenizer.encode_batch([text], [pair] if pair is not None else None, max_length=limit)
     picked = _resolve_layers(layers, len(encoder.layers))
     probs = attention_probs(encoder, batch.input_ids, batch.attention_mask, batch.token_type_ids, picked)
