@@ -243,7 +243,8 @@ class Engine:
     batch_size: int = 32
     device: torch.device = torch.device("cpu")
     precision: str = "fp32"
-    """bf16: run forward passes under bf16 autocast (task evaluation); pipelines convert the model instead."""
+    """bf16: run forward passes under bf16 autocast (evaluation while fine-tuning, which trains under it);
+    `evaluate` and the pipelines convert the model's weights instead."""
 
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None, what: str = "texts") -> list[Encoded]:
         """Tokenize, truncated to the window."""

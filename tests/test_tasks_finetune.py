@@ -11,8 +11,11 @@ import pytest
 import torch
 
 from encoderlab import EncoderConfig, EncoderModel, load_model
+from encoderlab.checkpoint import save_pretrained
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.cli.finetune import add_commands
+from encoderlab.infer import precision as precisions
+from encoderlab.infer.pipelines import pipeline
 from encoderlab.nn.model import SequenceClassifier
 from encoderlab.tokenizer import Tokenizer
 
@@ -248,3 +251,24 @@ def test_every_option_is_in_help(task, options, capsys):
               "--batch-size", "--max-length", "--seed", "--seeds", "--precision", "--metric", "--max-train",
               "--threads", "--device", "--save-every", "--resume", "--keep-state", "--no-keep-state"]
     assert all(option in text for option in common + options)
+
+
+def test_evaluate_bf16_converts_the_weights_as_the_classify_pipeline_does(tmp_path, tiny_model, monkeypatch):
+    """Issue 36, one meaning per flag: `evaluate --precision bf16` scores the model with bf16 weights, as `classify
+    --precision bf16` runs it (it ran fp32 weights under bf16 autocast: another computation under the same name)."""
+    monkeypatch.setattr(precisions, "bf16_supported", lambda device="cpu": True)  # the pipeline converts on any CPU
+    folder, data = tmp_path / "scorer", tmp_path / "data.tsv"
+    tokenizer = Tokenizer.from_pretrained(tiny_model)
+    save_pretrained(load_model(tiny_model, kind="classify", regression=True), folder, tokenizer,
+                    {"task": "classify", "max_length": 32})  # a random regression head: scores, not labels
+    rng = random.Random(1)
+    texts = [sentence(rng, i % 2) for i in range(40)]
+    data.write_text("sentence\tlabel\n" + "".join(f"{text}\t0.5\n" for text in texts), encoding="utf-8")
+    scores = {}
+    for precision in ("fp32", "bf16"):
+        run("evaluate", "classify", "--model", folder, "--data", data, "--precision", precision,
+            "--predictions", tmp_path / f"{precision}.jsonl")
+        scores[precision] = [json.loads(line) for line in (tmp_path / f"{precision}.jsonl").read_text().splitlines()]
+    piped = [result["score"] for result in pipeline("classify", folder, "bf16")(texts)]
+    assert scores["bf16"] == pytest.approx(piped, abs=1e-6)
+    assert scores["bf16"] != pytest.approx(scores["fp32"], abs=1e-4)  # bf16 did change the computation

@@ -214,7 +214,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_options(evaluate, (
         ("--batch-size", int, None, "N", "inputs per forward pass"),
         ("--max-length", int, None, "T", "tokens per input (default: what the model was trained with)")))
-    add_precision(evaluate, training=True)
+    add_precision(evaluate, scoring=True)
     add_options(evaluate, (
         ("--max-eval", int, None, "N", "score a fixed random subset of N examples (default: all)"),
         ("--predictions", None, None, "FILE",

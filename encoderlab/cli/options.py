@@ -63,11 +63,17 @@ def add_threads(parser: argparse.ArgumentParser, default: int | None = None) -> 
                         f"(default: {shown})")
 
 
-def add_precision(parser: argparse.ArgumentParser, training: bool = False) -> None:
-    """--precision: the four inference precisions, or fp32/bf16 autocast for training and evaluation."""
-    if training:
+def add_precision(parser: argparse.ArgumentParser, training: bool = False, scoring: bool = False) -> None:
+    """--precision: the four inference precisions; for training fp32 or bf16 autocast (mixed precision); for
+    scoring (evaluate) fp32 or bf16 weights, as the pipelines convert them (docs/finetuning.md#precision---precision-bf16)."""
+    if scoring:
         parser.add_argument("--precision", choices=TRAINING_PRECISIONS, default="fp32",
-                            help="fp32, or bf16 autocast for the forward pass (default: fp32)")
+                            help="fp32, or bf16: the model's weights converted to bf16, as classify, ner, qa and "
+                                 "embed's --precision bf16 run it (default: fp32)")
+    elif training:
+        parser.add_argument("--precision", choices=TRAINING_PRECISIONS, default="fp32",
+                            help="fp32, or bf16 mixed precision: fp32 weights, the forward pass under bf16 autocast "
+                                 "(default: fp32)")
     else:
         parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="fp32", help=PRECISION_HELP)
 

@@ -108,6 +108,7 @@ class EvaluateJob:
     batch_size: int | None = None
     max_length: int | None = None
     precision: str = "fp32"
+    """bf16: score the model with its weights converted to bf16, as the pipelines run it (not under autocast)."""
     max_eval: int | None = None
     predictions: str | None = None
     device: str | None = None
@@ -294,7 +295,7 @@ def task_for_model(job: EvaluateJob, model: torch.nn.Module, info: dict, tokeniz
                          f"(expected {' or '.join(c.__name__ for c in needs)})")
     given = settings(job.model)  # the folder's window and QA decoding, as every pipeline reads them
     max_length = window(getattr(model, "config", None), tokenizer, job.max_length, given.max_length, MAX_LENGTH[name])
-    common = {"batch_size": job.batch_size or BATCH_SIZE[name], "precision": job.precision}
+    common = {"batch_size": job.batch_size or BATCH_SIZE[name]}  # fp32 engine: evaluate() converted the weights
     if name == "classify":
         labels = None if model.regression else model.labels or _numbered(model)
         return ClassifyTask(tokenizer, max_length, labels, model.regression, stride=_given(job.stride, given.stride),
@@ -321,7 +322,11 @@ def _numbered(model: torch.nn.Module) -> list[str]:
 def evaluate(job: EvaluateJob) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled data file: task, model, data, examples and metrics."""
     # embed: the encoder under any head, pooled as job.pooling says (default: the folder's, else mean)
-    model = load_model(job.model, **({"kind": "embed", "pooling": job.pooling} if job.task == "embed" else {}))
+    # --precision bf16 converts the weights, as the pipelines do (a model fine-tuned with --precision bf16 trained
+    # under autocast, but what it serves and is scored as is the converted model)
+    dtype = torch.bfloat16 if job.precision == "bf16" else None
+    model = load_model(job.model, dtype=dtype,
+                       **({"kind": "embed", "pooling": job.pooling} if job.task == "embed" else {}))
     model = model.to(resolve_device(job.device))
     info = read_task_info(job.model)
     task = task_for_model(job, model, info, Tokenizer.from_pretrained(job.model))
