@@ -65,7 +65,7 @@ def add_threads(parser: argparse.ArgumentParser, default: int | None = None) -> 
 
 def add_precision(parser: argparse.ArgumentParser, training: bool = False, scoring: bool = False) -> None:
     """--precision: the four inference precisions; for training fp32 or bf16 autocast (mixed precision); for
-    scoring (evaluate) fp32 or bf16 weights, as the pipelines convert them (docs/finetuning.md#precision---precision-bf16)."""
+    scoring (evaluate) fp32 or bf16 weights, as the pipelines convert them (docs/finetuning.md, "Precision")."""
     if scoring:
         parser.add_argument("--precision", choices=TRAINING_PRECISIONS, default="fp32",
                             help="fp32, or bf16: the model's weights converted to bf16, as classify, ner, qa and "
