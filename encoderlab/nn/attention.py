@@ -52,16 +52,17 @@ class SelfAttention(nn.Module):
         T = q.shape[2]
         if isinstance(mask, Band) and mask.banded(T) and not (return_probs or dropout):
             return self.merge(banded_attention(q, k, v, mask), packing), None
-        eager = return_probs or (dropout and x.device.type == "cpu") or self._openvino_graph()
-        mask = mask.dense(T, q.device, own=not eager) if isinstance(mask, Band) else mask
-        if eager:
-            context, probs = self._eager(q, k, v, mask, dropout)
-            probs = probs if return_probs else None
-        elif x.device.type == "cpu" and torch.compiler.is_compiling() and q.shape[2] <= SHORT:
-            context, probs = self._compiled_cpu(q, k, v, mask).to(x.dtype), None
+        if return_probs or (dropout and x.device.type == "cpu") or self._openvino_graph():
+            context, probs = self._eager(q, k, v, mask.dense(T, q.device) if isinstance(mask, Band) else mask, dropout)
+            return self.merge(context, packing), probs if return_probs else None
+        empty = None  # a local layer's rows with no key: let through to SDPA, then zeroed (nn/window.py)
+        if isinstance(mask, Band):
+            mask, empty = mask.for_kernel(T, q.device)
+        if x.device.type == "cpu" and torch.compiler.is_compiling() and q.shape[2] <= SHORT:
+            context = self._compiled_cpu(q, k, v, mask).to(x.dtype)
         else:
-            context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
-        return self.merge(context, packing), probs
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        return self.merge(context if empty is None else context.masked_fill(empty, 0), packing), None
 
     def split(self, x: torch.Tensor, packing: Packing | None) -> torch.Tensor:
         """x (B, T, H), or packed (N, H) -> q, k, v stacked (3, B, nh, T, hd) (a tuple of three when exported for

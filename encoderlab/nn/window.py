@@ -7,11 +7,12 @@ head computes 3 x half x T scores and the cost grows linearly in T (Longformer's
 2020, arXiv:2004.05150, section 3.1, done with blocks instead of a custom kernel). The blocks are folded into the
 batch and run through the same fused scaled_dot_product_attention as global layers. Outputs equal the dense path's.
 
-Every query may attend to its own position, padding or not. A padding query more than `half` positions past its
-row's last real token has no real key in its window, and a row of the mask with no True at all is 0/0 in softmax:
-torch's CPU kernels return zeros for it, but CUDA's memory-efficient kernel returns NaN (pytorch/pytorch#103963,
-#110213), whose gradient then poisons every key and value (modernbert-base, 64 x 512 tokens, bf16 on an H100: loss
-NaN from the first steps). A real query's window holds its own position already, so its output is unchanged."""
+A padding query more than `half` positions past its row's last real token has no real key in its window, and a
+row of the mask with no True at all is 0/0 in softmax: torch's CPU kernels return zeros for it, but CUDA's
+memory-efficient kernel returns NaN (pytorch/pytorch#103963, #110213), whose gradient then poisons every key and
+value (modernbert-base, 64 x 512 tokens, bf16 on an H100: loss NaN from the first steps). So SDPA gets such a row
+with the query's own key let through, and its output is then zeroed (`let_through`): every device computes what
+the CPU kernels did (the outputs at padding match transformers'), finite, and no real query's row changes."""
 
 from __future__ import annotations
 
@@ -31,22 +32,33 @@ class Band:
 
     half: int
     key_mask: torch.Tensor | None  # (B, 1, 1, T) bool, True at real tokens; None: no padding
-    _dense: dict = field(default_factory=dict, repr=False)  # (T, own) -> (B or 1, 1, T, T), made once for all local layers
+    _dense: dict = field(default_factory=dict, repr=False)  # T -> (B or 1, 1, T, T), made once for all local layers
 
-    def dense(self, T: int, device: torch.device, own: bool = False) -> torch.Tensor:
-        """The window as a boolean mask (B or 1, 1, T, T) for full attention; with `own`, every query keeps its own
-        key (for SDPA: see the module docstring; the eager path's additive mask is finite on an empty row, and
-        matches transformers' eager attention there)."""
-        if (T, own) not in self._dense:
+    def dense(self, T: int, device: torch.device) -> torch.Tensor:
+        """The window as a boolean mask (B or 1, 1, T, T) for full attention."""
+        if T not in self._dense:
             i = torch.arange(T, device=device)
             band = ((i[:, None] - i[None, :]).abs() <= self.half)[None, None]  # (1, 1, T, T)
-            mask = band if self.key_mask is None else self.key_mask & band
-            self._dense[T, own] = mask | (i[:, None] == i[None, :]) if own and self.key_mask is not None else mask
-        return self._dense[T, own]
+            self._dense[T] = band if self.key_mask is None else self.key_mask & band
+        return self._dense[T]
+
+    def for_kernel(self, T: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """dense() safe for SDPA on any device: (the mask with each empty row's own key let through, the empty rows
+        (B or 1, 1, T, 1)), whose outputs the caller zeroes (see the module docstring)."""
+        mask = self.dense(T, device)
+        i = torch.arange(T, device=device)
+        return let_through(mask, i[:, None] == i[None, :])
 
     def banded(self, T: int) -> bool:
         """Whether blocks beat the dense mask at length T (never while tracing: the export keeps one graph)."""
         return T >= BANDED_FROM * self.half and not (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export())
+
+
+def let_through(mask: torch.Tensor, own: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A boolean mask (..., Q, K) whose all-False rows let through the query's own key (own: (Q, K), True there),
+    and those rows (..., Q, 1): their outputs are then zeroed, as torch's CPU kernels compute an empty row."""
+    empty = ~mask.any(-1, keepdim=True)
+    return mask | (empty & own), empty
 
 
 def banded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, band: Band) -> torch.Tensor:
@@ -59,13 +71,13 @@ def banded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, band: Ba
     keys, values = (F.pad(t, (0, 0, b, after + b)).unfold(2, 3 * b, b).transpose(-1, -2) for t in (k, v))
     offsets = torch.arange(3 * b, device=q.device)[None, :] - torch.arange(b, device=q.device)[:, None]
     window = (offsets >= 0) & (offsets <= 2 * b)  # (b, 3b): key j of a block is within half of query i
-    own = offsets == b  # (b, 3b): query i's own position, kept even where it is padding (see the module docstring)
     real = torch.ones(B, T, dtype=torch.bool, device=q.device) if band.key_mask is None else band.key_mask[:, 0, 0]
     real = F.pad(real, (b, after + b)).unfold(1, 3 * b, b)  # (B, nb, 3b), False beyond the sequence
-    mask = ((window[None, None] & real[:, :, None, :]) | own).view(B * nb, 1, b, 3 * b)
+    mask, empty = let_through((window[None, None] & real[:, :, None, :]).view(B * nb, 1, b, 3 * b),
+                              offsets == b)  # offset b: the query's own position
 
     def fold(t: torch.Tensor) -> torch.Tensor:  # (B, nh, nb, rows, hd) -> (B * nb, nh, rows, hd)
         return t.transpose(1, 2).reshape(B * nb, nh, *t.shape[-2:])
 
-    out = F.scaled_dot_product_attention(fold(blocks), fold(keys), fold(values), attn_mask=mask)
+    out = F.scaled_dot_product_attention(fold(blocks), fold(keys), fold(values), attn_mask=mask).masked_fill(empty, 0)
     return out.view(B, nb, nh, b, hd).transpose(1, 2).reshape(B, nh, nb * b, hd)[:, :, :T]
