@@ -31,6 +31,7 @@ from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.io import atomic_write_text
 from encoderlab.models import FAMILIES
+from encoderlab.nn import model as _model_classes  # noqa: F401  (they register on import; load_model builds them)
 from encoderlab.paths import resolve_model_path
 from encoderlab.tokenizer import Tokenizer
 
