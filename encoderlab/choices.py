@@ -12,8 +12,8 @@ ENGINES = ("torch", "onnxruntime", "ctranslate2", "openvino", "auto")
 COMBINE = ("logits", "probs")  # how the windows of one long text combine: mean of their logits, or of probabilities
 MAX_TOKENS_SHOWN = 64  # attention maps: beyond this, labels on a heat-map are too small to read
 
-# ---- training: encoderlab.train.config.PRECISIONS and encoderlab.tokenizer.KINDS are pinned equal to these by
-# tests/test_cli.py (those modules load torch, so the parser cannot read them)
+# ---- training: encoderlab.train.config takes its PRECISIONS from here; encoderlab.tokenizer.KINDS (the keys of its
+# special-token table, in a module that loads torch) is pinned equal to TOKENIZER_KINDS by tests/test_cli.py
 TRAINING_PRECISIONS = ("fp32", "bf16")
 TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")
 

@@ -5,6 +5,10 @@ worker counts."""
 from __future__ import annotations
 
 import csv
+import functools
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,22 @@ from encoderlab.train.pretrain import pretrain, training_data
 from test_pretrain import TINY, prepared  # noqa: F401  (the prepared corpus fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+CHILD = "ENCODERLAB_TEST_IN_FRESH_PROCESS"
+
+
+def in_fresh_process(test):
+    """Run the test in a pytest process of its own. Its DataLoader workers are forks, and forking the suite's own
+    process, which by then holds the threads of every native library earlier tests loaded, crashed the whole suite
+    with a segmentation fault once in two full runs; a fresh process forks cleanly, as a training run does."""
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        if os.environ.get(CHILD):
+            return test(*args, **kwargs)
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"{__file__}::{test.__name__}"], env=os.environ | {CHILD: "1"}, capture_output=True,
+                              text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return run
 
 
 def _data(prepared: Path, workers: int, micro: int = 4):
@@ -46,6 +66,7 @@ def _assert_same_steps(a: list, b: list) -> None:
                 assert torch.equal(x[key], y[key]), (step, key)
 
 
+@in_fresh_process
 def test_a_steps_batches_do_not_depend_on_the_worker_count(prepared):
     """Enough steps to cross into the second epoch (the corpus packs into 179 sequences, 23 steps of 8)."""
     reference = _data(prepared, 0)
@@ -61,6 +82,7 @@ def test_a_steps_batches_do_not_depend_on_the_worker_count(prepared):
             data.close()
 
 
+@in_fresh_process
 def test_each_ranks_share_and_micro_batches_match_the_main_process(prepared):
     reference, data = _data(prepared, 0, micro=2), _data(prepared, 2, micro=2)  # 2 ranks x 2 micro-batches of 2
     try:
@@ -72,6 +94,7 @@ def test_each_ranks_share_and_micro_batches_match_the_main_process(prepared):
         data.close()
 
 
+@in_fresh_process
 def test_loading_a_position_drops_the_steps_built_ahead(prepared):
     data = _data(prepared, 2)
     try:
@@ -89,6 +112,7 @@ def _losses(run: Path) -> list[tuple[int, float]]:
     return [(int(r["step"]), float(r["loss"])) for r in rows if r["loss"]]
 
 
+@in_fresh_process
 def test_a_run_resumed_with_other_worker_counts_equals_an_uninterrupted_one(prepared, tmp_path):
     extra = ("max_steps=8", "save_every=0", "eval_every=0", "grad_accum=2")
     straight, broken = tmp_path / "straight", tmp_path / "broken"

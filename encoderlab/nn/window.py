@@ -32,7 +32,7 @@ class Band:
 
     half: int
     key_mask: torch.Tensor | None  # (B, 1, 1, T) bool, True at real tokens; None: no padding
-    _dense: dict = field(default_factory=dict, repr=False)  # T -> (B or 1, 1, T, T), made once for all local layers
+    _dense: dict = field(default_factory=dict, repr=False)  # T -> (B or 1, 1, T, T); (T, "kernel") -> for_kernel's
 
     def dense(self, T: int, device: torch.device) -> torch.Tensor:
         """The window as a boolean mask (B or 1, 1, T, T) for full attention."""
@@ -45,9 +45,10 @@ class Band:
     def for_kernel(self, T: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """dense() safe for SDPA on any device: (the mask with each empty row's own key let through, the empty rows
         (B or 1, 1, T, 1)), whose outputs the caller zeroes (see the module docstring)."""
-        mask = self.dense(T, device)
-        i = torch.arange(T, device=device)
-        return let_through(mask, i[:, None] == i[None, :])
+        if (T, "kernel") not in self._dense:  # made once per forward, like dense(), for all local layers
+            i = torch.arange(T, device=device)
+            self._dense[T, "kernel"] = let_through(self.dense(T, device), i[:, None] == i[None, :])
+        return self._dense[T, "kernel"]
 
     def banded(self, T: int) -> bool:
         """Whether blocks beat the dense mask at length T (never while tracing: the export keeps one graph)."""

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from encoderlab.checkpoint import read_config
+from encoderlab.choices import TRAINING_PRECISIONS
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError
 from encoderlab.models import FAMILIES
@@ -22,7 +23,7 @@ from encoderlab.objectives.rtd import generator_config
 from encoderlab.train.optim import SCHEDULES
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "rtd", "distill")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = TRAINING_PRECISIONS  # fp32, or bf16 autocast
 EMBEDDING_SHARING = ("shared", "gdes")
 ANCHOR_LAYERS = ("last", "all")
 

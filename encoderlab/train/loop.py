@@ -319,7 +319,7 @@ class Watch:
         self.first_bad = torch.zeros((), dtype=torch.long, device=device)  # 0: every step finite so far
         self.tokens = torch.zeros((), device=device)  # since the last read
         self.latest: StepStats | None = None
-        self.read_at, self.read_step = time.perf_counter(), step
+        self.read_at = time.perf_counter()
         self.last_finite: tuple[int, float] | None = None  # (step, loss) of the last finite step read
         self.checkpoint: int | None = step or None
         self.graphs = [_graphs_compiled()]  # before the run; then after its first step
@@ -343,7 +343,7 @@ class Watch:
         now = time.perf_counter()
         metrics["tokens_per_s"] = float(self.tokens) / max(now - self.read_at, 1e-9)
         self.tokens.zero_()
-        self.read_at, self.read_step, self.last_finite = now, step, (step, metrics["loss"])
+        self.read_at, self.last_finite = now, (step, metrics["loss"])
         return metrics
 
     def saved(self, step: int) -> None:

@@ -98,11 +98,14 @@ def pack(batches: list[dict[str, Any]]) -> Packed:
         rest.append({})
         for key, value in batch.items():
             if isinstance(value, torch.Tensor) and value.dtype in (torch.int64, torch.int32):
-                parts.append(value.reshape(-1).to(torch.int32))
+                parts.append(value.reshape(-1))
                 layout.append((i, key, tuple(value.shape)))
             else:
                 rest[i][key] = value
-    flat = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int32)
+    flat, at = torch.empty(sum(len(part) for part in parts), dtype=torch.int32), 0
+    for part in parts:  # one copy each, narrowed on the way
+        flat[at:at + len(part)].copy_(part)
+        at += len(part)
     return flat, layout, rest
 
 
