@@ -23,9 +23,33 @@ DEFAULT_OPSET = 17  # the first with LayerNormalization as one op (fewer nodes t
 MIN_OPSET, MAX_OPSET = 14, 20  # SDPA's symbolic needs 14; 20 is the TorchScript exporter's last
 
 # ---- fine-tuning: encoderlab.tasks.finetune ------------------------------------------------------------------
-FINETUNE_TASKS = ("classify", "ner", "qa", "embed")
-MAX_LENGTH = {"classify": 128, "ner": 256, "qa": 384, "embed": 128}
-BATCH_SIZE = {"classify": 32, "ner": 32, "qa": 16, "embed": 32}
+@dataclass(frozen=True)
+class TaskCard:
+    """A fine-tuning task as the command line shows it before torch loads (the task's module registers the rest,
+    its encoderlab.tasks.spec.TaskSpec)."""
+
+    name: str
+    data: str
+    """The data file's format, for --help."""
+    max_length: int
+    """Tokens per input unless --max-length says otherwise."""
+    batch_size: int
+    """Examples per step (and per forward pass in evaluate) unless --batch-size says otherwise."""
+
+
+TASK_CARDS = (
+    TaskCard("classify", "GLUE-style TSV/CSV with a header row (or --no-header), or JSONL", 128, 32),
+    TaskCard("ner", "CoNLL column file (blank line between sentences; IOB1/IOB2/BIOES tags), or JSONL with tokens/tags",
+             256, 32),
+    TaskCard("qa", "SQuAD v1.1 or v2.0 JSON", 384, 16),
+    TaskCard("embed", "TSV/CSV/JSONL of text pairs (anchor, positive[, negative]) or scored pairs (sentence1, "
+             "sentence2, score)", 128, 32),
+)
+FINETUNE_TASKS = tuple(card.name for card in TASK_CARDS)
+DATA_HELP = {card.name: card.data for card in TASK_CARDS}
+MAX_LENGTH = {card.name: card.max_length for card in TASK_CARDS}
+BATCH_SIZE = {card.name: card.batch_size for card in TASK_CARDS}
+CLASSIFY_TYPES = ("classification", "regression", "multilabel")  # classify's --task-type
 BILSTM = "bilstm"
 
 # ---- `encoderlab compare`: encoderlab.compare ----------------------------------------------------------------

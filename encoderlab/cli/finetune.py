@@ -7,21 +7,13 @@ import json
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from encoderlab.choices import BATCH_SIZE, BILSTM, MAX_LENGTH, split_names
+from encoderlab.choices import BATCH_SIZE, BILSTM, CLASSIFY_TYPES, DATA_HELP, MAX_LENGTH, split_names
 from encoderlab.choices import FINETUNE_TASKS as TASKS
 from encoderlab.cli.options import (DEVICE, MODEL_HELP, add_json, add_model, add_options, add_precision, add_threads,
                                     add_window_options, apply_threads)
 
 if TYPE_CHECKING:
     from encoderlab.tasks.finetune import FinetuneJob, Reading
-
-DATA_HELP = {
-    "classify": "GLUE-style TSV/CSV with a header row (or --no-header), or JSONL",
-    "ner": "CoNLL column file (blank line between sentences; IOB1/IOB2/BIOES tags), or JSONL with tokens/tags",
-    "qa": "SQuAD v1.1 or v2.0 JSON",
-    "embed": "TSV/CSV/JSONL of text pairs (anchor, positive[, negative]) or scored pairs (sentence1, sentence2, score)",
-}
-
 
 # ---- options -> jobs ------------------------------------------------------------------------------------------
 def given(args: argparse.Namespace, job: type) -> dict[str, Any]:
@@ -45,7 +37,7 @@ def finetuning(args: argparse.Namespace) -> FinetuneJob:
                 "batch_size": args.batch_size or BATCH_SIZE[args.task], "progress": not args.no_progress}
     options = TrainOptions(**given(args, TrainOptions) | defaults)
     # The head: defaults for the options its task has none for.
-    head = Head(**given(args, Head), regression=getattr(args, "task_type", None) == "regression")
+    head = Head(**given(args, Head))
     return FinetuneJob(**given(args, FinetuneJob), options=options, reading=reading(args), head=head)
 
 
@@ -154,8 +146,10 @@ def _training_options(parser: argparse.ArgumentParser, task: str) -> None:
 def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
     """Options of one task."""
     if task == "classify":
-        parser.add_argument("--task-type", choices=("classification", "regression"), default="classification",
-                            help="classes (cross-entropy) or a score (MSE, e.g. STS-B) (default: classification)")
+        parser.add_argument("--task-type", choices=CLASSIFY_TYPES, default="classification",
+                            help="one class (cross-entropy), a score (MSE, e.g. STS-B) or a set of classes per row "
+                                 "(multilabel: labels separated by '|', sigmoid and binary cross-entropy) "
+                                 "(default: classification)")
         add_options(parser, (
             ("--labels", split_names, None, "A,B,...",
              "class names in id order (default: those of the training file, numeric or sorted)"),

@@ -3,6 +3,7 @@ ids and targets) -> padded batches -> a summed loss and its counts; examples -> 
 
 from __future__ import annotations
 
+import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -97,6 +98,19 @@ class Task(ABC):
         """Predict, then score; the model is left in the mode it was in."""
         with eval_mode(model):
             return self.score(examples, self.predict(model, examples))
+
+    def assess(self, model: nn.Module, examples: list) -> tuple[list | None, dict[str, float]]:
+        """What `evaluate` reports: the predictions (None where the metrics are not per example) and the metrics."""
+        predictions = self.predict(model, examples)
+        return predictions, self.score(examples, predictions)
+
+    def prediction_file(self, examples: list, predictions: list) -> str:
+        """The text of evaluate's --predictions file: one JSON value per line (a label, score or tag list)."""
+        return "".join(json.dumps(p) + "\n" for p in predictions)
+
+    def notes(self) -> dict[str, str]:
+        """What a result adds to its metrics so that they read right (which class a binary F1 is of)."""
+        return {}
 
     def info(self) -> dict[str, Any]:
         """What task.json records so `encoderlab evaluate` can read data as the model was trained."""

@@ -194,7 +194,8 @@ def run_seed(job: BenchJob, found: Found, run: dict[str, Any], seed: int, out: P
     if (out / "result.json").is_file():
         return json.loads((out / "result.json").read_text(encoding="utf-8"))
     spec, started = found.spec, time.time()
-    head = Head(labels=list(spec.labels) if spec.labels else None, regression=spec.regression)
+    head = Head(labels=list(spec.labels) if spec.labels else None,
+                task_type="regression" if spec.regression else "classification")
     tuned = finetune(FinetuneJob(spec.task, job.model, str(found.train), out, replace(run["options"], seed=seed),
                                  eval=str(found.evals[0][1]), reading=spec.reading, head=head,
                                  max_length=run["max_length"], metric=spec.metrics[0], device=job.device,

@@ -10,12 +10,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from encoderlab.choices import split_names
 from encoderlab.errors import InputError
 from encoderlab.engine import COMBINE, Encoded, Engine, encode, forward, mean_by_owner
-from encoderlab.nn.model import sequence_loss
+from encoderlab.nn.bilstm import BiLSTMClassifier
+from encoderlab.nn.model import SequenceClassifier, sequence_loss
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import classification_metrics, correlation_metrics
-from encoderlab.tasks.readers import TextExample
+from encoderlab.tasks.readers import TextExample, read_texts
+from encoderlab.tasks.spec import Head, Reading, TaskSpec, numbered_labels, register_task
 from encoderlab.tokenizer import Tokenizer
 
 
@@ -45,6 +48,13 @@ class ClassifyTask(Task):
             raise InputError(f"combine {combine!r}: expected one of {', '.join(COMBINE)}")
         self.labels, self.regression, self.stride, self.combine = labels, regression, stride, combine
         self.index = {label: i for i, label in enumerate(labels or [])}
+
+    def notes(self) -> dict[str, str]:
+        """{"f1_of": ...}: the class a binary F1 is computed for, or that it is a macro average."""
+        if self.regression:
+            return {}
+        n = len(self.labels)
+        return {"f1_of": f"class {self.labels[1]!r}" if n == 2 else f"macro average over {n} classes"}
 
     @property
     def metrics(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -123,3 +133,22 @@ class ClassifyTask(Task):
     def info(self) -> dict[str, Any]:
         return super().info() | {"task_type": "regression" if self.regression else "classification",
                                  "labels": self.labels, "stride": self.stride, "combine": self.combine}
+
+
+def read_classes(path: str, reading: Reading, info: dict, head: Head) -> list[TextExample]:
+    """A table (or JSONL) of texts and labels or scores; task.json's labels name the classes of a folder of texts."""
+    header = reading.header and info.get("header", True)
+    return read_texts(path, split_names(reading.option("text_cols", info)), reading.option("label_col", info),
+                      head.regression, header, classes=info.get("labels"))
+
+
+register_task(TaskSpec(
+    "classify", read_classes,
+    build=lambda head, tokenizer, train, max_length, common: ClassifyTask(
+        tokenizer, max_length, None if head.regression else (head.labels or label_set(train)), head.regression,
+        stride=head.stride, combine=head.combine, **common),
+    restore=lambda model, given, info, tokenizer, max_length, common: ClassifyTask(
+        tokenizer, max_length, None if model.regression else model.labels or numbered_labels(model),
+        model.regression, stride=given.stride, combine=given.combine, **common),
+    models=(SequenceClassifier, BiLSTMClassifier), model_kind="classify", keeps_labels=True,
+    model_options=lambda task, head: {"num_labels": task.num_outputs, "regression": task.regression}))

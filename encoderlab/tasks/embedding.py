@@ -16,11 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encoderlab.choices import split_names
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.engine import encode, eval_mode, forward, sentence_vectors
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import correlation_metrics
-from encoderlab.tasks.readers import TextExample
+from encoderlab.nn.model import SentenceEmbedder
+from encoderlab.tasks.readers import TextExample, read_texts
+from encoderlab.tasks.spec import TaskSpec, register_task
 from encoderlab.tokenizer import Tokenizer
 
 LOSSES = ("mnrl", "cosent", "cosine")
@@ -61,6 +64,12 @@ class EmbedTask(Task):
     # Both losses compare the pairs of a batch with each other: batches of one length would be of one genre
     # (STS-B's captions are short, its news long), and the model would never learn to rank across them.
     group_by_length = False
+
+    def assess(self, model: nn.Module, examples: list[TextExample]) -> tuple[list | None, dict[str, float]]:
+        """Scored pairs: correlation of cosines with the scores; unscored pairs: retrieval among them."""
+        if all(isinstance(e.label, float) for e in examples):
+            return super().assess(model, examples)
+        return None, self.retrieval(model, examples)
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, loss: str = "cosent", scale: float = 20.0,
                  score_max: float | None = None, batch_size: int = 32, precision: str = "fp32") -> None:
@@ -146,3 +155,20 @@ class EmbedTask(Task):
 
     def info(self) -> dict[str, Any]:
         return super().info() | {"loss": self.loss_name, "scale": self.scale, "score_max": self.score_max}
+
+
+def default_loss(train: list[TextExample]) -> str:
+    """cosent when every training pair has a score, else mnrl (in-batch negatives)."""
+    return "cosent" if all(isinstance(e.label, float) for e in train) else "mnrl"
+
+
+register_task(TaskSpec(
+    "embed", lambda path, reading, info, head: read_texts(
+        path, split_names(reading.option("text_cols", info)), reading.option("label_col", info), regression=True,
+        header=reading.header and info.get("header", True), need_label=False),
+    build=lambda head, tokenizer, train, max_length, common: EmbedTask(
+        tokenizer, max_length, head.loss or default_loss(train), head.scale, **common),
+    restore=lambda model, given, info, tokenizer, max_length, common: EmbedTask(
+        tokenizer, max_length, info.get("loss") or "cosent", **common),
+    models=(SentenceEmbedder,), model_kind="embed", evaluate_kind="embed",
+    model_options=lambda task, head: {"pooling": head.pooling}, info=lambda task, head: {"pooling": head.pooling}))

@@ -11,6 +11,7 @@ answers "" when the [CLS] score (its lowest over the windows) beats the best spa
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,10 +24,11 @@ from torch import nn
 
 from encoderlab.errors import ConfigError
 from encoderlab.engine import Encoded, Engine, encode, forward
-from encoderlab.nn.model import span_loss
+from encoderlab.nn.model import SpanExtractor, span_loss
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import squad_metrics
-from encoderlab.tasks.readers import QAExample
+from encoderlab.tasks.readers import QAExample, read_squad
+from encoderlab.tasks.spec import TaskSpec, register_task
 from encoderlab.tokenizer import Tokenizer
 
 
@@ -84,6 +86,10 @@ class QATask(Task):
 
     name = "qa"
     metrics = ("f1", "exact_match")
+
+    def prediction_file(self, examples: list[QAExample], predictions: list) -> str:
+        """SQuAD's {id: answer} JSON, what its official scorer reads."""
+        return json.dumps({e.id: p for e, p in zip(examples, predictions)}, indent=2) + "\n"
 
     def __init__(self, tokenizer: Tokenizer, max_length: int = 384, doc_stride: int = 128, max_query_length: int = 64,
                  max_answer_length: int = 30, n_best: int = 20, allow_null: bool = False, batch_size: int = 32,
@@ -202,3 +208,14 @@ class QATask(Task):
         return super().info() | {"doc_stride": self.doc_stride, "max_query_length": self.max_query_length,
                                  "max_answer_length": self.max_answer_length, "n_best": self.n_best,
                                  "allow_null": self.allow_null}
+
+
+register_task(TaskSpec(
+    "qa", lambda path, reading, info, head: read_squad(path),
+    build=lambda head, tokenizer, train, max_length, common: QATask(
+        tokenizer, max_length, *fit_to_window(max_length, head.doc_stride, head.max_query_length),
+        head.max_answer_length, head.n_best, allow_null=any(e.is_impossible for e in train), **common),
+    restore=lambda model, given, info, tokenizer, max_length, common: QATask(
+        tokenizer, max_length, *fit_to_window(max_length, given.doc_stride, given.max_query_length),
+        given.max_answer_length, given.n_best, given.allow_null, **common),
+    models=(SpanExtractor,), model_kind="qa"))

@@ -16,11 +16,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import InputError
-from encoderlab.nn.model import IGNORE_INDEX
+from encoderlab.nn.model import IGNORE_INDEX, TokenClassifier
 from encoderlab.engine import Encoded, encode, forward, pad
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import entity_metrics
-from encoderlab.tasks.readers import TaggedSentence
+from encoderlab.tasks.readers import TaggedSentence, read_conll
+from encoderlab.tasks.spec import TaskSpec, numbered_labels, register_task
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -125,3 +126,13 @@ class TagTask(Task):
 
     def info(self) -> dict[str, Any]:
         return super().info() | {"labels": self.labels}
+
+
+register_task(TaskSpec(
+    "ner", lambda path, reading, info, head: read_conll(path, tag_col=reading.option("tag_col", info, -1),
+                                                        token_col=reading.option("token_col", info, 0)),
+    build=lambda head, tokenizer, train, max_length, common: TagTask(tokenizer, max_length, tag_set(train), **common),
+    restore=lambda model, given, info, tokenizer, max_length, common: TagTask(
+        tokenizer, max_length, model.labels or numbered_labels(model), **common),
+    models=(TokenClassifier,), model_kind="ner", keeps_labels=True,
+    model_options=lambda task, head: {"num_labels": len(task.labels)}))
