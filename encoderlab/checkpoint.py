@@ -336,7 +336,7 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
     """Load a checkpoint folder or alias, in eval mode and fp32 unless `dtype` is given. The class is the one
     config.json's `architectures` names, or `kind` (see encoderlab.nn.model): another kind's head is left out, and a
     task head the checkpoint lacks starts fresh (fine-tuning from a pretrained encoder). options go to the class:
-    num_labels, regression, head (a SequenceClassifier's own output module), pooling."""
+    num_labels, regression, multilabel, head (a SequenceClassifier's own output module), pooling."""
     folder = resolve_model_path(name)
     raw = read_config(folder)
     if (raw.get("architectures") or [None])[0] == BILSTM:
@@ -408,6 +408,7 @@ def _class_options(cls: type[nn.Module], spec: FamilySpec, hf_state: dict[str, t
     if cls.kind == "classify":
         info = read_task_info(folder)
         stored["regression"] = raw.get("problem_type") == "regression" or info.get("task_type") == "regression"
+        stored["multilabel"] = raw.get("problem_type") == "multi_label_classification"
     return stored | given
 
 

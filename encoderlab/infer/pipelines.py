@@ -261,7 +261,8 @@ class Embed(Pipeline):
 
 # ---- classify ----------------------------------------------------------------------------------------
 class Classify(Pipeline):
-    """Texts (or [text, pair] items) -> label and class probabilities; a regression model gives a score."""
+    """Texts (or [text, pair] items) -> label and class probabilities; a regression model gives a score, a
+    multilabel one every class whose probability passes 0.5."""
 
     task = "classify"
     model_class, needs = SequenceClassifier, "a sequence-classification checkpoint (encoderlab finetune classify)"
@@ -271,7 +272,7 @@ class Classify(Pipeline):
         """stride, combine: how a text longer than the window is read (None follows the folder): in windows sharing
         `stride` tokens whose logits (or probabilities, combine="probs") are averaged. Pairs are truncated."""
         super().__init__(model, tokenizer, precision, **options)
-        self.regression = model.regression
+        self.regression, self.multilabel = model.regression, getattr(model, "multilabel", False)
         self._windowing(stride, combine)
 
     def __call__(self, inputs: Sequence[str | Sequence[str]]) -> list[dict[str, Any]]:
@@ -290,8 +291,11 @@ class Classify(Pipeline):
         """{"score": value} for regression; else the top label, its probability and every class's."""
         if self.regression:
             return {"score": round(float(logits[0]), 6)}
-        probs = logits.softmax(-1).tolist()
+        probs = (logits.sigmoid() if self.multilabel else logits.softmax(-1)).tolist()
         names = self.labels if len(self.labels) == len(probs) else [str(i) for i in range(len(probs))]
+        if self.multilabel:  # each class on its own: every one whose probability passes a half
+            return {"labels": [name for name, p in zip(names, probs) if p >= 0.5],
+                    "scores": {name: round(p, 6) for name, p in zip(names, probs)}}
         best = max(range(len(probs)), key=probs.__getitem__)
         return {"label": names[best], "score": round(probs[best], 6),
                 "scores": {name: round(p, 6) for name, p in zip(names, probs)}}

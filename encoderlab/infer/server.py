@@ -93,8 +93,10 @@ def request_models(limits: Limits) -> dict[str, type[BaseModel]]:
 EmbedResult = create_model("EmbedResult", embedding=(list[float], Field(
     description="the sentence vector (L2-normalized when the model says so)")))
 ClassifyResult = create_model(
-    "ClassifyResult", label=(str | None, Field(None, description="the most probable class (absent for regression)")),
-    score=(float, Field(description="its probability, or the regression value")),
+    "ClassifyResult", label=(str | None, Field(None, description="the most probable class (absent for regression "
+                                                                 "and multilabel)")),
+    labels=(list[str] | None, Field(None, description="multilabel: every class whose probability passes 0.5")),
+    score=(float | None, Field(None, description="its probability, or the regression value")),
     scores=(dict[str, float] | None, Field(None, description="every class's probability")))
 Prediction = create_model("Prediction", token=str, id=int, score=(float, Field(description="probability")))
 MaskResult = create_model("MaskResult", position=(int, Field(description="token position of the mask")),
@@ -469,6 +471,7 @@ def _add_endpoint(app: FastAPI, task: str, request: type[BaseModel], batchers: d
     endpoint.__annotations__["body"] = request  # the real model: FastAPI reads it to parse and document the body
     doc = type(pipe).__doc__.splitlines()[0] if type(pipe).__doc__ else task
     app.post(f"/{task}", response_model=response_model(task), summary=doc, name=task,
+             response_model_exclude_unset=True,  # a result has the fields its pipeline gives (multilabel: labels)
              responses={413: {"description": "body too large"}, 422: {"description": "invalid request"}})(endpoint)
 
 

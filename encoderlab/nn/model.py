@@ -229,11 +229,15 @@ class ReplacedTokenDetector(Model):
             logits[real].float(), labels[real].float())})
 
 
-def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool, reduction: str = "mean"
-                  ) -> torch.Tensor:
-    """Squared error of logits (B, 1) for scores (B,) (regression), else cross-entropy of (B, L) for class ids (B,)."""
+def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool, reduction: str = "mean",
+                  multilabel: bool = False) -> torch.Tensor:
+    """Squared error of logits (B, 1) for scores (B,) (regression); binary cross-entropy of each of the L logits
+    (B, L) against 0/1 targets (B, L) (multilabel; summed over classes with reduction "sum", averaged over all B*L
+    with "mean", as transformers' BCEWithLogitsLoss); else cross-entropy of (B, L) for class ids (B,)."""
     if regression:
         return F.mse_loss(logits.float().squeeze(-1), labels.float(), reduction=reduction)
+    if multilabel:
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction=reduction)
     return F.cross_entropy(logits.float(), labels, reduction=reduction)
 
 
@@ -244,15 +248,18 @@ class SequenceClassifier(Model):
     kind, hf_suffix = "classify", "ForSequenceClassification"
 
     def __init__(self, config: EncoderConfig, num_labels: int | None = None, head: nn.Module | None = None,
-                 regression: bool = False) -> None:
-        """num_labels: by default 1 for regression, else one per config.labels."""
+                 regression: bool = False, multilabel: bool = False) -> None:
+        """num_labels: by default 1 for regression, else one per config.labels; multilabel: each logit is a yes/no
+        of its class (sigmoid, binary cross-entropy: transformers' multi_label_classification)."""
         layout = checkpoint.classifier_head(config.model_type)
         super().__init__(config, pooler=layout.dense is None)  # BERT and ALBERT classify the pooled [CLS]
         if num_labels is None and head is None:
             if not regression and not config.labels:
                 raise ValueError("SequenceClassifier needs num_labels, config.labels or a head module")
             num_labels = 1 if regression else len(config.labels)
-        self.regression = regression
+        if regression and multilabel:
+            raise ValueError("a SequenceClassifier is for regression or multilabel classification, not both")
+        self.regression, self.multilabel = regression, multilabel
         self.head = SequenceHead(config, layout.dense is not None, layout.activation, layout.dropout_first,
                                  num_labels, head, layout.norm is not None)
         # Not self.init_weights(): a head module the user supplies keeps its own initialisation.
@@ -270,16 +277,18 @@ class SequenceClassifier(Model):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> ModelOutput:
-        """labels (B,): class ids, or target values for regression."""
+        """labels (B,): class ids, or target values for regression; (B, L) 0/1 per class for multilabel."""
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         logits = self.head(hidden.last_hidden_state, hidden.pooled, attention_mask)  # (B, L)
-        terms = {} if labels is None else {"classify": lambda: sequence_loss(logits, labels, self.regression)}
+        terms = {} if labels is None else {
+            "classify": lambda: sequence_loss(logits, labels, self.regression, multilabel=self.multilabel)}
         return ModelOutput(logits, hidden, terms)
 
     def hf_config(self) -> dict:
         if self.regression:
             return super().hf_config() | {"num_labels": 1, "problem_type": "regression"}
-        return _with_labels(super().hf_config(), self.num_outputs) | {"problem_type": "single_label_classification"}
+        problem = "multi_label_classification" if self.multilabel else "single_label_classification"
+        return _with_labels(super().hf_config(), self.num_outputs) | {"problem_type": problem}
 
 
 def token_transform(config: EncoderConfig) -> Transform | None:

@@ -19,7 +19,7 @@ from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import atomic_write_text
 from encoderlab.checkpoint import load_model, model_config, read_task_info, save_pretrained, settings
 from encoderlab.nn.bilstm import BiLSTMClassifier
-from encoderlab.tasks import classify, embedding, qa, tagging  # noqa: F401 -- each registers its TaskSpec
+from encoderlab.tasks import classify, embedding, multilabel, qa, tagging  # noqa: F401 -- each registers its TaskSpec
 from encoderlab.tasks.base import Task
 from encoderlab.tasks.objective import TrainOptions, train
 from encoderlab.tasks.spec import Head, Reading, TaskSpec, task_spec
@@ -194,7 +194,7 @@ def _summarize(runs: list[dict[str, Any]], out: Path) -> dict[str, Any]:
 # ---- evaluate ------------------------------------------------------------------------------------------------
 def task_for_model(job: EvaluateJob, model: torch.nn.Module, info: dict, tokenizer: Tokenizer) -> Task:
     """The Task that scores a loaded model, refusing a model without the head the task needs."""
-    spec = task_spec(job.task, info.get("task_type"))
+    spec = task_spec(job.task, info.get("task_type") or ("multilabel" if getattr(model, "multilabel", False) else None))
     if not isinstance(model, spec.models):
         raise InputError(f"{job.model}: a {type(model).__name__} cannot be evaluated on {job.task} "
                          f"(expected {' or '.join(c.__name__ for c in spec.models)})")
