@@ -7,7 +7,7 @@ import json
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from encoderlab.choices import BATCH_SIZE, BILSTM, CLASSIFY_TYPES, DATA_HELP, MAX_LENGTH, split_names
+from encoderlab.choices import BATCH_SIZE, BILSTM, CLASSIFY_TYPES, DATA_HELP, MAX_LENGTH, READS, split_names
 from encoderlab.choices import FINETUNE_TASKS as TASKS
 from encoderlab.cli.options import (DEVICE, MODEL_HELP, add_json, add_model, add_options, add_precision, add_threads,
                                     add_window_options, apply_threads)
@@ -98,14 +98,14 @@ KEEP_STATE = ("--keep-state", argparse.BooleanOptionalAction, True, None, "keep 
 
 def _reader_options(parser: argparse.ArgumentParser, task: str | None) -> None:
     """Options that say how to read a data file (task None: all of them, for evaluate)."""
-    if task in (None, "classify", "embed"):
+    if task is None or READS[task] == "table":
         add_options(parser, (
             ("--text-cols", None, None, "A[,B]", "text column(s) by header name or 0-based index (default: detected "
              "from names such as sentence, sentence1/sentence2, question/sentence, premise/hypothesis)"),
             ("--label-col", None, None, "COL",
              "label (or score) column by name or index (default: label, score, gold_label, ...)"),
             ("--no-header", bool, None, None, "the table has no header row: name columns by index")))
-    if task in (None, "ner"):
+    if task is None or READS[task] == "conll":
         add_options(parser, (
             ("--tag-col", int, None, "I", "column of the tags in a CoNLL file (default: -1, the last)"),
             ("--token-col", int, None, "I", "column of the words in a CoNLL file (default: 0)")))

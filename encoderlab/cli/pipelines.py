@@ -1,4 +1,4 @@
-"""The pipeline commands: fill-mask, classify, ner, qa and attention (embed and similarity: encoderlab.cli.models).
+"""The pipeline commands: fill-mask, classify, ner, qa, rerank and attention (embed and similarity: encoderlab.cli.models).
 
 Inputs come as arguments or from a file (--input: one text per line; for qa, JSONL with question and
 context). Output is a short human-readable listing, or one JSON document with --json.
@@ -122,6 +122,21 @@ def cmd_qa(args: argparse.Namespace) -> list[dict[str, Any]]:
     return emit(args, results, show)
 
 
+def cmd_rerank(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Order passages (TEXT arguments, or the lines of --input) by a cross-encoder's relevance to --query."""
+    if args.top_k is not None:
+        check_top_k(args.top_k)
+    if not args.query.strip():
+        raise InputError("rerank: --query is empty or only whitespace (expected some words)")
+    results = load_pipeline("rerank", args)([{"query": args.query, "passages": read_inputs(args)}], top_k=args.top_k)
+
+    def show(result: dict[str, Any]) -> None:
+        for row in result["ranking"]:
+            print(f"{row['score']:.4f}  [{row['index']}] {row['passage']}")
+
+    return emit(args, results, show)
+
+
 def read_questions(path: str) -> list[dict[str, str]]:
     """The {"question", "context"} objects of a JSONL file; InputError naming the file and line of a bad one."""
     items = []
@@ -202,6 +217,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         ("--doc-stride", int, None, "N",
          "tokens shared by consecutive windows of a long context (default: the model's, else 128)")))
     qa.set_defaults(func=cmd_qa)
+
+    rerank = subparsers.add_parser("rerank", help="order passages by relevance to a query (a cross-encoder)",
+                                   description=cmd_rerank.__doc__)
+    add_pipeline_options(rerank)
+    rerank.add_argument("--query", required=True, metavar="TEXT", help="what the passages are ranked for")
+    rerank.add_argument("--top-k", type=int, default=None, metavar="K", help="show the best K (default: all)")
+    rerank.set_defaults(func=cmd_rerank)
 
     parser = subparsers.add_parser("attention", help="heat-map of a layer's attention for one text",
                                    description=cmd_attention.__doc__)

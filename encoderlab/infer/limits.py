@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from encoderlab.errors import InputError
 
-TASKS = ("embed", "classify", "fill-mask", "ner", "qa")  # the order endpoints are tried and listed in
+TASKS = ("embed", "classify", "fill-mask", "ner", "qa", "rerank")  # the order endpoints are tried and listed in
 API_KEY_ENV = "ENCODERLAB_API_KEY"  # where `serve` reads its API key from (or --api-key-file; never an argument)
 
 

@@ -440,7 +440,51 @@ class QA(Pipeline):
                                  "max_answer_length": reader.max_answer_length, "allow_null": reader.allow_null}
 
 
-PIPELINES: dict[str, type[Pipeline]] = {cls.task: cls for cls in (FillMask, Embed, Classify, NER, QA)}
+# ---- rerank --------------------------------------------------------------------------------------------------
+class Rerank(Pipeline):
+    """{"query", "passages"} items -> the passages ordered by a cross-encoder's relevance score, best first.
+
+    Each (query, passage) pair is read together, truncated to the window (encoderlab.tasks.rerank)."""
+
+    task = "rerank"
+    model_class, needs = SequenceClassifier, "a one-score cross-encoder (encoderlab finetune rerank)"
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", **options: Any) -> None:
+        if isinstance(model, SequenceClassifier) and model.num_outputs != 1:
+            raise InputError(f"rerank needs {self.needs}; this classifier has {model.num_outputs} classes")
+        super().__init__(model, tokenizer, precision, **options)
+        self.regression = model.regression  # a score as it is (an STS cross-encoder); else a sigmoid's relevance
+
+    def __call__(self, inputs: Sequence[dict[str, Any]], top_k: int | None = None) -> list[dict[str, Any]]:
+        queries, passages = rerank_inputs(inputs)
+        pairs = [(q, p) for q, ps in zip(queries, passages) for p in ps]
+        items = self.engine.encode([q for q, _ in pairs], [p for _, p in pairs])
+        logits = self.engine.rows(items, lambda batch: self.logits(batch).float())[:, 0] if pairs else torch.zeros(0)
+        scores = (logits if self.regression else logits.sigmoid()).tolist()
+        results, start = [], 0
+        for ps in passages:
+            own = scores[start:start + len(ps)]
+            start += len(ps)
+            order = sorted(range(len(ps)), key=lambda i: -own[i])[:top_k]
+            results.append({"ranking": [{"index": i, "score": round(own[i], 6), "passage": ps[i]} for i in order]})
+        return results
+
+
+def rerank_inputs(inputs: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The queries and each one's passages; InputError naming the item at fault."""
+    queries, passages = [], []
+    for i, item in enumerate(inputs):
+        if not isinstance(item, dict) or not isinstance(item.get("query"), str) or not item["query"].strip():
+            raise InputError(f"input {i}: expected {{\"query\": text, \"passages\": [text, ...]}} with a non-empty query")
+        given = item.get("passages")
+        if not isinstance(given, list) or not given or not all(isinstance(p, str) and p.strip() for p in given):
+            raise InputError(f"input {i}: \"passages\" must be a non-empty list of non-empty texts")
+        queries.append(item["query"])
+        passages.append(given)
+    return queries, passages
+
+
+PIPELINES: dict[str, type[Pipeline]] = {cls.task: cls for cls in (FillMask, Embed, Classify, NER, QA, Rerank)}
 
 
 def pipeline(task: str, model: str | Path | None = None, precision: str = "fp32", **options: Any) -> Pipeline:

@@ -84,6 +84,11 @@ def request_models(limits: Limits) -> dict[str, type[BaseModel]]:
                 top_k=(int, Field(5, ge=1, le=100, description="predictions per mask"))),
             "ner": request("NERRequest", texts=texts),
             "qa": request("QARequest", items=(list[qa_item], Field(description="question and context pairs", **many))),
+            "rerank": request("RerankRequest", items=(list[request("RerankItem", query=(Text, Field(
+                description="what the passages are ranked for")), passages=(list[Text], Field(
+                description=f"1 to {limits.max_batch} passages", **many)))], Field(
+                description="queries, each with its passages", **many)),
+                top_k=(int | None, Field(None, ge=1, description="the best K passages of each query (default: all)"))),
             "attention": request("AttentionRequest", text=(Text, ...), layer=(int, -1), head=(int | None, Field(
                 None, description="one head, or every head of the layer")), task=(str | None, Field(
                 None, description="the endpoint whose model to look into (default: the first served)")))}
@@ -111,8 +116,14 @@ NERResult = create_model("NERResult", text=str, entities=list[Entity])
 QAResult = create_model("QAResult", answer=(str, Field(description="the answer span ('' when none was found)")),
                         start=(int, Field(description="character offset in the context")), end=int, score=float)
 
+Ranked = create_model("Ranked", index=(int, Field(description="the passage's position in the request")),
+                      score=(float, Field(description="its relevance (the sigmoid of the cross-encoder's logit)")),
+                      passage=str)
+RerankResult = create_model("RerankResult", ranking=(list[Ranked], Field(description="best first")))
+
 RESULTS: dict[str, type[BaseModel]] = {"embed": EmbedResult, "classify": ClassifyResult,
-                                       "fill-mask": FillMaskResult, "ner": NERResult, "qa": QAResult}
+                                       "fill-mask": FillMaskResult, "ner": NERResult, "qa": QAResult,
+                                       "rerank": RerankResult}
 
 
 def response_model(task: str) -> type[BaseModel]:
@@ -231,8 +242,8 @@ class Batcher:
 
 
 def pipeline_runner(pipe: Pipeline) -> Callable[[list[Any], Hashable], list[dict[str, Any]]]:
-    """(items, key) -> results: fill-mask's key is its top_k; other pipelines take the items alone."""
-    if pipe.task == "fill-mask":
+    """(items, key) -> results: fill-mask's and rerank's key is their top_k; other pipelines take the items alone."""
+    if pipe.task in ("fill-mask", "rerank"):
         return lambda items, key: pipe(items, top_k=key[1])
     return lambda items, key: pipe(items)
 
@@ -366,7 +377,7 @@ def _replay(body: bytes, receive: Callable) -> Callable:
 
 def _key(task: str, body: BaseModel) -> Hashable:
     """What must match for two requests to share a pipeline call."""
-    if task == "fill-mask":
+    if task in ("fill-mask", "rerank"):
         return ("top_k", body.top_k)
     if task == "classify":
         return ("pairs", tuple(sorted({isinstance(item, list) for item in body.texts})))
@@ -456,7 +467,7 @@ def _add_endpoint(app: FastAPI, task: str, request: type[BaseModel], batchers: d
     """POST /{task}: validate, queue for the batcher, answer the results or a short error."""
     async def endpoint(body: BaseModel) -> Any:
         batcher = batchers[task]
-        items = [item.model_dump() for item in body.items] if task == "qa" else list(body.texts)  # pipeline inputs
+        items = [item.model_dump() for item in body.items] if "items" in type(body).model_fields else list(body.texts)
         try:
             return {"results": await batcher.submit(items, _key(task, body))}
         except InputError as err:

@@ -19,7 +19,7 @@ from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import atomic_write_text
 from encoderlab.checkpoint import load_model, model_config, read_task_info, save_pretrained, settings
 from encoderlab.nn.bilstm import BiLSTMClassifier
-from encoderlab.tasks import classify, embedding, multilabel, qa, tagging  # noqa: F401 -- each registers its TaskSpec
+from encoderlab.tasks import classify, embedding, multilabel, qa, rerank, tagging  # noqa: F401 -- each registers its TaskSpec
 from encoderlab.tasks.base import Task
 from encoderlab.tasks.objective import TrainOptions, train
 from encoderlab.tasks.spec import Head, Reading, TaskSpec, task_spec

@@ -1,0 +1,151 @@
+"""Reranking: a cross-encoder fine-tuned with `finetune rerank` against the bi-encoder `similarity` on SQuAD questions.
+
+Each SQuAD question was written about one paragraph of a Wikipedia article; the task is to find that paragraph among
+all the paragraphs of its article (about 43 on average in part A). The bi-encoder (minilm's sentence vectors,
+cosine) ranks them all; the cross-encoder, minilm's encoder under a new one-logit head fine-tuned on other articles'
+questions (each with its paragraph and the bi-encoder's three best wrong ones as hard negatives), re-orders the
+bi-encoder's top 20, as a retrieve-then-rerank system does. Both are scored by MRR@10, nDCG@10 and hit@1 on the same
+held-out questions.
+
+    python bench/rerank.py            # 1,500 training questions, 400 held out (about 15 min on 2 cores)
+    python bench/rerank.py --quick    # 64 / 32: that it runs, not a measurement
+    python bench/rerank.py --smoke    # a tiny random model on synthetic articles (make test)
+
+Held-out questions come from the articles whose title's SHA-1 falls in the last third, so no article gives both
+training and held-out questions. Data: ../shared/data/squad_v1.1/dev-v1.1.part-a.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import goal, parser, size, tiny_model, training_precision, write_results  # noqa: E402
+
+from encoderlab.infer.pipelines import pipeline  # noqa: E402
+from encoderlab.tasks.finetune import EvaluateJob, FinetuneJob, evaluate, finetune  # noqa: E402
+from encoderlab.tasks.objective import TrainOptions  # noqa: E402
+from encoderlab.tasks.rerank import ranking_metrics  # noqa: E402
+
+SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad_v1.1" / "dev-v1.1.part-a.json"
+SIZES = {"full": (1500, 400, 20, 256), "quick": (64, 32, 10, 128), "smoke": (24, 12, 4, 32)}  # train, held, top, T
+NEGATIVES = 3  # hard negatives per training question
+
+
+def articles_of_squad() -> list[tuple[str, list[str], list[tuple[str, int]]]]:
+    """(title, paragraphs, [(question, index of its paragraph)]) per article."""
+    out = []
+    for article in json.loads(SQUAD.read_text(encoding="utf-8"))["data"]:
+        paragraphs = [p["context"] for p in article["paragraphs"]]
+        questions = [(q["question"], i) for i, p in enumerate(article["paragraphs"]) for q in p["qas"]]
+        out.append((article["title"], paragraphs, questions))
+    return out
+
+
+def synthetic_articles() -> list[tuple[str, list[str], list[tuple[str, int]]]]:
+    """Made-up articles whose questions name a word of their paragraph, for --smoke."""
+    rng = random.Random(0)
+    words = "river city music war king church school bridge island market".split()
+    out = []
+    for a in range(9):
+        keys = rng.sample(words, 4)
+        paragraphs = [f"this part is about the {k} and more . " * 2 for k in keys]
+        out.append((f"article {a}", paragraphs, [(f"what about the {k} ? {q}", i) for i, k in enumerate(keys)
+                                                 for q in range(3)]))
+    return out
+
+
+def held_out(title: str) -> bool:
+    """The last third of the titles by SHA-1: held-out articles."""
+    return int(hashlib.sha1(title.encode()).hexdigest(), 16) % 3 == 2
+
+
+def bi_encoder_rankings(embed, articles, picked) -> list[list[int]]:
+    """For each (article, question, gold) picked: the article's paragraph indices by cosine to the question."""
+    vectors = {a: torch.tensor(embed(articles[a][1])) for a in {a for a, _, _ in picked}}
+    questions = torch.tensor(embed([q for _, q, _ in picked]))
+    out = []
+    for (a, _, _), q in zip(picked, questions):
+        cosines = torch.nn.functional.cosine_similarity(vectors[a], q[None], dim=-1)
+        out.append(cosines.argsort(descending=True).tolist())
+    return out
+
+
+def pairs_file(path: Path, rows: list[tuple[str, str, int]]) -> Path:
+    """A query/passage/label TSV (tabs and newlines inside texts become spaces)."""
+    clean = [(" ".join(q.split()), " ".join(p.split()), y) for q, p, y in rows]
+    path.write_text("query\tpassage\tlabel\n" + "".join(f"{q}\t{p}\t{y}\n" for q, p, y in clean), encoding="utf-8")
+    return path
+
+
+def pick(articles, held: bool, count: int, rng: random.Random) -> list[tuple[int, str, int]]:
+    """`count` (article index, question, gold paragraph) of the held-out (or the training) articles."""
+    pool = [(a, q, gold) for a, (title, _, qs) in enumerate(articles) if held_out(title) == held for q, gold in qs]
+    return rng.sample(pool, min(count, len(pool)))
+
+
+def main() -> None:
+    cli = parser(__doc__, "64 training and 32 held-out questions: that it runs, not a measurement")
+    args = cli.parse_args()
+    mode = size(args)
+    train_count, held_count, top, max_length = SIZES[mode]
+    if mode != "smoke" and not SQUAD.is_file():
+        raise SystemExit(f"{SQUAD} is absent: this bench needs SQuAD (run --smoke for the synthetic check)")
+    articles = synthetic_articles() if mode == "smoke" else articles_of_squad()
+    rng = random.Random(0)
+    training, testing = pick(articles, False, train_count, rng), pick(articles, True, held_count, rng)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        model = str(tiny_model(folder / "tiny")) if mode == "smoke" else "minilm"
+        embed = pipeline("embed", model, batch_size=64)
+        as_vectors = lambda texts: [r["embedding"] for r in embed(texts)]  # noqa: E731
+        start = time.perf_counter()
+        test_ranks = bi_encoder_rankings(as_vectors, articles, testing)
+        bi_seconds = time.perf_counter() - start
+        bi = ranking_metrics([[float(i == gold) for i in ranked] for (_, _, gold), ranked in zip(testing, test_ranks)])
+        train_ranks = bi_encoder_rankings(as_vectors, articles, training)
+        rows = []
+        for (a, q, gold), ranked in zip(training, train_ranks):
+            paragraphs = articles[a][1]
+            rows.append((q, paragraphs[gold], 1))
+            rows += [(q, paragraphs[i], 0) for i in [i for i in ranked if i != gold][:NEGATIVES]]
+        train = pairs_file(folder / "train.tsv", rows)
+        # held-out: the bi-encoder's top `top` of each question, in its order, for the cross-encoder to re-order
+        test = pairs_file(folder / "test.tsv", [(q, articles[a][1][i], int(i == gold)) for (a, q, gold), ranked
+                                                 in zip(testing, test_ranks) for i in ranked[:top]])
+        options = TrainOptions(lr=5e-5 if mode != "smoke" else 1e-3, epochs=1.0, batch_size=16,
+                               precision=training_precision(), progress=mode == "full")
+        start = time.perf_counter()
+        finetune(FinetuneJob("rerank", model, str(train), folder / "cross", options, max_length=max_length))
+        train_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        cross = evaluate(EvaluateJob("rerank", str(folder / "cross"), str(test), max_length=max_length))["metrics"]
+        rerank_seconds = time.perf_counter() - start
+    recall = sum(gold in ranked[:top] for (_, _, gold), ranked in zip(testing, test_ranks)) / len(testing)
+    figures = {"model": model, "train_questions": len(training), "train_pairs": len(rows),
+               "held_out_questions": len(testing), "reranked_top": top, "max_length": max_length,
+               "mean_paragraphs_per_article": round(sum(len(p) for _, p, _ in articles) / len(articles), 1),
+               "bi_encoder_recall_at_top": round(recall, 4),
+               "bi_encoder": {k: round(v, 4) for k, v in bi.items()},
+               "cross_encoder": {k: round(v, 4) for k, v in cross.items() if k != "queries"},
+               "seconds": {"bi_encoder_ranking": round(bi_seconds, 1), "cross_encoder_training": round(train_seconds, 1),
+                           "cross_encoder_reranking": round(rerank_seconds, 1)}}
+    goals = [goal("cross-encoder MRR@10 minus the bi-encoder's, on the same held-out questions (points)",
+                  100 * (cross["mrr_at_10"] - bi["mrr_at_10"]), 0.0)]
+    path = write_results(args, "rerank", figures, goals)
+    print(f"MRR@10: bi-encoder {bi['mrr_at_10']:.4f}, cross-encoder reranking its top {top} "
+          f"{cross['mrr_at_10']:.4f} ({len(testing)} held-out questions); wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

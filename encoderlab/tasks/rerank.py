@@ -1,0 +1,122 @@
+"""A cross-encoder reranker: `finetune rerank` on (query, passage, label or score) rows, then `rerank` orders the
+passages of a query by one score per pair read together by the encoder (Nogueira and Cho 2019, "Passage
+Re-ranking with BERT", arXiv:1901.04085): slower than comparing sentence vectors, and more exact, so it reorders the
+few passages a bi-encoder (`similarity`) or a keyword search brought up.
+
+The model is a SequenceClassifier with one logit; its sigmoid is the relevance, trained with binary cross-entropy on
+labels 0/1 or scores in [0, 1], as sentence-transformers' CrossEncoder trains one label. transformers loads the folder
+as XForSequenceClassification (num_labels 1, problem_type multi_label_classification: a sigmoid of the one logit).
+
+Scoring groups the rows of an evaluation file by query (the passages of one query, relevant ones labelled 1) and
+reports MRR@10, nDCG@10 and hit@1 (Manning et al., Introduction to Information Retrieval, sections 8.4 and 8.5)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from encoderlab.choices import split_names
+from encoderlab.engine import encode, forward
+from encoderlab.errors import InputError
+from encoderlab.nn.model import SequenceClassifier, sequence_loss
+from encoderlab.tasks.base import Task, pad_features
+from encoderlab.tasks.readers import TextExample, read_texts
+from encoderlab.tasks.spec import TaskSpec, register_task
+
+CUTOFF = 10  # MRR@10 and nDCG@10: what a reader of a result list looks at (MS MARCO's passage ranking measure)
+
+
+def relevance(example: TextExample) -> float:
+    """The row's label: 1/0, or a graded score in [0, 1] (InputError naming the line otherwise)."""
+    if not isinstance(example.label, float) or not 0.0 <= example.label <= 1.0:
+        raise InputError(f"{example.where}: expected a relevance label of 0 or 1 (or a score in [0, 1]), got "
+                         f"{example.label!r}")
+    return example.label
+
+
+def by_query(examples: list[TextExample]) -> dict[str, list[int]]:
+    """The rows of each query, in file order."""
+    groups: dict[str, list[int]] = {}
+    for i, example in enumerate(examples):
+        groups.setdefault(example.texts[0], []).append(i)
+    return groups
+
+
+def ranking_metrics(gains: list[list[float]]) -> dict[str, float]:
+    """MRR@10, nDCG@10 and hit@1 over queries, each given its passages' relevance in ranked order (a passage is
+    relevant from 0.5 up; nDCG uses the graded relevance)."""
+    mrr = ndcg = hits = 0.0
+    for ranked in gains:
+        first = next((r for r, gain in enumerate(ranked[:CUTOFF], 1) if gain >= 0.5), None)
+        mrr += 1.0 / first if first else 0.0
+        hits += bool(ranked) and ranked[0] >= 0.5
+        dcg = sum(gain / math.log2(r + 1) for r, gain in enumerate(ranked[:CUTOFF], 1))
+        ideal = sum(gain / math.log2(r + 1) for r, gain in enumerate(sorted(ranked, reverse=True)[:CUTOFF], 1))
+        ndcg += dcg / ideal if ideal else 0.0
+    n = max(len(gains), 1)
+    return {"mrr_at_10": mrr / n, "ndcg_at_10": ndcg / n, "hit_at_1": hits / n}
+
+
+class RerankTask(Task):
+    """Score (query, passage) pairs; rank the passages of each query by their scores."""
+
+    name = "rerank"
+    metrics = ("mrr_at_10", "ndcg_at_10", "hit_at_1")
+
+    labels = None
+    regression = False
+    num_outputs = 1
+
+    def validate(self, examples: list[TextExample]) -> None:
+        for example in examples:
+            if len(example.texts) != 2:
+                raise InputError(f"{example.where}: expected a query and a passage, got {len(example.texts)} texts")
+            relevance(example)
+
+    def features(self, examples: list[TextExample]) -> list[dict[str, Any]]:
+        self.validate(examples)
+        items = self.encode(examples)
+        return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "label": relevance(x)}
+                for e, x in zip(items, examples)]
+
+    def encode(self, examples: list[TextExample]) -> list:
+        """The token ids of each (query, passage) pair, cut to the window."""
+        return encode(self.tokenizer, [e.texts[0] for e in examples], [e.texts[1] for e in examples],
+                      self.max_length, "query-passage pairs")
+
+    def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = pad_features(features, self.tokenizer.pad_id)
+        if "label" in features[0]:
+            batch["labels"] = torch.tensor([[f["label"]] for f in features], dtype=torch.float32)  # (B, 1)
+        return batch
+
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, 1)
+        return sequence_loss(logits, batch["labels"], False, reduction="sum", multilabel=True)
+
+    def predict(self, model: nn.Module, examples: list[TextExample]) -> list[float]:
+        """Each pair's relevance score (the sigmoid of its logit)."""
+        rows = self.engine(model).rows(self.encode(examples), lambda batch: forward(model, batch).logits.float())
+        return rows[:, 0].sigmoid().tolist()
+
+    def score(self, examples: list[TextExample], predictions: list[float]) -> dict[str, float]:
+        gains = [[relevance(examples[i]) for i in sorted(rows, key=lambda i: -predictions[i])]
+                 for rows in by_query(examples).values()]
+        return ranking_metrics(gains) | {"queries": float(len(gains))}
+
+
+def read_pairs(path: str, reading, info: dict, head) -> list[TextExample]:
+    """A table (or JSONL) of query, passage and a relevance label or score."""
+    return read_texts(path, split_names(reading.option("text_cols", info)), reading.option("label_col", info),
+                      regression=True, header=reading.header and info.get("header", True))
+
+
+register_task(TaskSpec(
+    "rerank", read_pairs,
+    build=lambda head, tokenizer, train, max_length, common: RerankTask(tokenizer, max_length, **common),
+    restore=lambda model, given, info, tokenizer, max_length, common: RerankTask(tokenizer, max_length, **common),
+    models=(SequenceClassifier,), model_kind="classify",
+    model_options=lambda task, head: {"num_labels": 1, "multilabel": True}))

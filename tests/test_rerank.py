@@ -1,0 +1,125 @@
+"""The cross-encoder reranker (encoderlab.tasks.rerank): ranking metrics, a tiny model learning which passage
+answers a query through the CLI, its pipeline, command and endpoint, parity with transformers, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import httpx
+import pytest
+import torch
+from torch.testing import assert_close
+from transformers import BertForSequenceClassification
+
+from hf_oracle import TOL
+from test_server import running
+from test_tasks_finetune import CITIES, FILLER, NAMES, run, tiny_model  # noqa: F401
+
+from encoderlab import EncoderConfig, SequenceClassifier, load_model
+from encoderlab.cli import main
+from encoderlab.errors import InputError
+from encoderlab.infer.limits import Limits
+from encoderlab.infer.pipelines import pipeline
+from encoderlab.infer.server import create_app, load_pipelines
+from encoderlab.tasks.rerank import ranking_metrics
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
+
+def test_ranking_metrics_by_hand():
+    # query 1: relevant at rank 2 of 3; query 2: relevant at rank 1 and 3; query 3: none in the top 10
+    got = ranking_metrics([[0, 1, 0], [1, 0, 1], [0] * 10 + [1]])
+    assert got["mrr_at_10"] == pytest.approx((1 / 2 + 1 + 0) / 3)
+    assert got["hit_at_1"] == pytest.approx(1 / 3)
+    ndcg1 = (1 / math.log2(3)) / 1
+    ndcg2 = (1 + 1 / math.log2(4)) / (1 + 1 / math.log2(3))
+    assert got["ndcg_at_10"] == pytest.approx((ndcg1 + ndcg2 + 0) / 3)
+
+
+def queries(rng: random.Random, count: int) -> list[tuple[str, str, int]]:
+    """Rows (query, passage, label): who lives where; the relevant passage names the query's person."""
+    rows, seen = [], set()
+    while len(seen) < count:
+        person = rng.choice(NAMES)
+        query = f"{' '.join(rng.choices(FILLER, k=3))} where does {person} live ?"  # distinct: rows group by query
+        if query in seen:
+            continue
+        seen.add(query)
+        for other in NAMES:
+            filler = " ".join(rng.choices(FILLER, k=2))
+            rows.append((query, f"{other} lives in {rng.choice(CITIES)} {filler}", int(other == person)))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def reranker(tmp_path_factory, minilm_path):
+    """all-MiniLM-L6-v2's encoder under a new one-logit head, fine-tuned briefly (a random tiny encoder does not
+    learn to match words across the pair in a test's time)."""
+    folder = tmp_path_factory.mktemp("rerank")
+    rng = random.Random(0)
+    for name, count in (("train", 80), ("dev", 20)):
+        rows = queries(rng, count)
+        (folder / f"{name}.tsv").write_text("query\tpassage\tlabel\n" + "".join(f"{q}\t{p}\t{y}\n" for q, p, y in rows))
+    summary = run("finetune", "rerank", "--model", minilm_path, "--train", folder / "train.tsv", "--eval",
+                  folder / "dev.tsv", "--out", folder / "run", "--lr", "1e-4", "--epochs", "1", "--batch-size", "16",
+                  "--max-length", "32", "--no-progress")
+    return folder, summary
+
+
+def test_a_tiny_cross_encoder_learns_to_rank_and_evaluates_the_same(reranker):
+    folder, summary = reranker
+    # chance: the relevant passage is one of 4, MRR (1 + 1/2 + 1/3 + 1/4) / 4 = 0.52
+    assert summary["metric"] == "mrr_at_10" and summary["best"]["eval_mrr_at_10"] >= 0.9
+    model = load_model(folder / "run")
+    assert isinstance(model, SequenceClassifier) and model.num_outputs == 1
+    result = run("evaluate", "rerank", "--model", folder / "run", "--data", folder / "dev.tsv")
+    assert result["metrics"]["mrr_at_10"] == pytest.approx(summary["best"]["eval_mrr_at_10"])
+    assert result["metrics"]["queries"] == 20
+
+
+def test_the_pipeline_command_and_endpoint_rank_alike(reranker, capsys):
+    folder, _ = reranker
+    passages = ["peter lives in rome", "anna lives in paris", "maria lives in oslo"]
+    ranked = pipeline("rerank", folder / "run")([{"query": "where does anna live ?", "passages": passages}])[0]
+    assert ranked["ranking"][0]["passage"] == "anna lives in paris" and ranked["ranking"][0]["index"] == 1
+    scores = [row["score"] for row in ranked["ranking"]]
+    assert scores == sorted(scores, reverse=True) and all(0 < s < 1 for s in scores)
+    assert main(["rerank", "--model", str(folder / "run"), "--query", "where does anna live ?", "--top-k", "2",
+                 "--json", *passages]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["ranking"] == ranked["ranking"][:2]
+    pipelines, reasons = load_pipelines(str(folder / "run"), tasks=["rerank"])
+    with running(create_app(pipelines, Limits(), model="rerank", unavailable=reasons)) as url:
+        body = {"items": [{"query": "where does anna live ?", "passages": passages}], "top_k": 2}
+        response = httpx.post(f"{url}/rerank", json=body, timeout=30)
+        empty = httpx.post(f"{url}/rerank", json={"items": [{"query": "who", "passages": []}]}, timeout=30)
+    assert response.status_code == 200 and response.json()["results"][0]["ranking"] == ranked["ranking"][:2]
+    assert empty.status_code == 422
+
+
+def test_transformers_reads_the_reranker_as_a_one_label_classifier(reranker):
+    folder, _ = reranker
+    hf = BertForSequenceClassification.from_pretrained(folder / "run").eval()
+    assert hf.config.num_labels == 1 and hf.config.problem_type == "multi_label_classification"
+    ours = load_model(folder / "run")
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, ours.config.vocab_size, (3, 12), generator=gen)
+    with torch.no_grad():
+        assert_close(ours(ids).logits, hf(ids).logits, **TOL)
+
+
+def test_bad_input_is_refused(tmp_path, tiny_model, reranker):  # noqa: F811
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("query\tpassage\tlabel\nwhere\tanna lives in paris\t1\nwho\tpeter\t2\n")
+    with pytest.raises(InputError, match=r"bad.tsv:3.*relevance label of 0 or 1"):
+        run("finetune", "rerank", "--model", tiny_model, "--train", bad, "--out", tmp_path / "out", "--no-progress")
+    assert not (tmp_path / "out").exists()
+    folder, _ = reranker
+    rerank = pipeline("rerank", folder / "run")
+    with pytest.raises(InputError, match="input 0: \"passages\" must be a non-empty list"):
+        rerank([{"query": "where", "passages": []}])
+    classifier = SequenceClassifier(EncoderConfig.from_hf_dict(
+        load_model(folder / "run").config.to_hf_dict("BertForSequenceClassification")), 3)
+    with pytest.raises(InputError, match="this classifier has 3 classes"):
+        type(rerank)(classifier, rerank.tokenizer)
