@@ -42,8 +42,8 @@ RECIPES = {"mlm": ROOT / "configs/family/compare-bert-mini.yaml", "electra": ROO
 
 def step_flops(recipe) -> float:
     """Training FLOPs of one optimizer step of a recipe (full packed sequences)."""
-    config = EncoderConfig.from_preset(recipe.preset, **recipe.model)
-    per_token = (rtd_flops_per_token(config, generator_config(config, recipe.generator_size), recipe.max_length,
+    config = EncoderConfig.from_preset(recipe.model.preset, **recipe.model.overrides)
+    per_token = (rtd_flops_per_token(config, generator_config(config, recipe.options.generator_size), recipe.max_length,
                                      recipe.mlm_probability)
                  if recipe.objective == "rtd" else mlm_flops_per_token(config, recipe.max_length, recipe.mlm_probability))
     return per_token * recipe.batch_size * recipe.max_length

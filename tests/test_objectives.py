@@ -17,11 +17,10 @@ from encoderlab.config import EncoderConfig
 from encoderlab.data.prepare import prepare
 from encoderlab.errors import ConfigError
 from encoderlab.nn.model import EncoderModel, MaskedLMModel, ReplacedTokenDetector
-from encoderlab.objectives import build_objective
 from encoderlab.objectives.rtd import HEAD_FILE
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train.config import load_recipe
-from encoderlab.train.pretrain import Cursor, heldout_batches, pretrain
+from encoderlab.train.pretrain import Cursor, build_objective, heldout_batches, pretrain
 from encoderlab.train.state import latest_checkpoint
 from test_pretrain import _write_corpus
 
@@ -252,7 +251,7 @@ def _generator_table_grad(objective, batch, rtd: bool) -> torch.Tensor:
 @pytest.mark.parametrize("name", RTD_RECIPES)
 def test_embedding_sharing(request, name):
     cfg, objective = _objective(_rtd_recipe(request, name))
-    sharing = cfg.embedding_sharing
+    sharing = cfg.options.embedding_sharing
     generator, discriminator = objective.generator, objective.discriminator
     batch = _batch(cfg, objective)
     alone, both = (_generator_table_grad(objective, batch, rtd) for rtd in (False, True))
@@ -347,4 +346,4 @@ def test_family_recipes_load():
     assert len(recipes) >= 5
     for recipe in recipes:
         cfg = load_recipe(recipe)
-        assert cfg.max_steps > 0 and Path(cfg.data).name == "wiki-data"
+        assert cfg.loop.max_steps > 0 and Path(cfg.data).name == "wiki-data"

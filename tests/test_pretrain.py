@@ -68,7 +68,7 @@ def _losses(run: Path) -> list[tuple[int, float]]:
 def test_shipped_recipes_load():
     for recipe in sorted((ROOT / "configs").glob("*.yaml")):
         cfg = load_recipe(recipe)
-        assert cfg.preset.startswith(("bert-", "modernbert-")) and cfg.max_steps > 0
+        assert cfg.model.preset.startswith(("bert-", "modernbert-")) and cfg.loop.max_steps > 0
 
 
 def test_unknown_yaml_key_is_named(tmp_path):
@@ -133,7 +133,7 @@ def test_wsd_warms_up_holds_the_peak_then_decays_over_the_last_fraction(sqrt):
 
 def test_schedule_names_are_checked_and_linear_is_the_default(prepared):
     assert lr_schedule("linear", 10, 100, 0.2)(50) == linear_schedule(10, 100)(50)
-    assert _recipe(prepared).schedule == "linear"
+    assert _recipe(prepared).optim.schedule == "linear"
     with pytest.raises(ConfigError, match="schedule must be one of"):
         _recipe(prepared, "schedule=cosine")
     with pytest.raises(ConfigError, match="decay_fraction"):
