@@ -136,7 +136,8 @@ def from_flat(values: dict[str, Any]) -> PretrainConfig:
             parts["options"][key] = value
         elif spec is not None and value != getattr(where(), key):
             owners = [s.name for s in OBJECTIVES.values() if s.options is where]
-            raise ConfigError(f"{key} applies to the {owners[0]} objectives ({', '.join(owners)}), not {objective}")
+            which = f"the {owners[0]} objectives ({', '.join(owners)})" if owners[1:] else f"objective {owners[0]}"
+            raise ConfigError(f"{key} applies to {which}, not {objective}")
     options = spec.options(**parts["options"]) if spec is not None else MLMOptions()
     return PretrainConfig(**parts[""], **{part: kind(**parts[part]) for part, kind in PARTS.items()},
                           options=options)
