@@ -5,6 +5,8 @@
 - rtd (rtd.py): ELECTRA's generator + replaced-token detector, DeBERTa-v3's gradient-disentangled sharing;
 - distill (distill.py): DistilBERT's student taught by a frozen teacher;
 - fine-tuning tasks (encoderlab.tasks.objective): classification, NER, QA and sentence embeddings.
+Each pretraining objective registers an ObjectiveSpec (its typed options, validation and builder; base.py) in
+OBJECTIVES: a recipe names one and sets its options, and build_objective needs nothing else of the recipe.
 """
 
 from __future__ import annotations

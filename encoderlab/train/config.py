@@ -122,13 +122,15 @@ def recipe_keys() -> dict[str, tuple[Any, Any]]:
     return keys
 
 
-def from_flat(values: dict[str, Any]) -> PretrainConfig:
-    """A PretrainConfig from checked flat keys; a key of another objective's options must be at its default."""
+def from_flat(values: dict[str, Any], source: str = "recipe") -> PretrainConfig:
+    """A PretrainConfig from flat recipe keys (as a YAML recipe holds them), each checked by name and type; a key of
+    another objective's options must be at its default."""
     objective = values.get("objective", PretrainConfig.objective)
     spec = OBJECTIVES.get(objective)
     parts: dict[Any, dict[str, Any]] = {"": {}, **{part: {} for part in PARTS}, "options": {}}
-    names, keys = {v: k for k, v in RECIPE_NAMES.items()}, recipe_keys()
-    for key, value in values.items():
+    names, keys, checked = {v: k for k, v in RECIPE_NAMES.items()}, recipe_keys(), {}
+    _apply(values, checked, source)
+    for key, value in checked.items():
         where = keys[key][0]
         if not isinstance(where, type):
             parts[where][names.get(key, key) if where else key] = value
