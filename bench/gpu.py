@@ -183,7 +183,8 @@ def model_alone(cfg: PretrainConfig, steps: int) -> dict[str, Any]:
     started = time.perf_counter()
     tokens = 0.0
     for i in range(steps):
-        stats = device_step(objective, batches[i % 4], optimizer, scheduler, cfg.loop.clip_norm, cfg.loop.precision, dist)
+        stats = device_step(objective, batches[i % 4], optimizer, scheduler, cfg.loop.clip_norm, cfg.loop.precision,
+                            dist)
         tokens += cfg.batch_size * cfg.max_length
     loss = float(stats.loss)
     _sync()

@@ -352,8 +352,8 @@ def test_a_name_registered_twice_is_refused():
 def test_an_objective_is_built_from_its_own_typed_options(wordpiece):
     """No recipe: the objective's options, the model and the data are all it takes."""
     sizes = {"hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "num_layers": 2, "embedding_size": 32}
-    objective = build("rtd", RTDOptions(rtd_weight=10.0, generator_size=0.5), ModelChoice("electra-mini", overrides=sizes),
-                      Tokenizer.from_pretrained(wordpiece / "tokenizer"), str(wordpiece), 32)
+    options, model = RTDOptions(rtd_weight=10.0, generator_size=0.5), ModelChoice("electra-mini", overrides=sizes)
+    objective = build("rtd", options, model, Tokenizer.from_pretrained(wordpiece / "tokenizer"), str(wordpiece), 32)
     assert objective.rtd_weight == 10.0 and objective.generator.config.hidden_size == 16
     assert {name: spec.options for name, spec in OBJECTIVES.items()} == {
         "mlm": MLMOptions, "mlm+nsp": MLMOptions, "mlm+sop": MLMOptions, "rtd": RTDOptions,

@@ -162,7 +162,8 @@ def build(options: DistillOptions, model: ModelChoice, tokenizer: Tokenizer, dat
     if model.init_from:  # continued distillation: the student is the checkpoint's (start_from loads it)
         config = model.encoder_config()
     else:
-        base = EncoderConfig.from_preset(model.preset, **{k: v for k, v in model.overrides.items() if k != "num_layers"})
+        overrides = {k: v for k, v in model.overrides.items() if k != "num_layers"}
+        base = EncoderConfig.from_preset(model.preset, **overrides)
         config = student_config(teacher.config, base, model.overrides.get("num_layers"), options.teacher)
     if config.vocab_size != teacher.config.vocab_size:
         raise ConfigError(f"init_from {model.init_from}: {config.vocab_size:,} tokens, the teacher "

@@ -82,7 +82,7 @@ class TrainOptions:
                            save_every=self.save_every, keep_checkpoints=1)
 
     def optim(self, max_steps: int) -> OptimOptions:
-        """AdamW as transformers' Trainer sets it (betas 0.9/0.999, eps 1e-8), warmup_ratio of max_steps, then linear."""
+        """AdamW as transformers' Trainer sets it (betas 0.9/0.999, eps 1e-8); warmup_ratio of max_steps, linear."""
         return OptimOptions(lr=self.lr, warmup_steps=int(self.warmup_ratio * max_steps), schedule="linear",
                             weight_decay=self.weight_decay, beta1=0.9, beta2=0.999, eps=1e-8)
 
@@ -178,8 +178,8 @@ def train(model: nn.Module, task: Task, features: list[dict[str, Any]], options:
     setup = RunSetup(steps_per_epoch=data.steps_per_epoch, discard_old=True, progress=options.progress,
                      name=f"finetune {task.name}", visuals=False,
                      columns=COLUMNS + tuple(f"eval_{m}" for m in task.metrics + task.other_metrics))
-    ended = run_loop(TaskObjective(model, task), data, optimizer, optim.scheduler(optimizer, total), options.loop(total),
-                     run_dir, dist, resume, evaluation=evaluation, setup=setup)
+    ended = run_loop(TaskObjective(model, task), data, optimizer, optim.scheduler(optimizer, total),
+                     options.loop(total), run_dir, dist, resume, evaluation=evaluation, setup=setup)
     if evaluate is None and save is not None and dist.is_main:
         save(model)
     return RunResult(evaluation.history, evaluation.best, evaluation.metric if evaluate else None, ended.seconds,

@@ -120,8 +120,9 @@ class LoopOptions:
     keep_checkpoints: int = 2
     """How many step checkpoints to keep."""
     compile: bool = False
-    """torch.compile the whole objective (encoder, heads and loss); the run notes how many graphs were compiled,
-    and how many after its first step (recompilations, each a stall of seconds to minutes)."""
+    """torch.compile the whole objective (encoder, heads and loss; pretraining then pads every batch to max_length,
+    so that one graph serves every step); the run notes how many graphs were compiled, and how many after its first
+    step (recompilations, each a stall of seconds to minutes)."""
 
     def validate(self) -> None:
         """Raise ConfigError naming the first bad option."""
@@ -228,6 +229,7 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
     started = time.time() - seconds
     watch = Watch(objective, dist.device, run_dir, step)
     bar = logger.progress(step, options.max_steps, setup.progress, setup.name)
+    due = functools.partial(setup.due, max_steps=options.max_steps)
     with bar, DeferredInterrupt() as interrupt:
         while step < stop_at:
             micro_batches = data.next_step(dist.rank, dist.world_size, options.grad_accum)
@@ -242,8 +244,8 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
                 evaluation.losses.append(StepLoss(stats, objective))  # read when the hook records
             stopping = step < stop_at and _any_rank(interrupt.requested, dist)
             saving = run_dir is not None and dist.is_main and (step == stop_at or stopping or
-                                                               setup.due(step, options.save_every, options.max_steps))
-            evaluating = evaluation is not None and dist.is_main and setup.due(step, options.eval_every, options.max_steps)
+                                                               due(step, options.save_every))
+            evaluating = evaluation is not None and dist.is_main and due(step, options.eval_every)
             if step % options.log_every == 0 or step == stop_at or saving or evaluating or stopping:
                 metrics = watch.read(step)  # the one wait for the device; raises on a non-finite step
                 bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{metrics['lr']:.2e}",
