@@ -125,11 +125,12 @@ def recipe_keys() -> dict[str, tuple[Any, Any]]:
 def from_flat(values: dict[str, Any], source: str = "recipe") -> PretrainConfig:
     """A PretrainConfig from flat recipe keys (as a YAML recipe holds them), each checked by name and type; a key of
     another objective's options must be at its default."""
-    objective = values.get("objective", PretrainConfig.objective)
+    checked: dict[str, Any] = {}
+    _apply(values, checked, source)
+    objective = checked.get("objective", PretrainConfig.objective)
     spec = OBJECTIVES.get(objective)
     parts: dict[Any, dict[str, Any]] = {"": {}, **{part: {} for part in PARTS}, "options": {}}
-    names, keys, checked = {v: k for k, v in RECIPE_NAMES.items()}, recipe_keys(), {}
-    _apply(values, checked, source)
+    names, keys = {v: k for k, v in RECIPE_NAMES.items()}, recipe_keys()
     for key, value in checked.items():
         where = keys[key][0]
         if not isinstance(where, type):
