@@ -41,7 +41,7 @@ from encoderlab.paths import resolve_model_path  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 from encoderlab.train import distributed  # noqa: E402
 from encoderlab.train.config import PretrainConfig, load_recipe  # noqa: E402
-from encoderlab.train.loop import LoopOptions, run_loop  # noqa: E402
+from encoderlab.train.loop import LoopOptions, RunSetup, run_loop  # noqa: E402
 from encoderlab.train.prefetch import PREFETCH_STEPS, PrefetchedSteps  # noqa: E402
 from encoderlab.train.pretrain import Batches, PretrainingData, _mix, training_data  # noqa: E402
 
@@ -147,9 +147,10 @@ def loop_step(cfg: PretrainConfig, workers: int, seconds: float, steps: int) -> 
     data, objective = steps_of(cfg, workers), StandIn(seconds)
     optimizer = torch.optim.SGD(objective.parameters(), lr=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    options = LoopOptions(max_steps=2 + steps, log_every=1000, progress=False, visuals=False)
+    options = LoopOptions(max_steps=2 + steps, precision="fp32", log_every=1000, eval_every=0, save_every=0)
     try:
-        run_loop(objective, data, optimizer, scheduler, options, None, distributed.Dist())
+        run_loop(objective, data, optimizer, scheduler, options, None, distributed.Dist(),
+                 setup=RunSetup(progress=False, visuals=False))
     finally:
         if isinstance(data, PrefetchedSteps):
             data.close()

@@ -42,8 +42,8 @@ RECIPES = {"mlm": ROOT / "configs/family/compare-bert-mini.yaml", "electra": ROO
 
 def step_flops(recipe) -> float:
     """Training FLOPs of one optimizer step of a recipe (full packed sequences)."""
-    config = EncoderConfig.from_preset(recipe.preset, **recipe.model)
-    per_token = (rtd_flops_per_token(config, generator_config(config, recipe.generator_size), recipe.max_length,
+    config = EncoderConfig.from_preset(recipe.model.preset, **recipe.model.overrides)
+    per_token = (rtd_flops_per_token(config, generator_config(config, recipe.options.generator_size), recipe.max_length,
                                      recipe.mlm_probability)
                  if recipe.objective == "rtd" else mlm_flops_per_token(config, recipe.max_length, recipe.mlm_probability))
     return per_token * recipe.batch_size * recipe.max_length
@@ -134,10 +134,10 @@ def main() -> None:
 def compare(opts: argparse.Namespace, extra: list[str], work: Path) -> None:
     """Pretrain both sides at equal FLOPs (`extra`: further --set overrides), fine-tune each on SST-2, report."""
     recipes = {name: load_recipe(path, extra) for name, path in RECIPES.items()}
-    mlm_steps = {"smoke": 2, "quick": 6, "full": recipes["mlm"].max_steps}[common.size(opts)]
+    mlm_steps = {"smoke": 2, "quick": 6, "full": recipes["mlm"].loop.max_steps}[common.size(opts)]
     budget = mlm_steps * step_flops(recipes["mlm"])
     electra_steps = max(1, round(budget / step_flops(recipes["electra"])))
-    warmup = {name: max(1, round(r.warmup_steps / r.max_steps * steps))
+    warmup = {name: max(1, round(r.optim.warmup_steps / r.loop.max_steps * steps))
               for (name, r), steps in zip(recipes.items(), (mlm_steps, electra_steps))}
     suffix = {"smoke": "-smoke", "quick": "-quick", "full": ""}[common.size(opts)]
     runs = {name: opts.runs / f"compare-{'bert' if name == 'mlm' else 'electra'}-mini{suffix}" for name in RECIPES}

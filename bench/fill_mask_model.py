@@ -60,11 +60,11 @@ from encoderlab.errors import CheckpointError  # noqa: E402
 from encoderlab.infer.pipelines import pipeline  # noqa: E402
 from encoderlab.io import atomic_write  # noqa: E402
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL  # noqa: E402
-from encoderlab.objectives import build_objective  # noqa: E402
+from encoderlab.objectives import OBJECTIVES  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 from encoderlab.train.config import PretrainConfig, load_recipe  # noqa: E402
 from encoderlab.train.logger import sittings  # noqa: E402
-from encoderlab.train.pretrain import evaluate, heldout_batches, pretrain  # noqa: E402
+from encoderlab.train.pretrain import build_objective, evaluate, heldout_batches, pretrain  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "fill_mask_model"
@@ -107,14 +107,14 @@ def heldout(folder: Path, cfg: PretrainConfig, quick: bool) -> dict[str, Any]:
         raise SystemExit(f"{cfg.data}: no held-out split (valid/) to evaluate on")
     available = valid.examples.num_examples(0)
     cfg = replace(cfg, eval_batches=QUICK_BATCHES if quick else math.ceil(available / cfg.batch_size))
-    model = load_model(folder, kind="pretraining" if cfg.objective.startswith("mlm+") else "mlm")
+    model = load_model(folder, kind="pretraining" if OBJECTIVES[cfg.objective].pair_head else "mlm")
     out = score(model, valid, cfg) | {"sequences": min(cfg.eval_batches * cfg.batch_size, available),
                                       "of_sequences": available, "data": shown(cfg.data)}
     first = first_cycle(folder, cfg)
-    if first.init_from:
+    if first.model.init_from:
         torch.manual_seed(first.seed)  # what pretrain() does before build_objective: the run's step-0 head
         start = build_objective(first, tokenizer)
-        out["start"] = score(start, valid, cfg) | {"init_from": first.init_from, "new_tensors": start.new_tensors}
+        out["start"] = score(start, valid, cfg) | {"init_from": first.model.init_from, "new_tensors": start.new_tensors}
     return out
 
 
@@ -126,7 +126,7 @@ def first_cycle(folder: Path, cfg: PretrainConfig) -> PretrainConfig:
     if not cycles:
         return cfg
     recipe = cycles[0]["recipe"]
-    return replace(cfg, init_from=recipe.get("init_from") or "", seed=recipe["seed"])
+    return replace(cfg, model=replace(cfg.model, init_from=recipe.get("init_from") or ""), seed=recipe["seed"])
 
 
 def lineage(folder: Path) -> list[dict[str, Any]] | None:
@@ -337,7 +337,7 @@ def measure(args: Namespace, work: Path) -> dict[str, Any]:
                   file=sys.stderr)
         figures["curve"] = learning_curve(folder, cfg)
     first = first_cycle(folder, cfg) if cfg is not None else None
-    baseline = args.baseline or (first.init_from if first is not None and first.init_from else "minilm")
+    baseline = args.baseline or (first.model.init_from if first is not None and first.model.init_from else "minilm")
     if args.no_sst2:
         print("skipped SST-2: --no-sst2", file=sys.stderr)
     elif (args.sst2_data / "train.tsv").is_file():

@@ -49,15 +49,13 @@ from common import SMOKE_RECIPE, goal, parser, size, smoke_data, smoke_shards, w
 
 from encoderlab.data.prepare import prepare  # noqa: E402
 from encoderlab.infer.pipelines import pipeline  # noqa: E402
-from encoderlab.objectives import build_objective  # noqa: E402
 from encoderlab.paths import resolve_model_path  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 from encoderlab.train import distributed  # noqa: E402
 from encoderlab.train.config import PretrainConfig, load_recipe  # noqa: E402
 from encoderlab.train.flops import gpu_peak, mlm_flops_per_token  # noqa: E402
 from encoderlab.train.loop import device_step, to_device  # noqa: E402
-from encoderlab.train.optim import make_optimizer  # noqa: E402
-from encoderlab.train.pretrain import pretrain, training_data  # noqa: E402
+from encoderlab.train.pretrain import build_objective, pretrain, training_data  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 FILL_MASK = ROOT / "models" / "encoderlab-fill-mask"
@@ -139,8 +137,7 @@ def mfu(cfg: PretrainConfig, tokens_per_s: float) -> float | None:
     """Model FLOPs per second over the GPU's dense bf16 peak (None off a GPU of the table)."""
     peak = gpu_peak(torch.cuda.get_device_name()) if torch.cuda.is_available() else None
     tokenizer = Tokenizer.from_pretrained(Path(cfg.data) / "tokenizer")
-    rows = -(-tokenizer.vocab_size // cfg.pad_vocab_multiple) * cfg.pad_vocab_multiple  # as the model is sized
-    config = cfg.encoder_config(vocab_size=rows, pad_token_id=tokenizer.pad_id)
+    config = cfg.model.sized(tokenizer, cfg.max_length)  # as the model is sized
     flops = mlm_flops_per_token(config, cfg.max_length, cfg.mlm_probability)
     return tokens_per_s * flops / peak if peak else None
 
@@ -164,7 +161,7 @@ def through_loop(cfg: PretrainConfig, run: Path) -> dict[str, Any]:
     losses = [float(r["loss"]) for r in csv.DictReader((run / "metrics.csv").open(encoding="utf-8")) if r["loss"]]
     return {"tokens_per_s": round(rate), "mfu": _round(mfu(cfg, rate)), "utilization": usage.summary(),
             "final_loss": losses[-1] if losses else None, "all_finite": all(map(_finite, losses)),
-            "seconds": round(time.time() - started, 1), "steps": cfg.max_steps}
+            "seconds": round(time.time() - started, 1), "steps": cfg.loop.max_steps}
 
 
 def model_alone(cfg: PretrainConfig, steps: int) -> dict[str, Any]:
@@ -173,20 +170,21 @@ def model_alone(cfg: PretrainConfig, steps: int) -> dict[str, Any]:
     tokenizer = Tokenizer.from_pretrained(Path(cfg.data) / "tokenizer")
     torch.manual_seed(cfg.seed)
     objective = build_objective(cfg, tokenizer).to(dist.device)
-    if cfg.compile:
+    if cfg.loop.compile:
         objective.compile()
-    optimizer = make_optimizer(objective, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps)
+    optimizer = cfg.optim.optimizer(objective)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     cfg.data_workers = 0
     data = training_data(cfg, tokenizer, cfg.batch_size, dist)
     batches = [[to_device(b, dist.device) for b in data.next_step(0, 1, 1)] for _ in range(4)]
     for i in range(3):  # compilation and warm-up
-        device_step(objective, batches[i % 4], optimizer, scheduler, cfg.clip_norm, cfg.precision, dist)
+        device_step(objective, batches[i % 4], optimizer, scheduler, cfg.loop.clip_norm, cfg.loop.precision, dist)
     _sync()
     started = time.perf_counter()
     tokens = 0.0
     for i in range(steps):
-        stats = device_step(objective, batches[i % 4], optimizer, scheduler, cfg.clip_norm, cfg.precision, dist)
+        stats = device_step(objective, batches[i % 4], optimizer, scheduler, cfg.loop.clip_norm, cfg.loop.precision,
+                            dist)
         tokens += cfg.batch_size * cfg.max_length
     loss = float(stats.loss)
     _sync()

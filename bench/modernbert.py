@@ -183,7 +183,7 @@ def pretraining_speed(size: str) -> dict:
 # ---- (c) the same compute as bert-mini ----------------------------------------------------------------------------
 def step_flops(recipe: PretrainConfig, tokenizer: Tokenizer) -> float:
     """Training FLOPs of one optimizer step of full packed sequences, at the shards' vocabulary size."""
-    config = recipe.encoder_config(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id)
+    config = recipe.model.encoder_config(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id)
     return mlm_flops_per_token(config, recipe.max_length, recipe.mlm_probability) * recipe.batch_size * recipe.max_length
 
 
@@ -208,7 +208,7 @@ def equal_compute(opts: argparse.Namespace, extra: list[str], work: Path) -> dic
         encoderlab("pretrain", "--config", RECIPES[name], "--out", run, *[x for o in overrides for x in ("--set", o)])
         table = list(csv.DictReader((run / "metrics.csv").open(encoding="utf-8")))
         figures[name] = {"steps": steps, "flops_per_step": flops[name], "mlm_probability": recipe.mlm_probability,
-                         "schedule": recipe.schedule, "pretrain_seconds": float(table[-1]["elapsed_s"]),
+                         "schedule": recipe.optim.schedule, "pretrain_seconds": float(table[-1]["elapsed_s"]),
                          "curve": [(s, round(v, 4)) for s, v in losses(run)],
                          **{k: round(float(v), 4) for k, v in table[-1].items() if k.startswith("eval_") and v},
                          "sst2": sst2(run / "model", opts, work / "sst2")}

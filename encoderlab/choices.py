@@ -12,7 +12,7 @@ ENGINES = ("torch", "onnxruntime", "ctranslate2", "openvino", "auto")
 COMBINE = ("logits", "probs")  # how the windows of one long text combine: mean of their logits, or of probabilities
 MAX_TOKENS_SHOWN = 64  # attention maps: beyond this, labels on a heat-map are too small to read
 
-# ---- training: encoderlab.train.config takes its PRECISIONS from here; encoderlab.tokenizer.KINDS (the keys of its
+# ---- training: encoderlab.train.loop takes its PRECISIONS from here; encoderlab.tokenizer.KINDS (the keys of its
 # special-token table, in a module that loads torch) is pinned equal to TOKENIZER_KINDS by tests/test_cli.py
 TRAINING_PRECISIONS = ("fp32", "bf16")
 TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")

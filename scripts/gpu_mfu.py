@@ -29,7 +29,7 @@ def main(run: Path) -> None:
     rows = [float(r["tokens_per_s"]) for r in csv.DictReader((run / "metrics.csv").open(encoding="utf-8"))
             if r.get("tokens_per_s") not in (None, "", "tokens_per_s")]
     steady = statistics.median(rows[len(rows) // 10:]) if rows else 0.0  # past warm-up and compilation
-    config = load_recipe(run / "recipe.yaml").encoder_config()  # the preset's, or init_from's architecture
+    config = load_recipe(run / "recipe.yaml").model.encoder_config()  # the preset's, or init_from's architecture
     flops = mlm_flops_per_token(config, recipe["max_length"], recipe["mlm_probability"])
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     peak = gpu_peak(name)

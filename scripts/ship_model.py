@@ -35,7 +35,6 @@ import platform
 import shutil
 import sys
 import tempfile
-from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
@@ -475,7 +474,7 @@ def pretrain_options(recipe: dict) -> str:
     best = None
     for path in sorted((ROOT / "configs").glob("*.yaml")):
         try:
-            base = asdict(load_recipe(path))
+            base = load_recipe(path).flat()
         except ConfigError:
             continue
         changed = {k: v for k, v in recipe.items()

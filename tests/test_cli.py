@@ -227,7 +227,7 @@ def test_the_names_the_parser_checks_are_the_ones_the_code_runs():
     """encoderlab.choices holds what the parser checks without torch; the modules that act on them agree."""
     from encoderlab import choices
     from encoderlab.tokenizer import KINDS
-    from encoderlab.train.config import PRECISIONS
+    from encoderlab.train.loop import PRECISIONS
 
     assert choices.TRAINING_PRECISIONS == PRECISIONS and choices.TOKENIZER_KINDS == KINDS
 

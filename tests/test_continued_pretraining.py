@@ -25,10 +25,9 @@ from encoderlab.cli import main
 from encoderlab.data.prepare import prepare
 from encoderlab.errors import CheckpointError, ConfigError
 from encoderlab.models import FAMILIES
-from encoderlab.objectives import build_objective
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train.config import load_recipe
-from encoderlab.train.pretrain import Batches, PretrainingData, masking_collator, pretrain
+from encoderlab.train.pretrain import Batches, PretrainingData, build_objective, masking_collator, pretrain
 from encoderlab.data.examples import PretrainingExamples
 from encoderlab.data.shards import TokenShards
 

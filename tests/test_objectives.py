@@ -17,11 +17,12 @@ from encoderlab.config import EncoderConfig
 from encoderlab.data.prepare import prepare
 from encoderlab.errors import ConfigError
 from encoderlab.nn.model import EncoderModel, MaskedLMModel, ReplacedTokenDetector
-from encoderlab.objectives import build_objective
-from encoderlab.objectives.rtd import HEAD_FILE
+from encoderlab.objectives import OBJECTIVES, ModelChoice, ObjectiveSpec, build_objective as build, register_objective
+from encoderlab.objectives.mlm import MLMOptions
+from encoderlab.objectives.rtd import HEAD_FILE, RTDOptions
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train.config import load_recipe
-from encoderlab.train.pretrain import Cursor, heldout_batches, pretrain
+from encoderlab.train.pretrain import Cursor, build_objective, heldout_batches, pretrain
 from encoderlab.train.state import latest_checkpoint
 from test_pretrain import _write_corpus
 
@@ -252,7 +253,7 @@ def _generator_table_grad(objective, batch, rtd: bool) -> torch.Tensor:
 @pytest.mark.parametrize("name", RTD_RECIPES)
 def test_embedding_sharing(request, name):
     cfg, objective = _objective(_rtd_recipe(request, name))
-    sharing = cfg.embedding_sharing
+    sharing = cfg.options.embedding_sharing
     generator, discriminator = objective.generator, objective.discriminator
     batch = _batch(cfg, objective)
     alone, both = (_generator_table_grad(objective, batch, rtd) for rtd in (False, True))
@@ -332,6 +333,33 @@ def test_bad_recipes_name_the_key(sets, key):
         load_recipe(None, ["data=x", *sets])
 
 
+def test_an_option_of_another_objective_is_refused_unless_at_its_default():
+    with pytest.raises(ConfigError, match="rtd_weight applies to objective rtd, not mlm"):
+        load_recipe(None, ["data=x", "preset=electra-mini", "rtd_weight=10"])
+    with pytest.raises(ConfigError, match=r"teacher applies to objective distill, not mlm\+nsp"):
+        load_recipe(None, ["data=x", "objective=mlm+nsp", "teacher=somewhere"])
+    cfg = load_recipe(None, ["data=x", "preset=electra-mini", "rtd_weight=50", "teacher=", "anchor_weight=1"])
+    assert isinstance(cfg.options, MLMOptions)  # a run's recipe.yaml records every objective's keys at defaults
+
+
+def test_a_name_registered_twice_is_refused():
+    before = dict(OBJECTIVES)
+    with pytest.raises(ConfigError, match="objective 'rtd' is registered already"):
+        register_objective(ObjectiveSpec("rtd", MLMOptions, OBJECTIVES["mlm"].build))
+    assert OBJECTIVES == before
+
+
+def test_an_objective_is_built_from_its_own_typed_options(wordpiece):
+    """No recipe: the objective's options, the model and the data are all it takes."""
+    sizes = {"hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "num_layers": 2, "embedding_size": 32}
+    options, model = RTDOptions(rtd_weight=10.0, generator_size=0.5), ModelChoice("electra-mini", overrides=sizes)
+    objective = build("rtd", options, model, Tokenizer.from_pretrained(wordpiece / "tokenizer"), str(wordpiece), 32)
+    assert objective.rtd_weight == 10.0 and objective.generator.config.hidden_size == 16
+    assert {name: spec.options for name, spec in OBJECTIVES.items()} == {
+        "mlm": MLMOptions, "mlm+nsp": MLMOptions, "mlm+sop": MLMOptions, "rtd": RTDOptions,
+        "distill": OBJECTIVES["distill"].options}
+
+
 def test_teacher_must_exist_and_share_the_vocabulary(wordpiece, tmp_path):
     with pytest.raises(ConfigError, match="teacher: cannot load"):
         _objective(_distill(wordpiece, tmp_path / "nowhere"))
@@ -347,4 +375,4 @@ def test_family_recipes_load():
     assert len(recipes) >= 5
     for recipe in recipes:
         cfg = load_recipe(recipe)
-        assert cfg.max_steps > 0 and Path(cfg.data).name == "wiki-data"
+        assert cfg.loop.max_steps > 0 and Path(cfg.data).name == "wiki-data"

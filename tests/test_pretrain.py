@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from encoderlab import load_model
 from encoderlab.cli import main
@@ -19,7 +20,7 @@ from encoderlab.errors import ConfigError, TrainingDiverged
 from encoderlab.nn.model import MaskedLMModel
 from encoderlab.objectives.mlm import MaskedLanguageModeling
 from encoderlab.tokenizer import Tokenizer
-from encoderlab.train.config import load_recipe
+from encoderlab.train.config import load_recipe, recipe_keys
 from encoderlab.train.optim import linear_schedule, lr_schedule, param_groups, wsd_schedule
 from encoderlab.train.pretrain import pretrain
 
@@ -68,7 +69,30 @@ def _losses(run: Path) -> list[tuple[int, float]]:
 def test_shipped_recipes_load():
     for recipe in sorted((ROOT / "configs").glob("*.yaml")):
         cfg = load_recipe(recipe)
-        assert cfg.preset.startswith(("bert-", "modernbert-")) and cfg.max_steps > 0
+        assert cfg.model.preset.startswith(("bert-", "modernbert-")) and cfg.loop.max_steps > 0
+
+
+def test_every_recipe_loads_to_the_run_it_describes(tmp_path):
+    """Every configs/ recipe loads; its flat keys hold each value it sets, every known key is recorded, and the
+    record (a run's recipe.yaml) loads back to the same recipe."""
+    recipes = sorted((ROOT / "configs").rglob("*.yaml"))
+    assert len(recipes) >= 15
+    for path in recipes:
+        cfg = load_recipe(path)
+        flat = cfg.flat()
+        assert set(flat) == set(recipe_keys()), path
+        for key, value in yaml.safe_load(path.read_text(encoding="utf-8")).items():
+            assert flat[key] == (float(value) if isinstance(flat[key], float) else value), (path, key)
+        record = tmp_path / "recipe.yaml"
+        record.write_text(yaml.safe_dump(flat, sort_keys=False), encoding="utf-8")
+        assert load_recipe(record) == cfg, path
+
+
+def test_unknown_yaml_key_names_the_key_and_the_file(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("preset: bert-tiny\nclip_norms: 0.5\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"r\.yaml: unknown key 'clip_norms'"):
+        load_recipe(recipe)
 
 
 def test_unknown_yaml_key_is_named(tmp_path):
@@ -133,7 +157,7 @@ def test_wsd_warms_up_holds_the_peak_then_decays_over_the_last_fraction(sqrt):
 
 def test_schedule_names_are_checked_and_linear_is_the_default(prepared):
     assert lr_schedule("linear", 10, 100, 0.2)(50) == linear_schedule(10, 100)(50)
-    assert _recipe(prepared).schedule == "linear"
+    assert _recipe(prepared).optim.schedule == "linear"
     with pytest.raises(ConfigError, match="schedule must be one of"):
         _recipe(prepared, "schedule=cosine")
     with pytest.raises(ConfigError, match="decay_fraction"):

@@ -12,7 +12,6 @@ import csv
 import importlib.util
 import json
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -236,12 +235,12 @@ def test_a_recipe_is_shown_as_the_closest_config_and_its_changes():
     """The reproduce commands name the configs/ file a run's recipe differs least from, with the rest as --set."""
     ship = _ship_module()
     config = ROOT / "configs" / "fill-mask-minilm-anchored.yaml"
-    recipe = asdict(load_recipe(config, ["max_steps=400", "seed=4", "anchor_layers=all"]))
+    recipe = load_recipe(config, ["max_steps=400", "seed=4", "anchor_layers=all"]).flat()
     shown = ship.pretrain_options(recipe).split(" --set ")
     assert shown[0] == "--config configs/fill-mask-minilm-anchored.yaml"
     assert sorted(shown[1:]) == ["anchor_layers=all", "max_steps=400", "seed=4"]
-    assert ship.pretrain_options(asdict(load_recipe(config))) == "--config configs/fill-mask-minilm-anchored.yaml"
-    far = asdict(load_recipe(None, ["data=elsewhere", *RUN]))
+    assert ship.pretrain_options(load_recipe(config).flat()) == "--config configs/fill-mask-minilm-anchored.yaml"
+    far = load_recipe(None, ["data=elsewhere", *RUN]).flat()
     assert ship.pretrain_options(far) == "--config RECIPE.yaml"
 
 

@@ -20,7 +20,11 @@ from safetensors.torch import load_file
 
 from encoderlab import EncoderConfig, EncoderModel
 from encoderlab.cli import main
+from encoderlab.tasks.objective import TrainOptions
 from encoderlab.tokenizer import Tokenizer
+from encoderlab.train.config import load_recipe
+from encoderlab.train.loop import LoopOptions
+from encoderlab.train.optim import OptimOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 POSITIVE, NEGATIVE = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "dire"]
@@ -140,3 +144,18 @@ def test_the_loop_hands_freed_heap_memory_back_to_the_os():
     released, before, after = out[0] == "True", int(out[1]), int(out[2])
     assert released
     assert before - after > 150e6, f"resident {before / 1e6:.0f} MB before the trim, {after / 1e6:.0f} MB after"
+
+
+def test_finetuning_and_pretraining_hand_the_loop_the_same_options():
+    """TrainOptions keeps its flags' names (max_grad_norm, warmup_ratio) and maps them by name onto the LoopOptions
+    and OptimOptions a pretraining recipe holds."""
+    options = TrainOptions(lr=3e-5, max_grad_norm=0.5, warmup_ratio=0.2, grad_accum=2, precision="bf16",
+                           eval_every=7, save_every=9, weight_decay=0.1)
+    loop, optim = options.loop(100), options.optim(100)
+    assert loop == LoopOptions(max_steps=100, grad_accum=2, precision="bf16", clip_norm=0.5, log_every=1,
+                               eval_every=7, save_every=9, keep_checkpoints=1)
+    assert optim == OptimOptions(lr=3e-5, warmup_steps=20, schedule="linear", weight_decay=0.1, beta1=0.9,
+                                 beta2=0.999, eps=1e-8)
+    recipe = load_recipe(None, ["data=x", "clip_norm=0.5", "warmup_steps=20"])
+    assert type(recipe.loop) is LoopOptions and type(recipe.optim) is OptimOptions
+    assert recipe.loop.clip_norm == loop.clip_norm and recipe.optim.warmup_steps == optim.warmup_steps

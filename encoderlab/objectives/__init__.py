@@ -5,30 +5,34 @@
 - rtd (rtd.py): ELECTRA's generator + replaced-token detector, DeBERTa-v3's gradient-disentangled sharing;
 - distill (distill.py): DistilBERT's student taught by a frozen teacher;
 - fine-tuning tasks (encoderlab.tasks.objective): classification, NER, QA and sentence embeddings.
+Each pretraining objective registers an ObjectiveSpec (its typed options, validation and builder; base.py) in
+OBJECTIVES: a recipe names one and sets its options, and build_objective needs nothing else of the recipe.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from encoderlab.objectives import distill, mlm, rtd
-from encoderlab.objectives.base import Counts, Objective, check_vocabulary
+from encoderlab.objectives.base import (OBJECTIVES, Counts, ModelChoice, Objective, ObjectiveSpec, check_vocabulary,
+                                        register_objective)
 from encoderlab.tokenizer import Tokenizer
 
-if TYPE_CHECKING:  # the recipe type only: train/ builds objectives, so it sits above them
-    from encoderlab.train.config import PretrainConfig
+for _spec in (*mlm.SPECS, rtd.SPEC, distill.SPEC):
+    register_objective(_spec)
 
 
-def build_objective(cfg: PretrainConfig, tokenizer: Tokenizer) -> Objective:
-    """The recipe's objective with freshly initialised models (a distillation student starts from its teacher),
-    or, with init_from, the checkpoint's weights; `new_tensors` names those the checkpoint did not hold."""
-    if cfg.init_from:
-        check_vocabulary(tokenizer, cfg.data, cfg.init_from, "init_from")
-    builder = {"rtd": rtd.build, "distill": distill.build}.get(cfg.objective, mlm.build)
-    objective = builder(cfg, tokenizer)
-    if cfg.init_from:
-        objective.new_tensors = objective.start_from(cfg.init_from)
+def build_objective(name: str, options: Any, model: ModelChoice, tokenizer: Tokenizer, data: str,
+                    max_length: int) -> Objective:
+    """Objective `name` with its typed options, its models freshly initialised (a distillation student starts from
+    its teacher) or, with init_from, the checkpoint's weights; `new_tensors` names those the checkpoint lacked."""
+    if model.init_from:
+        check_vocabulary(tokenizer, data, model.init_from, "init_from")
+    objective = OBJECTIVES[name].build(options, model, tokenizer, data, max_length)
+    if model.init_from:
+        objective.new_tensors = objective.start_from(model.init_from)
     return objective
 
 
-__all__ = ["Counts", "Objective", "build_objective"]
+__all__ = ["OBJECTIVES", "Counts", "ModelChoice", "Objective", "ObjectiveSpec", "build_objective",
+           "register_objective"]

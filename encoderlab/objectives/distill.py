@@ -17,6 +17,8 @@ teacher's embeddings (minus token types) and MLM head.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -24,13 +26,43 @@ from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel
-from encoderlab.objectives.base import Counts, Objective, check_vocabulary
+from encoderlab.objectives.base import Counts, ModelChoice, Objective, ObjectiveSpec, check_vocabulary
 from encoderlab.objectives.mlm import mlm_metrics, mlm_sums
 from encoderlab.tokenizer import Tokenizer
 
 # Teacher fields a DistilBERT student copies; the teacher's other switches must be BERT's (checked in student_config).
 _COPIED = ("vocab_size", "hidden_size", "num_heads", "intermediate_size", "hidden_act", "max_position_embeddings",
            "pad_token_id", "layer_norm_eps")
+
+
+@dataclass
+class DistillOptions:
+    """distill's own options (DistilBERT, Sanh et al. 2019): the teacher and the weights of the three terms."""
+
+    teacher: str = ""
+    """Checkpoint folder or alias of the teacher, a BERT-like masked LM over the data's vocabulary."""
+    temperature: float = 2.0
+    """Softmax temperature of the soft targets (transformers' distillation example)."""
+    alpha_ce: float = 5.0
+    """Weight of T^2 x KL(teacher || student) over the masked tokens."""
+    alpha_mlm: float = 2.0
+    """Weight of the student's MLM loss."""
+    alpha_cos: float = 1.0
+    """Weight of the cosine loss between the last hidden states."""
+
+    def validate(self, config: EncoderConfig, source: str) -> None:
+        """Raise ConfigError naming the first bad option, or a student that is not a distilbert model."""
+        if not self.teacher.strip():
+            raise ConfigError("teacher is required for objective distill: a checkpoint folder or alias of a "
+                              "BERT-like masked LM (e.g. a run's model/ folder)")
+        if config.model_type != "distilbert":
+            raise ConfigError(f"objective distill trains a distilbert student; {source} is {config.model_type}: "
+                              f"use a distilbert-* preset")
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature must be positive, got {self.temperature}")
+        weights = {"alpha_ce": self.alpha_ce, "alpha_mlm": self.alpha_mlm, "alpha_cos": self.alpha_cos}
+        if any(w < 0 for w in weights.values()) or not any(weights.values()):
+            raise ConfigError(f"alpha_ce, alpha_mlm and alpha_cos must be >= 0, not all 0; got {weights}")
 
 
 class Distillation(Objective):
@@ -123,20 +155,26 @@ def load_teacher(name: str, tokenizer: Tokenizer, data: str = "the data") -> Mas
     return teacher
 
 
-def build(cfg, tokenizer: Tokenizer) -> Distillation:
-    """The recipe's teacher, and a student of half its depth initialised from it."""
-    teacher = load_teacher(cfg.teacher, tokenizer, cfg.data)
-    if cfg.init_from:  # continued distillation: the student is the checkpoint's (start_from loads it)
-        config = cfg.encoder_config()
+def build(options: DistillOptions, model: ModelChoice, tokenizer: Tokenizer, data: str,
+          max_length: int) -> Distillation:
+    """The teacher, and a student of half its depth initialised from it."""
+    teacher = load_teacher(options.teacher, tokenizer, data)
+    if model.init_from:  # continued distillation: the student is the checkpoint's (start_from loads it)
+        config = model.encoder_config()
     else:
-        base = EncoderConfig.from_preset(cfg.preset, **{k: v for k, v in cfg.model.items() if k != "num_layers"})
-        config = student_config(teacher.config, base, cfg.model.get("num_layers"), cfg.teacher)
+        overrides = {k: v for k, v in model.overrides.items() if k != "num_layers"}
+        base = EncoderConfig.from_preset(model.preset, **overrides)
+        config = student_config(teacher.config, base, model.overrides.get("num_layers"), options.teacher)
     if config.vocab_size != teacher.config.vocab_size:
-        raise ConfigError(f"init_from {cfg.init_from}: {config.vocab_size:,} tokens, the teacher "
+        raise ConfigError(f"init_from {model.init_from}: {config.vocab_size:,} tokens, the teacher "
                           f"{teacher.config.vocab_size:,}; distillation needs the same vocabulary")
-    if cfg.max_length > config.max_tokens:  # RoBERTa's 514 positions hold 512 tokens
-        raise ConfigError(f"max_length {cfg.max_length} exceeds the {config.max_tokens} tokens the teacher takes "
+    if max_length > config.max_tokens:  # RoBERTa's 514 positions hold 512 tokens
+        raise ConfigError(f"max_length {max_length} exceeds the {config.max_tokens} tokens the teacher takes "
                           f"(max_position_embeddings {config.max_position_embeddings})")
     student = MaskedLMModel(config)
     init_from_teacher(student, teacher)
-    return Distillation(student, teacher, cfg.temperature, cfg.alpha_ce, cfg.alpha_mlm, cfg.alpha_cos)
+    return Distillation(student, teacher, options.temperature, options.alpha_ce, options.alpha_mlm,
+                        options.alpha_cos)
+
+
+SPEC = ObjectiveSpec("distill", DistillOptions, build)  # packed sequences, as DistilBERT trains on

@@ -11,6 +11,9 @@ predict them, so its vectors there are no target.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 
@@ -18,26 +21,37 @@ from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, PreTrainingModel
-from encoderlab.objectives.base import Counts, Objective, check_vocabulary
+from encoderlab.objectives.base import Counts, ModelChoice, Objective, ObjectiveSpec, check_vocabulary
 from encoderlab.tokenizer import Tokenizer
 
 
-def model_config(cfg, tokenizer: Tokenizer) -> EncoderConfig:
-    """The recipe's preset sized to the tokenizer's vocabulary, rounded up to pad_vocab_multiple (or init_from's
-    architecture), with the recipe's overrides."""
-    rows = -(-tokenizer.vocab_size // cfg.pad_vocab_multiple) * cfg.pad_vocab_multiple
-    config = cfg.encoder_config(vocab_size=rows, pad_token_id=tokenizer.pad_id)
-    source = f"init_from {cfg.init_from!r}" if cfg.init_from else f"preset {cfg.preset!r}"
-    if cfg.init_from and tokenizer.pad_id != config.pad_token_id:
-        raise ConfigError(f"the data's tokenizer pads with id {tokenizer.pad_id}, {source} with "
-                          f"{config.pad_token_id}: prepare the data with `encoderlab prepare --tokenizer {cfg.init_from}`")
-    if tokenizer.vocab_size > config.vocab_size:
-        raise ConfigError(f"the data's tokenizer has {tokenizer.vocab_size:,} tokens, more than the "
-                          f"{config.vocab_size:,} of {source}")
-    if cfg.max_length > config.max_tokens:
-        raise ConfigError(f"max_length {cfg.max_length} exceeds the positions of {source} "
-                          f"(max_position_embeddings {config.max_position_embeddings})")
-    return config
+ANCHOR_LAYERS = ("last", "all")
+
+
+@dataclass
+class MLMOptions:
+    """The mlm objectives' own options (mlm, mlm+nsp, mlm+sop): an optional frozen anchor."""
+
+    anchor: str = ""
+    """A checkpoint folder or alias (usually init_from's) whose last hidden states the model is kept near, a
+    frozen copy reading the same batch: anchor_weight x (1 - cosine) over the real tokens not selected for
+    prediction is added to the loss, so that adaptation does not wander far from an encoder that was already good
+    (DistilBERT's cosine loss, Sanh et al. 2019, used against the starting model, as in Li & Hoiem 2016,
+    "Learning without Forgetting"). Empty: plain MLM."""
+    anchor_weight: float = 1.0
+    """With an anchor: the weight of its cosine loss beside the MLM loss."""
+    anchor_layers: str = "last"
+    """With an anchor: last (the last hidden states) or all (every hidden state, the embeddings' and each layer's,
+    the cosine averaged over them; the anchor must have as many layers as the model)."""
+
+    def validate(self, config: EncoderConfig, source: str) -> None:
+        """Raise ConfigError naming the first bad option."""
+        if not self.anchor.strip():
+            return
+        if not self.anchor_weight > 0:
+            raise ConfigError(f"anchor_weight must be positive, got {self.anchor_weight}")
+        if self.anchor_layers not in ANCHOR_LAYERS:
+            raise ConfigError(f"anchor_layers must be one of {ANCHOR_LAYERS}, got {self.anchor_layers!r}")
 
 
 def mlm_sums(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,28 +128,35 @@ class MaskedLanguageModeling(Objective):
         return out
 
 
-def load_anchor(cfg, tokenizer: Tokenizer, config: EncoderConfig) -> EncoderModel:
-    """The recipe's anchor as a bare encoder, checked to read the data's tokens and to be as wide as the model."""
+def load_anchor(options: MLMOptions, tokenizer: Tokenizer, config: EncoderConfig, data: str) -> EncoderModel:
+    """The anchor as a bare encoder, checked to read the data's tokens and to be as wide as the model."""
+    name = options.anchor
     try:
-        anchor = load_model(resolve_model_path(cfg.anchor), kind="base")
+        anchor = load_model(resolve_model_path(name), kind="base")
     except (CheckpointError, ConfigError, InputError) as err:
-        raise ConfigError(f"anchor: cannot load {cfg.anchor!r} as an encoder ({err})") from None
-    check_vocabulary(tokenizer, cfg.data, cfg.anchor, "anchor")
+        raise ConfigError(f"anchor: cannot load {name!r} as an encoder ({err})") from None
+    check_vocabulary(tokenizer, data, name, "anchor")
     if anchor.config.vocab_size < tokenizer.vocab_size:
-        raise ConfigError(f"anchor: {cfg.anchor} has {anchor.config.vocab_size:,} token embeddings, fewer than the "
+        raise ConfigError(f"anchor: {name} has {anchor.config.vocab_size:,} token embeddings, fewer than the "
                           f"{tokenizer.vocab_size:,} tokens of the data's tokenizer")
     if anchor.config.hidden_size != config.hidden_size:
-        raise ConfigError(f"anchor: {cfg.anchor}'s hidden states are {anchor.config.hidden_size} wide, the model's "
+        raise ConfigError(f"anchor: {name}'s hidden states are {anchor.config.hidden_size} wide, the model's "
                           f"{config.hidden_size}: a cosine between them means nothing")
-    if cfg.anchor_layers == "all" and anchor.config.num_layers != config.num_layers:
-        raise ConfigError(f"anchor_layers all pairs the layers one to one, but {cfg.anchor} has "
+    if options.anchor_layers == "all" and anchor.config.num_layers != config.num_layers:
+        raise ConfigError(f"anchor_layers all pairs the layers one to one, but {name} has "
                           f"{anchor.config.num_layers} layers and the model {config.num_layers}")
     return anchor
 
 
-def build(cfg, tokenizer: Tokenizer) -> MaskedLanguageModeling:
-    """MaskedLMModel for objective mlm; PreTrainingModel (its NSP head) for mlm+nsp and mlm+sop; the anchor if any."""
-    config = model_config(cfg, tokenizer)
-    model = MaskedLMModel(config) if cfg.objective == "mlm" else PreTrainingModel(config)
-    anchor = load_anchor(cfg, tokenizer, config) if cfg.anchor.strip() else None
-    return MaskedLanguageModeling(model, anchor, cfg.anchor_weight, cfg.anchor_layers)
+def build(options: MLMOptions, model: ModelChoice, tokenizer: Tokenizer, data: str, max_length: int,
+          pair_head: bool = False) -> MaskedLanguageModeling:
+    """MaskedLMModel, or PreTrainingModel (its NSP head) for mlm+nsp and mlm+sop; the anchor if any."""
+    config = model.sized(tokenizer, max_length)
+    trained = PreTrainingModel(config) if pair_head else MaskedLMModel(config)
+    anchor = load_anchor(options, tokenizer, config, data) if options.anchor.strip() else None
+    return MaskedLanguageModeling(trained, anchor, options.anchor_weight, options.anchor_layers)
+
+
+SPECS = (ObjectiveSpec("mlm", MLMOptions, build),  # packed sequences, RoBERTa-style
+         ObjectiveSpec("mlm+nsp", MLMOptions, partial(build, pair_head=True), "nsp", pair_head=True),  # BERT
+         ObjectiveSpec("mlm+sop", MLMOptions, partial(build, pair_head=True), "sop", pair_head=True))  # ALBERT

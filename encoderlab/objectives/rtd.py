@@ -1,7 +1,7 @@
 """Replaced-token detection (ELECTRA, Clark et al. 2020, arXiv:2003.10555), with DeBERTa-v3's
 gradient-disentangled embedding sharing (He et al. 2021, arXiv:2111.09543, section 3).
 
-A small generator (a MaskedLMModel sized by PretrainConfig.generator_size and generator_layers, whose docstrings
+A small generator (a MaskedLMModel sized by RTDOptions.generator_size and generator_layers, whose docstrings
 cite the sizes) learns MLM on the masked positions. Its samples replace the masked tokens, and the discriminator
 (ReplacedTokenDetector) learns, for every real token, whether it was replaced. Loss = MLM + rtd_weight x
 discriminator BCE (section 2). There is no gradient through the sampling, and a sample equal to the original counts
@@ -20,6 +20,7 @@ encoder alone).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,17 +30,53 @@ from torch import nn
 
 from encoderlab.checkpoint import init_from, load_weights
 from encoderlab.config import EncoderConfig
-from encoderlab.errors import CheckpointError
+from encoderlab.errors import CheckpointError, ConfigError
 from encoderlab.io import atomic_write
 from encoderlab.models import FAMILIES
 from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, ReplacedTokenDetector
-from encoderlab.objectives.base import Counts, Objective
-from encoderlab.objectives.mlm import mlm_metrics, mlm_sums, model_config
+from encoderlab.objectives.base import Counts, ModelChoice, Objective, ObjectiveSpec
+from encoderlab.objectives.mlm import mlm_metrics, mlm_sums
 from encoderlab.tokenizer import Tokenizer
 
 DELTA_FILE = "gdes_delta.safetensors"  # E_delta in a checkpoint: the folded table alone would not resume exactly
 HEAD_FILE = "rtd_head.safetensors"  # the discriminator's head, for a family with no HF class that holds it
 GENERATOR_FOLDER = "generator"
+EMBEDDING_SHARING = ("shared", "gdes")
+
+
+@dataclass
+class RTDOptions:
+    """rtd's own options (ELECTRA, Clark et al. 2020; DeBERTa-v3, He et al. 2021): the generator and the weighting."""
+
+    generator_size: float = 0.25
+    """The generator's width, heads and feed-forward as a fraction of the discriminator's (ELECTRA, section 3.2
+    and appendix: 1/4 to 1/2 of the discriminator works best). A generator narrower than the shared embeddings
+    projects them to its width, which the family's config.json must hold (ELECTRA's embedding_size; DeBERTa's
+    config.json has none, so its generator keeps the full width)."""
+    generator_layers: float = 1.0
+    """The generator's depth as a fraction of the discriminator's (ELECTRA: 1.0, the same depth; DeBERTa-v3: 0.5 at
+    full width, as in the released RTD configs of microsoft/DeBERTa, experiments/language_model)."""
+    rtd_weight: float = 50.0
+    """Weight of the discriminator's loss beside the generator's MLM loss (ELECTRA, section 2: lambda = 50)."""
+    embedding_sharing: str = "shared"
+    """shared (one embeddings module, ELECTRA) or gdes (E_D = sg(E_G) + E_delta, DeBERTa-v3 section 3)."""
+
+    def validate(self, config: EncoderConfig, source: str) -> None:
+        """Raise ConfigError naming the first bad option, or a generator the family's config.json cannot hold."""
+        for name in ("generator_size", "generator_layers"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        if self.rtd_weight <= 0:
+            raise ConfigError(f"rtd_weight must be positive, got {self.rtd_weight}")
+        if self.embedding_sharing not in EMBEDDING_SHARING:
+            raise ConfigError(f"embedding_sharing must be one of {EMBEDDING_SHARING}, got {self.embedding_sharing!r}")
+        generator = generator_config(config, self.generator_size, self.generator_layers)
+        if generator.embedding_size is not None and "embedding_size" not in FAMILIES[config.model_type].hf_names:
+            raise ConfigError(f"generator_size {self.generator_size} makes the generator {generator.hidden_size} wide "
+                              f"beside {config.embedding_width}-wide embeddings, a projection that the config.json "
+                              f"of {source} ({config.model_type}) cannot hold (no embedding_size): use "
+                              f"generator_size: 1.0 and a shallower generator (generator_layers: 0.5, as "
+                              f"DeBERTa-v3), or an electra-* preset")
 
 
 def generator_config(config: EncoderConfig, fraction: float, depth: float = 1.0) -> EncoderConfig:
@@ -210,9 +247,13 @@ def _replace(input_ids: torch.Tensor, labels: torch.Tensor, logits: torch.Tensor
     return corrupted, corrupted != original
 
 
-def build(cfg, tokenizer: Tokenizer) -> ReplacedTokenDetection:
-    """Discriminator of the recipe's preset and its generator (generator_config)."""
-    config = model_config(cfg, tokenizer)
-    return ReplacedTokenDetection(ReplacedTokenDetector(config),
-                                  MaskedLMModel(generator_config(config, cfg.generator_size, cfg.generator_layers)),
-                                  cfg.rtd_weight, cfg.embedding_sharing)
+def build(options: RTDOptions, model: ModelChoice, tokenizer: Tokenizer, data: str,
+          max_length: int) -> ReplacedTokenDetection:
+    """The discriminator of the chosen model and its generator (generator_config)."""
+    config = model.sized(tokenizer, max_length)
+    generator = MaskedLMModel(generator_config(config, options.generator_size, options.generator_layers))
+    return ReplacedTokenDetection(ReplacedTokenDetector(config), generator, options.rtd_weight,
+                                  options.embedding_sharing)
+
+
+SPEC = ObjectiveSpec("rtd", RTDOptions, build)  # packed sequences, as ELECTRA trains on

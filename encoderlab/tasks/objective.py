@@ -26,16 +26,16 @@ from encoderlab.nn.model import SentenceEmbedder
 from encoderlab.objectives import Counts, Objective
 from encoderlab.tasks.base import Task, length_grouped_batches, model_device
 from encoderlab.train import distributed
-from encoderlab.train.config import PRECISIONS
-from encoderlab.train.loop import DUMMY, Evaluation, LoopOptions, run_loop
-from encoderlab.train.optim import linear_schedule, make_optimizer
+from encoderlab.train.loop import DUMMY, PRECISIONS, Evaluation, LoopOptions, RunSetup, run_loop
+from encoderlab.train.optim import OptimOptions
 
 COLUMNS = ("step", "elapsed_s", "epoch", "loss", "train_loss", "lr", "grad_norm", "tokens_per_s")
 
 
 @dataclass
 class TrainOptions:
-    """Hyperparameters of one fine-tuning run."""
+    """Hyperparameters of one fine-tuning run, under the names of its CLI flags; loop() and optim() hand the loop the
+    options types pretraining hands it."""
 
     lr: float = 2e-5
     """Peak learning rate."""
@@ -74,6 +74,17 @@ class TrainOptions:
                 raise ConfigError(f"--{name.replace('_', '-')} {getattr(self, name)!r} is out of range")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"--precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+
+    def loop(self, max_steps: int) -> LoopOptions:
+        """The loop's options: max_grad_norm is its clip_norm; a metrics row every step, one step checkpoint kept."""
+        return LoopOptions(max_steps=max_steps, grad_accum=self.grad_accum, precision=self.precision,
+                           clip_norm=self.max_grad_norm, log_every=1, eval_every=self.eval_every,
+                           save_every=self.save_every, keep_checkpoints=1)
+
+    def optim(self, max_steps: int) -> OptimOptions:
+        """AdamW as transformers' Trainer sets it (betas 0.9/0.999, eps 1e-8); warmup_ratio of max_steps, linear."""
+        return OptimOptions(lr=self.lr, warmup_steps=int(self.warmup_ratio * max_steps), schedule="linear",
+                            weight_decay=self.weight_decay, beta1=0.9, beta2=0.999, eps=1e-8)
 
 
 @dataclass
@@ -161,17 +172,14 @@ def train(model: nn.Module, task: Task, features: list[dict[str, Any]], options:
     dist = distributed.setup(device.type) if distributed.world_size() > 1 else distributed.Dist(device=device)
     data = FeatureBatches(task, features, options.batch_size, options.seed)
     total = max(1, math.ceil(options.epochs * data.steps_per_epoch))
-    optimizer = make_optimizer(model, options.lr, options.weight_decay, (0.9, 0.999), 1e-8)
-    warmup = int(options.warmup_ratio * total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(warmup, total))
+    optim = options.optim(total)
+    optimizer = optim.optimizer(model)
     evaluation = _evaluation(model, task, evaluate, metric, save, on_eval)
-    loop = LoopOptions(total, options.grad_accum, options.precision, options.max_grad_norm,
-                       eval_every=options.eval_every, save_every=options.save_every,
-                       steps_per_epoch=data.steps_per_epoch, discard_old=True, progress=options.progress,
-                       name=f"finetune {task.name}", visuals=False,
-                       columns=COLUMNS + tuple(f"eval_{m}" for m in task.metrics + task.other_metrics))
-    ended = run_loop(TaskObjective(model, task), data, optimizer, scheduler, loop, run_dir, dist, resume,
-                     evaluation=evaluation)
+    setup = RunSetup(steps_per_epoch=data.steps_per_epoch, discard_old=True, progress=options.progress,
+                     name=f"finetune {task.name}", visuals=False,
+                     columns=COLUMNS + tuple(f"eval_{m}" for m in task.metrics + task.other_metrics))
+    ended = run_loop(TaskObjective(model, task), data, optimizer, optim.scheduler(optimizer, total),
+                     options.loop(total), run_dir, dist, resume, evaluation=evaluation, setup=setup)
     if evaluate is None and save is not None and dist.is_main:
         save(model)
     return RunResult(evaluation.history, evaluation.best, evaluation.metric if evaluate else None, ended.seconds,

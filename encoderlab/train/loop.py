@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from encoderlab.choices import TRAINING_PRECISIONS
 from encoderlab.engine import autocast
 from encoderlab.errors import ConfigError, TrainingDiverged
 from encoderlab.objectives import Objective
@@ -43,6 +44,7 @@ from encoderlab.train.state import (DeferredInterrupt, clear_checkpoints, latest
 
 log = logging.getLogger(__name__)
 DUMMY = "dummy"  # key of a micro-batch a rank runs at weight 0 when its share of a step is empty
+PRECISIONS = TRAINING_PRECISIONS  # fp32, or bf16 autocast
 TRIM_EVERY = 10  # steps between returns of the heap memory the C allocator holds free (release_freed_memory)
 
 
@@ -99,26 +101,44 @@ class StepData(Protocol):
 
 @dataclass
 class LoopOptions:
-    """How the loop runs: length, accumulation, precision, when it logs, evaluates and saves (the recipes check)."""
+    """How the loop trains, as a user sets it: the same type for pretraining recipes and fine-tuning."""
 
-    max_steps: int
+    max_steps: int = 1000
     """Optimizer steps of the whole run."""
     grad_accum: int = 1
-    """Micro-batches per optimizer step (per rank)."""
-    precision: str = "fp32"
-    """fp32, or bf16 autocast."""
+    """Micro-batches per optimizer step (per rank): the same step in less memory."""
+    precision: str = "bf16"
+    """fp32, or bf16 autocast (CPU and CUDA; weights and optimizer stay fp32)."""
     clip_norm: float = 1.0
     """Gradient clipping by global L2 norm; 0 disables it."""
-    log_every: int = 1
-    """Steps between metrics.csv rows."""
-    eval_every: int = 0
+    log_every: int = 10
+    """Steps between metrics.csv / TensorBoard rows."""
+    eval_every: int = 200
     """Steps between evaluations, beside each epoch's end and the last step (0: only those)."""
-    save_every: int = 0
+    save_every: int = 200
     """Steps between checkpoints, beside each epoch's end, the last step and an interruption (0: only those)."""
+    keep_checkpoints: int = 2
+    """How many step checkpoints to keep."""
+    compile: bool = False
+    """torch.compile the whole objective (encoder, heads and loss; pretraining then pads every batch to max_length,
+    so that one graph serves every step); the run notes how many graphs were compiled, and how many after its first
+    step (recompilations, each a stall of seconds to minutes)."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad option."""
+        for name in ("max_steps", "grad_accum"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+
+
+@dataclass
+class RunSetup:
+    """How a caller runs the loop, beside the user's LoopOptions: epochs, reporting, what a fresh run may discard."""
+
     steps_per_epoch: int = 0
     """Steps of one pass over the data, where the data has epochs (fine-tuning); 0: no epoch boundaries."""
-    keep_checkpoints: int = 1
-    """How many step checkpoints to keep."""
     discard_old: bool = False
     """A fresh run over an earlier run's checkpoints discards them (True) or is refused (False)."""
     progress: bool = True
@@ -131,13 +151,10 @@ class LoopOptions:
     """metrics.csv's columns."""
     visuals: bool = True
     """TensorBoard logs and the curves PNG beside metrics.csv."""
-    compiled: bool = False
-    """The objective is compiled: the run notes how many graphs torch.compile made, and how many after step one
-    (recompilations, each a stall of seconds to minutes)."""
 
-    def due(self, step: int, every: int) -> bool:
+    def due(self, step: int, every: int, max_steps: int) -> bool:
         """Whether `step` ends an `every`-step period, an epoch, or the run."""
-        return (bool(every) and step % every == 0) or step == self.max_steps or (
+        return (bool(every) and step % every == 0) or step == max_steps or (
             self.steps_per_epoch > 0 and step % self.steps_per_epoch == 0)
 
 
@@ -192,22 +209,27 @@ class LoopResult:
 
 def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimizer, scheduler: Any,
              options: LoopOptions, run_dir: Path | None, dist: distributed.Dist, resume: bool = False,
-             stop_after: int | None = None, evaluation: Evaluation | None = None) -> LoopResult:
+             stop_after: int | None = None, evaluation: Evaluation | None = None,
+             setup: RunSetup | None = None) -> LoopResult:
     """Train `objective` to options.max_steps, or stop_after steps, logging and checkpointing in run_dir if given;
     Ctrl-C and SIGTERM finish the step, save a checkpoint and raise KeyboardInterrupt (Terminated); a non-finite
     loss or gradient norm raises TrainingDiverged, saving nothing."""
+    setup = setup or RunSetup()
     if run_dir is not None:
-        _open_run_dir(Path(run_dir), resume, options.discard_old, dist)
+        _open_run_dir(Path(run_dir), resume, setup.discard_old, dist)
     step, seconds = _restore(run_dir, objective, optimizer, scheduler, data, evaluation) if resume else (0, 0.0)
-    logger = RunLogger(run_dir, options.recipe, enabled=dist.is_main, resume=resume and step > 0, resume_step=step,
-                       columns=options.columns, visuals=options.visuals)
+    logger = RunLogger(run_dir, setup.recipe, enabled=dist.is_main, resume=resume and step > 0, resume_step=step,
+                       columns=setup.columns, visuals=setup.visuals)
+    if options.compile:
+        objective.compile()  # the whole objective: encoder, heads and loss (the loop counts the graphs it makes)
     trainable = DistributedDataParallel(objective, find_unused_parameters=objective.unused_parameters) \
         if dist.world_size > 1 else objective
     objective.train()
     stop_at = options.max_steps if stop_after is None else min(options.max_steps, stop_after)
     started = time.time() - seconds
     watch = Watch(objective, dist.device, run_dir, step)
-    bar = logger.progress(step, options.max_steps, options.progress, options.name)
+    bar = logger.progress(step, options.max_steps, setup.progress, setup.name)
+    due = functools.partial(setup.due, max_steps=options.max_steps)
     with bar, DeferredInterrupt() as interrupt:
         while step < stop_at:
             micro_batches = data.next_step(dist.rank, dist.world_size, options.grad_accum)
@@ -222,8 +244,8 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
                 evaluation.losses.append(StepLoss(stats, objective))  # read when the hook records
             stopping = step < stop_at and _any_rank(interrupt.requested, dist)
             saving = run_dir is not None and dist.is_main and (step == stop_at or stopping or
-                                                               options.due(step, options.save_every))
-            evaluating = evaluation is not None and dist.is_main and options.due(step, options.eval_every)
+                                                               due(step, options.save_every))
+            evaluating = evaluation is not None and dist.is_main and due(step, options.eval_every)
             if step % options.log_every == 0 or step == stop_at or saving or evaluating or stopping:
                 metrics = watch.read(step)  # the one wait for the device; raises on a non-finite step
                 bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{metrics['lr']:.2e}",
@@ -231,7 +253,7 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
                 if step % options.log_every == 0 or step == stop_at:
                     logger.log(step, metrics)
             if evaluating:
-                _record(evaluation, step, options, logger, bar)
+                _record(evaluation, step, setup, logger, bar)
             if saving:
                 _save(Path(run_dir), step, time.time() - started, objective, optimizer, scheduler, data, evaluation,
                       options.keep_checkpoints)
@@ -241,16 +263,16 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
                 logger.note(f"interrupted at step {step}" + ("" if run_dir is None else
                                                               ": checkpoint saved, continue with --resume"))
                 raise interrupt.stop()
-    if options.compiled:
+    if options.compile:
         logger.note(watch.compiled_graphs())
     if step == options.max_steps:
         logger.finish()
     return LoopResult(step, time.time() - started)
 
 
-def _record(evaluation: Evaluation, step: int, options: LoopOptions, logger: RunLogger, bar: Any) -> None:
+def _record(evaluation: Evaluation, step: int, setup: RunSetup, logger: RunLogger, bar: Any) -> None:
     """Run the evaluation hook, log its entry and show it."""
-    entry = evaluation.record(step, options.steps_per_epoch)
+    entry = evaluation.record(step, setup.steps_per_epoch)
     logger.log(step, {k: v for k, v in entry.items() if v is not None and k != "step"})
     shown = ", ".join(f"{k} {v:.4f}" for k, v in entry.items() if isinstance(v, float))
     line = f"{'epoch ' + format(entry['epoch'], 'g') + ' ' if 'epoch' in entry else ''}step {step}: {shown}"

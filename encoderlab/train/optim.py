@@ -1,9 +1,11 @@
-"""AdamW with BERT's decay rule; the linear warmup / linear decay schedule and warmup-stable-decay."""
+"""AdamW with BERT's decay rule; the linear warmup / linear decay schedule and warmup-stable-decay; OptimOptions, the
+one options type for both, shared by pretraining recipes and fine-tuning."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -67,3 +69,43 @@ def lr_schedule(kind: str, warmup_steps: int, total_steps: int, decay_fraction: 
     if kind in ("wsd", "wsd-sqrt"):
         return wsd_schedule(warmup_steps, total_steps, decay_fraction, sqrt=kind == "wsd-sqrt")
     raise ConfigError(f"schedule must be one of {SCHEDULES}, got {kind!r}")
+
+
+@dataclass
+class OptimOptions:
+    """The optimizer and its schedule, as a user sets them: the same type for pretraining recipes and fine-tuning."""
+
+    lr: float = 5e-4
+    """Peak learning rate."""
+    warmup_steps: int = 100
+    """Linear warmup from 0 to lr, then the schedule's decay to 0 at max_steps."""
+    schedule: str = "linear"
+    """linear: decay from the end of warmup (BERT paper, appendix A.2); wsd: warmup-stable-decay, the peak held
+    until the last decay_fraction of max_steps, then linear to 0; wsd-sqrt: the same with a 1 - sqrt decay
+    (ModernBERT, section 2.2.3; Hägele et al. 2024, arXiv:2405.18392)."""
+    decay_fraction: float = 0.1
+    """wsd, wsd-sqrt: the fraction of max_steps spent decaying (Hägele et al.: 10-20% matches cosine)."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay; never applied to biases or LayerNorm weights."""
+    beta1: float = 0.9
+    """AdamW first-moment decay."""
+    beta2: float = 0.98
+    """AdamW second-moment decay (0.98 as in RoBERTa, sec. 3.1, for stability with large batches)."""
+    eps: float = 1e-6
+    """AdamW epsilon (1e-6 as in BERT and RoBERTa)."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad option."""
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if not 0 < self.decay_fraction <= 1:
+            raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
+
+    def optimizer(self, model: nn.Module) -> torch.optim.AdamW:
+        """AdamW over the model's parameter groups (make_optimizer)."""
+        return make_optimizer(model, self.lr, self.weight_decay, (self.beta1, self.beta2), self.eps)
+
+    def scheduler(self, optimizer: torch.optim.Optimizer, max_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+        """The schedule's multiplier of the peak lr over max_steps."""
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule(self.schedule, self.warmup_steps, max_steps,
+                                                                         self.decay_fraction))

@@ -15,7 +15,7 @@ import math
 import sys
 import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +29,13 @@ from encoderlab.errors import InputError
 from encoderlab.io import atomic_write_text
 from encoderlab.models import FAMILIES
 from encoderlab.nn.model import Model
-from encoderlab.objectives import Objective, build_objective
+from encoderlab.objectives import OBJECTIVES, Objective, build_objective as build
 from encoderlab.objectives.mlm import MaskedLanguageModeling
 from encoderlab.paths import resolve_model_path
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train import distributed
 from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Evaluation, LoopOptions, autocast, run_loop, to_device
-from encoderlab.train.optim import lr_schedule, make_optimizer
+from encoderlab.train.loop import Evaluation, RunSetup, autocast, run_loop, to_device
 from encoderlab.train.prefetch import PrefetchedSteps, default_workers
 
 log = logging.getLogger(__name__)
@@ -104,7 +103,7 @@ def evaluate(model: Objective | Model, batches: Batches, cfg: PretrainConfig, mi
         for start in range(0, count, micro):
             batch = to_device(batches.make([(0, i) for i in range(start, min(start + micro, count))]), device)
             batch_counts = objective.counts(batch)
-            with autocast(cfg.precision, device):
+            with autocast(cfg.loop.precision, device):
                 _, parts = objective(batch, {key: torch.tensor(1.0, device=device) for key in batch_counts})
             counts.update({key: float(value) for key, value in batch_counts.items()})
             sums.update({key: float(value) for key, value in parts.items()})
@@ -157,46 +156,47 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     tokenizer = Tokenizer.from_pretrained(Path(cfg.data) / "tokenizer")
     _check_tokenizer_kind(cfg, tokenizer)
     model = build_objective(cfg, tokenizer).to(dist.device)
-    if cfg.init_from and dist.is_main:
-        _record_start(run_dir, cfg.init_from, model, progress)
+    if cfg.model.init_from and dist.is_main:
+        _record_start(run_dir, cfg.model.init_from, model, progress)
     micro = cfg.micro_batch(dist.world_size)
     data = training_data(cfg, tokenizer, micro, dist)
     valid_batches = heldout_batches(cfg, tokenizer)
     evaluation = None if valid_batches is None else Evaluation(lambda: evaluate(model, valid_batches, cfg, micro,
                                                                                 dist.device))
-    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule(cfg.schedule, cfg.warmup_steps, cfg.max_steps,
-                                                                       cfg.decay_fraction))
-    if cfg.compile:
-        model.compile()  # the whole objective: encoder, heads and loss (the loop counts the graphs it makes)
-    options = LoopOptions(cfg.max_steps, cfg.grad_accum, cfg.precision, cfg.clip_norm, cfg.log_every, cfg.eval_every,
-                          cfg.save_every, keep_checkpoints=cfg.keep_checkpoints, progress=progress, name="pretrain",
-                          recipe=asdict(cfg), compiled=cfg.compile)
+    optimizer = cfg.optim.optimizer(model)
+    scheduler = cfg.optim.scheduler(optimizer, cfg.loop.max_steps)
+    setup = RunSetup(progress=progress, name="pretrain", recipe=cfg.flat())
     try:
-        result = run_loop(model, data, optimizer, scheduler, options, run_dir, dist, resume, stop_after, evaluation)
+        result = run_loop(model, data, optimizer, scheduler, cfg.loop, run_dir, dist, resume, stop_after, evaluation,
+                          setup)
     finally:
         if isinstance(data, PrefetchedSteps):
             data.close()
-    if dist.is_main and result.step == cfg.max_steps:
+    if dist.is_main and result.step == cfg.loop.max_steps:
         _export_final(run_dir, model, tokenizer)
     final = {k: v for k, v in (evaluation.history[-1] if evaluation and evaluation.history else {}).items()
              if k.startswith("eval_")}
     distributed.teardown()
-    return final | {"step": result.step} | ({"new_tensors": model.new_tensors} if cfg.init_from else {})
+    return final | {"step": result.step} | ({"new_tensors": model.new_tensors} if cfg.model.init_from else {})
+
+
+def build_objective(cfg: PretrainConfig, tokenizer: Tokenizer) -> Objective:
+    """The recipe's objective (encoderlab.objectives.build_objective) over its data's tokenizer."""
+    return build(cfg.objective, cfg.options, cfg.model, tokenizer, cfg.data, cfg.max_length)
 
 
 def fixed_length(cfg: PretrainConfig) -> int | None:
     """The length every batch is padded to: max_length (rounded up to 8) when compiled, so that one graph serves
     every step; None (each batch to its longest) otherwise."""
-    return -(-cfg.max_length // 8) * 8 if cfg.compile else None
+    return -(-cfg.max_length // 8) * 8 if cfg.loop.compile else None
 
 
 def training_data(cfg: PretrainConfig, tokenizer: Tokenizer, micro: int,
                   dist: distributed.Dist) -> PretrainingData | PrefetchedSteps:
     """The training split's steps, built ahead by cfg.data_workers processes (-1: default_workers) when there are any;
     the batches are the same whichever."""
-    examples = PretrainingExamples(TokenShards(cfg.data, "train"), _objective(cfg), cfg.max_length, cfg.seed,
-                                   cfg.short_seq_prob)
+    examples = PretrainingExamples(TokenShards(cfg.data, "train"), OBJECTIVES[cfg.objective].examples,
+                                   cfg.max_length, cfg.seed, cfg.short_seq_prob)
     data = PretrainingData(Batches(examples, masking_collator(cfg, tokenizer), cfg.seed, tokenizer.pad_id,
                                    fixed_length(cfg)), cfg.batch_size, micro)
     workers = cfg.data_workers if cfg.data_workers >= 0 else default_workers(dist.device, dist.world_size)
@@ -222,9 +222,9 @@ def _record_start(run_dir: Path, init_from: str, model: Objective, progress: boo
 
 def _check_tokenizer_kind(cfg: PretrainConfig, tokenizer: Tokenizer) -> None:
     """Warn when the data's tokenizer is not the kind the preset's family was released with (it still trains)."""
-    family = FAMILIES[cfg.encoder_config().model_type]
-    if family.tokenizer_kind != tokenizer.kind and not cfg.init_from:  # init_from: checked against its own
-        warnings.warn(f"preset {cfg.preset!r} ({family.model_type}) was released with a {family.tokenizer_kind} "
+    family = FAMILIES[cfg.model.encoder_config().model_type]
+    if family.tokenizer_kind != tokenizer.kind and not cfg.model.init_from:  # init_from: checked against its own
+        warnings.warn(f"preset {cfg.model.preset!r} ({family.model_type}) was released with a {family.tokenizer_kind} "
                       f"tokenizer, but data {cfg.data} was prepared with a {tokenizer.kind} one; the model will "
                       f"train, but its tokenizer is not the family's (see `encoderlab tokenizer train --kind`)",
                       stacklevel=2)
@@ -236,12 +236,6 @@ def masking_collator(cfg: PretrainConfig, tokenizer: Tokenizer) -> MaskingCollat
                            mlm_probability=cfg.mlm_probability, whole_word=cfg.whole_word, pad_to_multiple_of=None)
 
 
-def _objective(cfg: PretrainConfig) -> str:
-    """The example builder's objective: nsp / sop -> segment pairs; the rest (mlm, rtd, distill) -> packed
-    sequences of whole sentences (RoBERTa's DOC-SENTENCES; ELECTRA and DistilBERT train on such text too)."""
-    return cfg.objective.removeprefix("mlm+") if cfg.objective.startswith("mlm+") else "mlm"
-
-
 def heldout_batches(cfg: PretrainConfig, tokenizer: Tokenizer) -> Batches | None:
     """Masked batches over the held-out split, if `prepare` wrote one (what `evaluate` scores). Their sequences and
     masks come from HELDOUT_SEED, not the recipe's seed: two runs on the same data score on the same batches."""
@@ -249,8 +243,9 @@ def heldout_batches(cfg: PretrainConfig, tokenizer: Tokenizer) -> Batches | None
         shards = TokenShards(cfg.data, "valid")
     except InputError:  # no held-out split was prepared: evaluation is skipped, training goes on
         return None
-    return Batches(PretrainingExamples(shards, _objective(cfg), cfg.max_length, HELDOUT_SEED, cfg.short_seq_prob),
-                   masking_collator(cfg, tokenizer), HELDOUT_SEED, tokenizer.pad_id, fixed_length(cfg))
+    examples = PretrainingExamples(shards, OBJECTIVES[cfg.objective].examples, cfg.max_length, HELDOUT_SEED,
+                                   cfg.short_seq_prob)
+    return Batches(examples, masking_collator(cfg, tokenizer), HELDOUT_SEED, tokenizer.pad_id, fixed_length(cfg))
 
 
 def _export_final(run_dir: Path, model: Objective, tokenizer: Tokenizer) -> None:

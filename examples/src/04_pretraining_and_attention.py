@@ -41,7 +41,7 @@ from encoderlab.data.shards import TokenShards
 from encoderlab.data.tokenizer_training import train_tokenizer
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.tokenizer import Tokenizer
-from encoderlab.train.config import PretrainConfig
+from encoderlab.train.config import from_flat
 from encoderlab.train.pretrain import pretrain
 from encoderlab.viz.attention import attention_maps, head_entropy, plot_attention
 
@@ -107,15 +107,16 @@ print(f"uniform guess: {uniform_loss:.2f} nats; word frequencies only (held-out)
 # %% [markdown]
 # ## 3. Pretraining
 #
-# A `PretrainConfig` is the recipe (the YAML files in `configs/` hold the same fields): bert-tiny (2 layers, hidden
-# size 128), sequences of whole sentences packed up to 64 tokens, masked LM with fresh masks every batch, AdamW with
-# warmup and linear decay. `pretrain` writes the run folder: `metrics.csv`, `curves.png`, checkpoints, and at the
-# end `model/`, a Hugging Face folder.
+# A `PretrainConfig` is the recipe, built by `from_flat` from the flat keys the YAML files in `configs/` hold:
+# bert-tiny (2 layers, hidden size 128), sequences of whole sentences packed up to 64 tokens, masked LM with fresh
+# masks every batch, AdamW with warmup and linear decay. `pretrain` writes the run folder: `metrics.csv`,
+# `curves.png`, checkpoints, and at the end `model/`, a Hugging Face folder.
 
 # %%
-config = PretrainConfig(data=str(OUT / "data"), preset="bert-tiny", objective="mlm", max_length=64, batch_size=32,
+config = from_flat(dict(data=str(OUT / "data"), preset="bert-tiny", objective="mlm", max_length=64, batch_size=32,
                         max_steps=STEPS, lr=2e-3, warmup_steps=max(1, STEPS // 10), precision="fp32", device="cpu",
-                        log_every=max(1, STEPS // 30), eval_every=max(1, STEPS // 6), eval_batches=8, save_every=0)
+                        log_every=max(1, STEPS // 30), eval_every=max(1, STEPS // 6), eval_batches=8,
+                        save_every=0))
 result = pretrain(config, OUT / "run", progress=False)
 print({key: round(value, 3) if isinstance(value, float) else value for key, value in result.items()})
 
