@@ -165,7 +165,7 @@ def checkpoints(tmp_path_factory, kind_tokenizers):
             tokenizer = kind_tokenizers[FAMILIES[family].tokenizer_kind]
             folder = tmp_path_factory.mktemp(family)
             torch.manual_seed(0)
-            MaskedLMModel(checkpoint_config(family, tokenizer)).save_pretrained(folder)
+            save_pretrained(MaskedLMModel(checkpoint_config(family, tokenizer)), folder)
             tokenizer.save(folder)
             made[family] = folder
         return made[family]
