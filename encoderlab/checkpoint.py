@@ -22,14 +22,12 @@ from torch.overrides import TorchFunctionMode
 
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError
-from encoderlab.folder import TASK_FILE, is_embedder, read_task_info, settings, write_sentence_transformers_files
+from encoderlab.folder import TASK_FILE, is_embedder, read_task_info, settings, write_sentence_transformers
 from encoderlab.io import atomic_write, atomic_write_text, read_json_file
 from encoderlab.models import FAMILIES, FamilySpec
 from encoderlab.nn.bilstm import BiLSTMClassifier
 from encoderlab.nn.model import MODEL_CLASSES
 from encoderlab.paths import resolve_model_path
-
-BILSTM = BiLSTMClassifier.architecture  # the architecture name of our own baseline
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -154,9 +152,8 @@ def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: nn.Mo
     # Every backbone tensor must be used: a layer the config does not have is an error, not silently dropped;
     # a pretraining head's (pooler, MLM, NSP) may be left unused, a task head's is removed before (_without_head).
     used = {name for key in expected for name in _sources(rules, key)}
-    tasks = {row for kind in MODEL_CLASSES for row in task_rows(spec, kind)}
-    heads = [_rule_regex(t) for ours, theirs in spec.weight_map if not ours.startswith("encoder.")
-             and (ours, theirs) not in tasks for t in theirs]
+    kept = ("encoder.", *(prefix for cls in MODEL_CLASSES.values() for prefix in cls.task_head))
+    heads = [_rule_regex(t) for ours, theirs in spec.weight_map if not ours.startswith(kept) for t in theirs]
     unexpected = [k for k in hf_state if k not in used and not any(head.match(k) for head in heads)]
     problems = [f"{what}: {sep.join(names)}" for what, sep, names in (
         ("missing tensors", ", ", missing), ("unexpected tensors", ", ", unexpected),
@@ -223,7 +220,7 @@ def model_config(name: str | os.PathLike) -> EncoderConfig | None:
     """The config of a checkpoint folder or alias, read without its weights; None for the BiLSTM baseline."""
     folder = resolve_model_path(name)
     raw = read_config(folder)
-    if (raw.get("architectures") or [None])[0] == BILSTM:
+    if (raw.get("architectures") or [None])[0] == BiLSTMClassifier.architecture:
         return None
     return EncoderConfig.from_hf_dict(raw, str(folder / "config.json"))
 
@@ -271,7 +268,7 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
     num_labels, regression, head (a SequenceClassifier's own output module), pooling."""
     folder = resolve_model_path(name)
     raw = read_config(folder)
-    if (raw.get("architectures") or [None])[0] == BILSTM:
+    if (raw.get("architectures") or [None])[0] == BiLSTMClassifier.architecture:
         return BiLSTMClassifier.from_hf(raw, read_weights(folder), folder).eval()
     stored = stored_kind(folder, raw)
     if stored is None and kind is None:
@@ -355,8 +352,8 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, tokenizer=None,
     if info is not None:
         atomic_write_text(folder / TASK_FILE, json.dumps(info, indent=2) + "\n")
     if model.kind == "embed":
-        write_sentence_transformers_files(folder, model.config.hidden_size, model.pooling,
-                                          (info or {}).get("max_length", 256))
+        write_sentence_transformers(folder, model.config.hidden_size, model.pooling,
+                                    (info or {}).get("max_length", 256))
 
 
 def load_weights(model: nn.Module, name: str | os.PathLike) -> None:

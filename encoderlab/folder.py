@@ -74,7 +74,7 @@ def _optional_json(path: Path, kind: type) -> Any:
     return read_json_file(path, kind) if path.is_file() else None
 
 
-def write_sentence_transformers_files(folder: Path, hidden_size: int, pooling: str, max_length: int) -> None:
+def write_sentence_transformers(folder: Path, hidden_size: int, pooling: str, max_length: int) -> None:
     """modules.json, sentence_bert_config.json and 1_Pooling/config.json: sentence-transformers loads the folder."""
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]

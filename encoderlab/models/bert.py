@@ -43,9 +43,8 @@ def backbone_map(projection: str = "") -> tuple[tuple[str, tuple[str, ...]], ...
 
 
 def task_heads(out: str = "classifier.", dense: str | None = None) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The task heads' rows: XForSequenceClassification's output layer `out` (and its `dense` layer on the first token,
-    where it has one: config.classifier_dense), XForTokenClassification's classifier, XForQuestionAnswering's
-    qa_outputs."""
+    """The task heads' rows: XForSequenceClassification's output layer `out` and dense layer (classifier_dense),
+    XForTokenClassification's classifier, XForQuestionAnswering's qa_outputs."""
     dense_row = (("head.dense.", (dense,)),) if dense else ()
     return (*dense_row, ("head.out.", (out,)), ("classifier.", ("classifier.",)), ("qa_outputs.", ("qa_outputs.",)))
 

@@ -236,8 +236,9 @@ class SequenceClassifier(Model):
     def __init__(self, config: EncoderConfig, num_labels: int | None = None, head: nn.Module | None = None,
                  regression: bool = False) -> None:
         """num_labels: by default 1 for regression, else one per config.labels."""
-        kept = config.problem_type if config.problem_type not in (None, "regression") else "single_label_classification"
-        config = config.replace(problem_type="regression" if regression else kept)
+        single = config.problem_type in (None, "regression")  # else multi-label, kept
+        config = config.replace(problem_type="regression" if regression else "single_label_classification" if single
+                                else config.problem_type)  # saved as transformers' key
         super().__init__(config, pooler=not config.classifier_dense)  # BERT and ALBERT classify the pooled [CLS]
         if num_labels is None and head is None:
             if not regression and not config.labels:
@@ -270,10 +271,6 @@ class SequenceClassifier(Model):
         return _with_labels(super().hf_config(architecture), self.num_outputs)  # problem_type is the config's
 
 
-def token_transform(config: EncoderConfig) -> Transform | None:
-    """The dense, activation and norm before a token or span head, in a family that has them (ModernBERT)."""
-    return Transform(config) if config.task_transform else None
-
 
 class TokenClassifier(Model):
     """Token vectors (B, T, H) -> [transform] -> dropout -> linear -> logits (B, T, L)."""
@@ -285,7 +282,7 @@ class TokenClassifier(Model):
         super().__init__(config)
         if not (num_labels or config.labels):
             raise ValueError("TokenClassifier needs num_labels or config.labels")
-        self.transform = token_transform(config)
+        self.transform = Transform(config) if config.task_transform else None  # ModernBERT's head on every token
         self.dropout = Dropout(config.hidden_dropout)
         self.classifier = nn.Linear(config.hidden_size, num_labels or len(config.labels))
         self.init_weights()
@@ -316,7 +313,7 @@ class SpanExtractor(Model):
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__(config)
-        self.transform = token_transform(config)
+        self.transform = Transform(config) if config.task_transform else None  # ModernBERT's head on every token
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.init_weights()
 
