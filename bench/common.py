@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel
+from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel, save_pretrained
 from encoderlab.checkpoint import resolve_model_path
 from encoderlab.cli import main as encoderlab_main
 from encoderlab.compare import cpu_name
@@ -246,7 +246,7 @@ def tiny_model(folder: Path, masked_lm: bool = False) -> Path:
     config = EncoderConfig.from_preset("bert-tiny", vocab_size=vocab_size, hidden_size=32, num_heads=2,
                                        intermediate_size=64)
     torch.manual_seed(0)
-    (MaskedLMModel if masked_lm else EncoderModel)(config).save_pretrained(folder)
+    save_pretrained((MaskedLMModel if masked_lm else EncoderModel)(config), folder)
     for item in minilm.iterdir():
         if item.name in ("config.json", "model.safetensors", "README.md"):
             continue

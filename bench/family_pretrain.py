@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: E402
 from common import SMOKE_RECIPE, encoderlab, results_path, smoke_shards, training_precision, write_results  # noqa: E402
 
-from encoderlab import EncoderConfig, MaskedLMModel  # noqa: E402
+from encoderlab import EncoderConfig, MaskedLMModel, save_pretrained  # noqa: E402
 from encoderlab.io import atomic_write  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 
@@ -67,7 +67,7 @@ def smoke_setup(work: Path) -> list[str]:
     tokenizer = Tokenizer.from_pretrained(shards / "tokenizer")
     config = EncoderConfig.from_preset("bert-tiny", vocab_size=tokenizer.vocab_size, hidden_size=32, num_heads=2,
                                        intermediate_size=64)
-    MaskedLMModel(config).save_pretrained(work / "teacher")
+    save_pretrained(MaskedLMModel(config), work / "teacher")
     tokenizer.save(work / "teacher")
     return [*SMOKE_RECIPE, f"data={shards}", f"teacher={work / 'teacher'}", "eval_batches=1"]
 

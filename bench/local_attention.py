@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import goal, write_results  # noqa: E402
 
-from encoderlab import EncoderConfig, EncoderModel  # noqa: E402
+from encoderlab import EncoderConfig, EncoderModel, save_pretrained  # noqa: E402
 from encoderlab.nn import window  # noqa: E402
 
 SMOKE = {"num_layers": 2, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "local_attention": 8}
@@ -56,7 +56,7 @@ def main() -> None:
     config = EncoderConfig.from_preset("modernbert-base", **overrides)
     ours = EncoderModel(config).eval()
     with tempfile.TemporaryDirectory() as folder:
-        ours.save_pretrained(folder)
+        save_pretrained(ours, folder)
         theirs = transformers.ModernBertModel.from_pretrained(folder).eval()
     figures = {"layers": config.num_layers, "window": config.local_attention,
                "banded_from": window.BANDED_FROM * (config.local_attention // 2),

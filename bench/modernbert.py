@@ -42,7 +42,7 @@ from common import SMOKE_RECIPE, encoderlab, goal, smoke_data, smoke_shards, tra
 from electra_vs_mlm import sst2  # noqa: E402
 from finetune import DATA  # noqa: E402
 
-from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel  # noqa: E402
+from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel, save_pretrained  # noqa: E402
 from encoderlab.io import atomic_write  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 from encoderlab.train.config import PretrainConfig, load_recipe  # noqa: E402
@@ -98,7 +98,7 @@ def inference(sets: dict[str, list[list[int]]], overrides: dict, pad_id: int, vo
                                        **overrides)
     ours = EncoderModel(config).eval()
     with tempfile.TemporaryDirectory() as folder:
-        ours.save_pretrained(folder)
+        save_pretrained(ours, folder)
         theirs = transformers.ModernBertModel.from_pretrained(folder).eval()
     figures = {"layers": config.num_layers, "parameters": ours.num_parameters(),
                "hf_attention": theirs.config._attn_implementation}
@@ -142,7 +142,7 @@ def hf_modernbert_mode(name: str, precision: str, total: int, shape: speed.Shape
 
     torch.manual_seed(speed.SEED)
     with tempfile.TemporaryDirectory() as folder:
-        MaskedLMModel(shape.config()).save_pretrained(folder)
+        save_pretrained(MaskedLMModel(shape.config()), folder)
         model = transformers.ModernBertForMaskedLM.from_pretrained(folder).train()
     optimizer = torch.optim.AdamW(speed._distinct(speed.param_groups(model, speed.WEIGHT_DECAY)), lr=speed.LR,
                                   betas=speed.BETAS, eps=speed.EPS)

@@ -58,7 +58,7 @@ def bad_input_folders(root: Path) -> Any:
     from test_bad_input import TAGS, WORDS, Folders
 
     from encoderlab import (EncoderConfig, EncoderModel, MaskedLMModel, SequenceClassifier, SpanExtractor,
-                            TokenClassifier)
+                            TokenClassifier, save_pretrained)
     from encoderlab.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(WORDS)] * 3, vocab_size=80, min_frequency=1)
@@ -70,7 +70,7 @@ def bad_input_folders(root: Path) -> Any:
               "ner": TokenClassifier(config.replace(labels=TAGS), num_labels=len(TAGS)),
               "qa": SpanExtractor(config)}
     for name, model in models.items():
-        model.eval().save_pretrained(root / name, tokenizer)
+        save_pretrained(model.eval(), root / name, tokenizer)
     return Folders(**{name: root / name for name in models})
 
 
@@ -148,7 +148,7 @@ def pretrain_argv(root: Path, steps: int) -> tuple[list[str], int]:
 def finetune_argv(root: Path, train_rows: int) -> tuple[list[str], int]:
     """`encoderlab finetune classify` arguments for a tiny random model on synthetic sentiment (3 epochs of batches
     of 8), and its steps."""
-    from encoderlab import EncoderConfig, EncoderModel
+    from encoderlab import EncoderConfig, EncoderModel, save_pretrained
     from encoderlab.tokenizer import Tokenizer
 
     words = POSITIVE + NEGATIVE + FILLER
@@ -156,7 +156,7 @@ def finetune_argv(root: Path, train_rows: int) -> tuple[list[str], int]:
     config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     torch.manual_seed(SEED)
-    EncoderModel(config).save_pretrained(root / "model")
+    save_pretrained(EncoderModel(config), root / "model")
     tokenizer.save(root / "model")
     rng = random.Random(SEED)
     for name, count in (("train", train_rows), ("dev", 32)):

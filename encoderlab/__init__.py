@@ -6,7 +6,6 @@ with the package: `encoderlab --help` and the CLI's input checks answer without 
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any
 
 from encoderlab import models  # noqa: F401  (registers every family's presets and config.json names with config)
@@ -31,13 +30,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The lazily imported names of __all__ (`from encoderlab import EncoderModel` works as before). The model
-    classes come along with any of them: they register with checkpoint's MODEL_CLASSES, which loading reads."""
+    """The lazily imported names of __all__ (`from encoderlab import EncoderModel` works as before)."""
     if name not in _LAZY:
         raise AttributeError(f"module 'encoderlab' has no attribute {name!r}")
-    for module in ("encoderlab.nn.model", "encoderlab.nn.bilstm", _LAZY[name]):
-        importlib.import_module(module)
-    value = getattr(sys.modules[_LAZY[name]], name)
+    value = getattr(importlib.import_module(_LAZY[name]), name)
     globals()[name] = value  # later look-ups skip this function
     return value
 

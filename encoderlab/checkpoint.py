@@ -2,8 +2,9 @@
 weights_only=True), converted through each family's declarative weight map.
 
 One loader for every model: config.json's `architectures` picks the class; task.json (task, columns, max_length,
-pooling, labels) is read beside it. Every mismatch is named by tensor: missing, unexpected or misshapen. This module
-sits below nn/: the model classes register in MODEL_CLASSES (nn/model.py, nn/bilstm.py) to save themselves."""
+pooling, labels) is read beside it (encoderlab.folder). Every mismatch is named by tensor: missing, unexpected or
+misshapen. This module sits above nn/ and models/: it names nn's classes (MODEL_CLASSES) in each family's terms, so
+the model code never reads the family registry."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import json
 import os
 import re
 from pathlib import Path
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,14 +22,12 @@ from torch.overrides import TorchFunctionMode
 
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError
+from encoderlab.folder import TASK_FILE, is_embedder, read_task_info, settings, write_sentence_transformers
 from encoderlab.io import atomic_write, atomic_write_text, read_json_file
-from encoderlab.models import FAMILIES, ClassifierHead, FamilySpec
+from encoderlab.models import FAMILIES, FamilySpec
+from encoderlab.nn.bilstm import BiLSTMClassifier
+from encoderlab.nn.model import MODEL_CLASSES
 from encoderlab.paths import resolve_model_path
-
-MODEL_CLASSES: dict[str, type[nn.Module]] = {}
-"""Model kind (encoderlab.nn.model's table, and "bilstm") -> class, filled by nn/; each has `kind` and `hf_suffix`."""
-TASK_FILE = "task.json"  # what encoderlab needs beyond config.json: task, columns, max_length, pooling
-BILSTM = "BiLSTMClassifier"  # the architecture name of our own baseline (encoderlab.nn.bilstm)
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -87,19 +85,9 @@ def _rule_regex(prefix: str) -> re.Pattern:
     return re.compile(re.escape(prefix).replace(r"\{i\}", r"(\d+)"))
 
 
-def head_rules(spec: FamilySpec, kind: str) -> Rules:
-    """Weight-map rules of a task head, beyond the family's map (transformers' names are not prefixed)."""
-    layout = spec.classifier_head
-    dense = (("dense.", layout.dense), ("norm.", layout.norm))
-    classify = (("head.out.", (layout.out,)),) + tuple((f"head.{ours}", (theirs,)) for ours, theirs in dense if theirs)
-    transform = tuple((f"transform.{ours}", (theirs,)) for ours, theirs in dense if layout.every_task)
-    return {"classify": classify, "ner": (("classifier.", ("classifier.",)), *transform),
-            "qa": (("qa_outputs.", (layout.out if layout.every_task else "qa_outputs.",)), *transform)}.get(kind, ())
-
-
-def _rules(spec: FamilySpec, model: nn.Module) -> Rules:
-    """The family's weight map, then the rules of the model's task head."""
-    return spec.weight_map + head_rules(spec, model.kind)
+def task_rows(spec: FamilySpec, kind: str | None) -> Rules:
+    """The weight-map rows of kind's task head (classify, ner, qa): a checkpoint without them starts it fresh."""
+    return tuple(row for row in spec.weight_map if kind and row[0].startswith(MODEL_CLASSES[kind].task_head))
 
 
 def _sources(rules: Rules, our_key: str) -> tuple[str, ...]:
@@ -116,7 +104,7 @@ def _sources(rules: Rules, our_key: str) -> tuple[str, ...]:
 def hf_sources(model: nn.Module) -> dict[str, tuple[str, ...]]:
     """Each of `model`'s tensors (our names) -> the normalized Hugging Face names it is made of (several where we
     fuse, as ALBERT's shared layer or DeBERTa's attention do)."""
-    rules = _rules(FAMILIES[model.config.model_type], model)
+    rules = FAMILIES[model.config.model_type].weight_map
     return {key: _sources(rules, key) for key in model.state_dict()}
 
 
@@ -144,7 +132,7 @@ def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: nn.Mo
                fresh: bool = False) -> dict[str, torch.Tensor]:
     """Convert normalized HF tensors into `model`'s state dict; raise CheckpointError naming every problem. fresh: the
     checkpoint holds no weights for this model's head (a new task head): its tensors are drawn anew."""
-    rules, expected = _rules(spec, model), model.state_dict()
+    rules, expected = spec.weight_map, model.state_dict()
     converted, missing, mismatched = {}, [], []
     for key, target in expected.items():
         names = _sources(rules, key)
@@ -162,9 +150,10 @@ def hf_to_ours(spec: FamilySpec, hf_state: dict[str, torch.Tensor], model: nn.Mo
             continue
         converted[key] = tensor
     # Every backbone tensor must be used: a layer the config does not have is an error, not silently dropped;
-    # a head's (pooler, MLM, NSP) may be left unused.
+    # a pretraining head's (pooler, MLM, NSP) may be left unused, a task head's is removed before (_without_head).
     used = {name for key in expected for name in _sources(rules, key)}
-    heads = [_rule_regex(t) for ours, theirs in spec.weight_map if not ours.startswith("encoder.") for t in theirs]
+    kept = ("encoder.", *(prefix for cls in MODEL_CLASSES.values() for prefix in cls.task_head))
+    heads = [_rule_regex(t) for ours, theirs in spec.weight_map if not ours.startswith(kept) for t in theirs]
     unexpected = [k for k in hf_state if k not in used and not any(head.match(k) for head in heads)]
     problems = [f"{what}: {sep.join(names)}" for what, sep, names in (
         ("missing tensors", ", ", missing), ("unexpected tensors", ", ", unexpected),
@@ -186,7 +175,7 @@ def _fresh_tensor(key: str, target: torch.Tensor, std: float) -> torch.Tensor:
 def ours_to_hf(spec: FamilySpec, model: nn.Module) -> dict[str, torch.Tensor]:
     """`model`'s tensors under Hugging Face names, split where we fused several into one."""
     prefix = "" if model.kind in ("base", "embed") else spec.base_prefix
-    rules, out = _rules(spec, model), {}
+    rules, out = spec.weight_map, {}
     for key, tensor in model.state_dict().items():
         names = _sources(rules, key)
         backbone = key.startswith(("encoder.", "pooler."))
@@ -215,12 +204,7 @@ def architecture(model: nn.Module) -> str:
 def architectures() -> dict[str, type[nn.Module]]:
     """Every transformers class we mirror, of every family -> our class (an XModel loads as EncoderModel)."""
     return {architecture_name(spec, cls): cls for spec in FAMILIES.values() for cls in MODEL_CLASSES.values()
-            if cls.kind not in ("embed", "bilstm") and (cls.hf_suffix is not None or cls.kind in spec.architectures)}
-
-
-def classifier_head(model_type: str) -> ClassifierHead:
-    """The layout of a family's sequence-classification head (FamilySpec.classifier_head)."""
-    return FAMILIES[model_type].classifier_head
+            if cls.kind != "embed" and (cls.hf_suffix is not None or cls.kind in spec.architectures)}
 
 
 # ---- folder files -------------------------------------------------------------------------------------
@@ -236,15 +220,9 @@ def model_config(name: str | os.PathLike) -> EncoderConfig | None:
     """The config of a checkpoint folder or alias, read without its weights; None for the BiLSTM baseline."""
     folder = resolve_model_path(name)
     raw = read_config(folder)
-    if (raw.get("architectures") or [None])[0] == BILSTM:
+    if (raw.get("architectures") or [None])[0] == BiLSTMClassifier.architecture:
         return None
     return EncoderConfig.from_hf_dict(raw, str(folder / "config.json"))
-
-
-def read_task_info(name: str | os.PathLike) -> dict:
-    """task.json of a fine-tuned folder, or {} for a plain checkpoint."""
-    path = resolve_model_path(name) / TASK_FILE
-    return read_json_file(path) if path.is_file() else {}
 
 
 def stored_kind(folder: Path, raw: dict) -> str | None:
@@ -253,8 +231,7 @@ def stored_kind(folder: Path, raw: dict) -> str | None:
     if architecture is not None and architecture not in known:
         return None
     kind = "base" if architecture is None else known[architecture].kind
-    embedder = (folder / "modules.json").is_file() or read_task_info(folder).get("task") == "embed"
-    return "embed" if kind == "base" and embedder else kind
+    return "embed" if kind == "base" and is_embedder(folder) else kind
 
 
 def _unknown_architecture(folder: Path, raw: dict) -> CheckpointError:
@@ -264,54 +241,6 @@ def _unknown_architecture(folder: Path, raw: dict) -> CheckpointError:
     known = [name for name in architectures() if name.startswith(stem) and not name[len(stem)].islower()]
     return CheckpointError(f"{folder / 'config.json'}: architecture {raw['architectures'][0]!r} is not one encoderlab "
                            f"mirrors (known: {', '.join(known)}); pass kind= to load its encoder")
-
-
-# ---- a model folder's settings ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Settings:
-    """What a model folder says about running it; every command, the server and the pipelines read these."""
-
-    max_length: int | None = None
-    """task.json's max_length, else sentence_bert_config.json's max_seq_length; None: the model's limit."""
-    pooling: str = "mean"
-    """task.json's pooling, else 1_Pooling/config.json's mode (cls or mean), else mean."""
-    normalize: bool = False
-    """L2-normalise sentence vectors: modules.json lists a Normalize module (sentence-transformers' layout)."""
-    doc_stride: int = 128
-    """QA: tokens shared by consecutive windows of a long context."""
-    max_query_length: int = 64
-    """QA: questions are cut to this many tokens."""
-    max_answer_length: int = 30
-    """QA: longest answer considered, in tokens."""
-    n_best: int = 20
-    """QA: start and end candidates per window in decoding."""
-    allow_null: bool = False
-    """QA: answer "" when the [CLS] score beats the best span (the model learned unanswerable questions)."""
-    stride: int | None = None
-    """classify, embed: read a text longer than the window whole, in windows sharing this many tokens (None:
-    truncate it)."""
-    combine: str = "logits"
-    """classify: the windows' mean of logits, or of probabilities ("probs"); embed always averages the vectors."""
-
-
-def settings(folder: str | Path) -> Settings:
-    """The settings of a checkpoint folder or alias: task.json first, then the sentence-transformers files."""
-    folder = resolve_model_path(folder)
-    info = read_task_info(folder)
-    bert = _optional_json(folder / "sentence_bert_config.json", dict) or {}
-    pooling_file = _optional_json(folder / "1_Pooling" / "config.json", dict) or {}
-    modules = _optional_json(folder / "modules.json", list) or []
-    options = {k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "allow_null",
-                                    "stride", "combine") if info.get(k) is not None}
-    return Settings(max_length=info.get("max_length") or bert.get("max_seq_length"),
-                    pooling=info.get("pooling") or ("cls" if pooling_file.get("pooling_mode_cls_token") else "mean"),
-                    normalize=any(str(m.get("type", "")).endswith("Normalize") for m in modules if isinstance(m, dict)),
-                    **options)
-
-
-def _optional_json(path: Path, kind: type) -> Any:
-    """A folder's JSON file, or None where there is none."""
-    return read_json_file(path, kind) if path.is_file() else None
 
 
 # ---- public API --------------------------------------------------------------------------------------
@@ -339,24 +268,21 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
     num_labels, regression, multilabel, head (a SequenceClassifier's own output module), pooling."""
     folder = resolve_model_path(name)
     raw = read_config(folder)
-    if (raw.get("architectures") or [None])[0] == BILSTM:
-        return MODEL_CLASSES["bilstm"].from_hf(raw, read_weights(folder), folder).eval()
+    if (raw.get("architectures") or [None])[0] == BiLSTMClassifier.architecture:
+        return BiLSTMClassifier.from_hf(raw, read_weights(folder), folder).eval()
     stored = stored_kind(folder, raw)
     if stored is None and kind is None:
         raise _unknown_architecture(folder, raw)
     stored, kind = stored or kind, kind or stored
-    if not MODEL_CLASSES:
-        raise CheckpointError("no model classes are registered: import encoderlab.nn.model (or take load_model from "
-                              "the encoderlab package, which does) before loading a checkpoint")
     if kind not in MODEL_CLASSES:
         raise ConfigError(f"unknown model kind {kind!r}; expected one of {sorted(MODEL_CLASSES)}")
     config = EncoderConfig.from_hf_dict(raw, str(folder / "config.json"))
     spec, cls = FAMILIES[config.model_type], MODEL_CLASSES[kind]
-    new_head = head_rules(spec, cls.kind) != head_rules(spec, stored)
+    new_head = task_rows(spec, cls.kind) != task_rows(spec, stored)
     hf_state = _without_head(spec, normalize_hf_state(spec, read_weights(folder)), stored if new_head else None)
     with torch.device("meta"), SkipMetaInit():  # no time spent on a random init that is overwritten at once
         model = cls(config, **_class_options(cls, spec, hf_state, raw, folder, new_head, options))
-    fresh = new_head and bool(head_rules(spec, cls.kind))  # a new task head; an MLM, NSP or RTD head must be there
+    fresh = new_head and bool(task_rows(spec, cls.kind))  # a new task head; an MLM, NSP or RTD head must be there
     model.load_state_dict(hf_to_ours(spec, hf_state, model, str(folder), fresh), assign=True)
     # Weights stored in bf16 or fp16 (models/encoderlab-mini) compute in fp32 unless `dtype` asks otherwise:
     # precision is the pipelines' choice, not the file's.
@@ -365,7 +291,7 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
 
 def _without_head(spec: FamilySpec, hf_state: dict[str, torch.Tensor], stored: str | None) -> dict[str, torch.Tensor]:
     """hf_state less the stored task head (classifier.*, qa_outputs.*) of kind `stored` (None: keep all)."""
-    theirs = tuple(t for _, names in head_rules(spec, stored) for t in names) if stored else ()
+    theirs = tuple(t for _, names in task_rows(spec, stored) for t in names)
     return {k: v for k, v in hf_state.items() if not (theirs and k.startswith(theirs))}
 
 
@@ -381,7 +307,7 @@ def init_from(model: nn.Module, name: str | os.PathLike) -> list[str]:
                               f"{model.config.model_type} model")
     stored = stored_kind(folder, raw)
     hf_state = _without_head(spec, normalize_hf_state(spec, read_weights(folder)), stored)
-    rules = _rules(spec, model)
+    rules = spec.weight_map
     new = [key for key in model.state_dict() if not key.startswith("encoder.")
            and any(n not in hf_state for n in _sources(rules, key))]
     model.load_state_dict(hf_to_ours(spec, hf_state, model, str(folder), fresh=True))
@@ -399,7 +325,7 @@ def _class_options(cls: type[nn.Module], spec: FamilySpec, hf_state: dict[str, t
         return {"pooler": pooler} | (pooling if cls.kind == "embed" else {}) | given
     if new_head or cls.kind not in ("classify", "ner"):
         return given
-    out = f"{spec.classifier_head.out if cls.kind == 'classify' else 'classifier.'}weight"
+    out = _sources(spec.weight_map, "head.out.weight" if cls.kind == "classify" else "classifier.weight")[0]
     if cls.kind == "classify" and out not in hf_state and "head" not in given:
         raise CheckpointError(f"{folder}: head does not fit a linear classifier (expected {out}; tensors "
                               f"{', '.join(sorted(k for k in hf_state if k.startswith(out[:-6]))) or 'none'}): "
@@ -417,30 +343,18 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, tokenizer=None,
     task.json when given, each atomically (a crash between epochs leaves the previous best whole)."""
     folder = Path(folder)
     if model.kind == "bilstm":
-        tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+        tensors, config = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, model.hf_config()
     else:
-        tensors = ours_to_hf(FAMILIES[model.config.model_type], model)
+        tensors, config = ours_to_hf(FAMILIES[model.config.model_type], model), model.hf_config(architecture(model))
     atomic_write(folder / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
-    atomic_write_text(folder / "config.json", json.dumps(model.hf_config(), indent=2) + "\n")
+    atomic_write_text(folder / "config.json", json.dumps(config, indent=2) + "\n")
     if tokenizer is not None:
         tokenizer.save(folder)
     if info is not None:
         atomic_write_text(folder / TASK_FILE, json.dumps(info, indent=2) + "\n")
     if model.kind == "embed":
-        _write_sentence_transformers_files(folder, model, (info or {}).get("max_length", 256))
-
-
-def _write_sentence_transformers_files(folder: Path, model: nn.Module, max_length: int) -> None:
-    """modules.json, sentence_bert_config.json and 1_Pooling/config.json: sentence-transformers loads the folder."""
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-    pooling = {"word_embedding_dimension": model.config.hidden_size,
-               "pooling_mode_cls_token": model.pooling == "cls", "pooling_mode_mean_tokens": model.pooling == "mean",
-               "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}
-    atomic_write_text(folder / "modules.json", json.dumps(modules, indent=2) + "\n")
-    atomic_write_text(folder / "sentence_bert_config.json",
-                      json.dumps({"max_seq_length": max_length, "do_lower_case": False}, indent=2) + "\n")
-    atomic_write_text(folder / "1_Pooling" / "config.json", json.dumps(pooling, indent=2) + "\n")
+        write_sentence_transformers(folder, model.config.hidden_size, model.pooling,
+                                    (info or {}).get("max_length", 256))
 
 
 def load_weights(model: nn.Module, name: str | os.PathLike) -> None:

@@ -18,6 +18,7 @@ from encoderlab.io import read_json_file
 
 # hidden_act / head_activation names as in Hugging Face config.json; nn/mlp.py maps each to its function.
 ACTIVATION_NAMES = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")  # transformers' names
 
 # Our field name -> Hugging Face config.json name, where they differ.
 _HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
@@ -29,7 +30,7 @@ _HF_BOOKKEEPING = frozenset({
     "_name_or_path", "architectures", "transformers_version", "dtype", "torch_dtype", "use_cache",
     "gradient_checkpointing", "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
     "tie_word_embeddings", "output_past", "return_dict", "output_hidden_states", "output_attentions",
-    "torchscript", "pruned_heads", "chunk_size_feed_forward", "problem_type", "num_labels",
+    "torchscript", "pruned_heads", "chunk_size_feed_forward", "num_labels",
     "finetuning_task", "prefix", "task_specific_params", "tokenizer_class", "tie_encoder_decoder",
     "is_encoder_decoder", "label2id", "directionality", "pooler_fc_size", "pooler_num_attention_heads",
     "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type", "classifier_dropout",
@@ -120,8 +121,25 @@ class EncoderConfig:
     """Gated feed-forward act(x W) * (x V) (GeGLU with gelu: Shazeer 2020, arXiv:2002.05202, eq. 6)."""
     bias: bool = True
     """Biases in the encoder's linear and LayerNorm layers and in the heads' dense and norm (ModernBERT: none)."""
+    # ---- head layout: what the family's XFor... task heads compute (their weight names are weight-map rows) ----
     classifier_pooling: str = "cls"
     """What a sequence-classification head reads: the first token (cls) or the mean of the real tokens (mean)."""
+    classifier_dense: bool = False
+    """The sequence-classification head passes that vector through its own dense layer and activation; False: it
+    reads the backbone's [CLS] pooler (BERT, ALBERT)."""
+    classifier_activation: str | None = "tanh"
+    """Activation after the head's dense layer (RoBERTa tanh, ELECTRA and DeBERTa gelu, DistilBERT relu); None: the
+    MLM head's (head_activation, else hidden_act)."""
+    classifier_norm: bool = False
+    """A LayerNorm after the classification head's activation (ModernBertPredictionHead)."""
+    classifier_dropout_first: bool = True
+    """Dropout before the head's dense layer as well as before its output layer (DistilBERT, ModernBERT: only there)."""
+    task_transform: bool = False
+    """The token-classification and QA heads pass each token through dense, activation and LayerNorm first
+    (ModernBERT: every task model has the same `head`)."""
+    problem_type: str | None = None
+    """transformers' problem_type of a classification head: regression, single_label_classification or
+    multi_label_classification; None: not a classifier."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -230,6 +248,8 @@ class EncoderConfig:
         out.update({key: values[0] for key, values in (_HF_REQUIRED_VALUES | spec.hf_constants).items()
                     if key not in ("is_decoder", "add_cross_attention")})
         out["tie_word_embeddings"] = True
+        if self.problem_type is None:  # transformers reads an absent key as None: a bare model's file stays as it was
+            del out["problem_type"]
         if self.labels:
             out["id2label"] = {str(i): label for i, label in enumerate(self.labels)}
             out["label2id"] = {label: i for i, label in enumerate(self.labels)}
@@ -274,6 +294,10 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "local_attention": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     "global_attn_every_n_layers": _POSITIVE,
     "classifier_pooling": (lambda v: v in ("cls", "mean"), "'cls' or 'mean'"),
+    **dict.fromkeys(("classifier_dense", "classifier_norm", "classifier_dropout_first", "task_transform"), _SWITCH),
+    "classifier_activation": (lambda v: v is None or v in ("tanh", *ACTIVATION_NAMES),
+                              f"None or one of {sorted(('tanh', *ACTIVATION_NAMES))}"),
+    "problem_type": (lambda v: v is None or v in PROBLEM_TYPES, f"None or one of {list(PROBLEM_TYPES)}"),
 }
 
 
@@ -281,7 +305,8 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 _VARIANT_FIELDS = ("shared_layers", "positions_after_pad", "absolute_positions", "relative_attention", "pooler",
                    "head_activation", "always_project", "embedding_size", "position_buckets", "max_relative_positions",
                    "rope_theta", "local_rope_theta", "local_attention", "global_attn_every_n_layers", "pre_norm",
-                   "gated_ffn", "bias", "classifier_pooling", "initializer_cutoff_factor")
+                   "gated_ffn", "bias", "classifier_pooling", "initializer_cutoff_factor", "classifier_dense",
+                   "classifier_activation", "classifier_norm", "classifier_dropout_first", "task_transform")
 _FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EncoderConfig)}
 
 
@@ -314,6 +339,9 @@ _FAMILIES: dict[str, FamilyConfig] = {}
 
 def register_family(family: FamilyConfig) -> None:
     """Make a family's presets and config.json names known (encoderlab.models registers each family on import)."""
+    if family.model_type in _FAMILIES:
+        raise ConfigError(f"family {family.model_type!r} is already registered; a second registration would replace "
+                          f"its presets and config.json names (give the new family its own model_type)")
     _FAMILIES[family.model_type] = family
 
 
@@ -352,5 +380,5 @@ def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(EncoderConfig)]
 
 
-__all__ = ["ACTIVATION_NAMES", "EncoderConfig", "FamilyConfig", "field_names", "presets",
+__all__ = ["ACTIVATION_NAMES", "PROBLEM_TYPES", "EncoderConfig", "FamilyConfig", "field_names", "presets",
            "register_family"]

@@ -1,6 +1,6 @@
 """The one inference engine: encode once, cut length-sorted index batches, pad each batch once, forward, and put
 the results back in input order. Every pipeline, task, `embed`, `serve`, the ONNX runner and `compare` run
-through it and read a folder's settings from `checkpoint.settings`, so all give the same answer for an input.
+through it and read a folder's settings from `folder.settings`, so all give the same answer for an input.
 
     engine = Engine(tokenizer, max_length=256, batch_size=32)
     vectors = engine.rows(engine.encode(texts), lambda batch: sentence_vectors(

@@ -25,13 +25,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from encoderlab.checkpoint import (hf_sources, load_model, normalize_hf_state, read_config, read_task_info,
-                                   read_weights, save_pretrained)
+from encoderlab.checkpoint import hf_sources, load_model, normalize_hf_state, read_config, read_weights, save_pretrained
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
+from encoderlab.folder import read_task_info
 from encoderlab.io import atomic_write_text
 from encoderlab.models import FAMILIES
-from encoderlab.nn import model as _model_classes  # noqa: F401  (they register on import; load_model builds them)
 from encoderlab.paths import resolve_model_path
 from encoderlab.tokenizer import Tokenizer
 

@@ -86,7 +86,7 @@ def roberta_window_path(tmp_path_factory) -> Path:
     start at pad_token_id + 1 = 2), and a byte-level BPE tokenizer: the window's test model (issue 36)."""
     import torch
 
-    from encoderlab import EncoderConfig, MaskedLMModel
+    from encoderlab import EncoderConfig, MaskedLMModel, save_pretrained
     from encoderlab.tokenizer import Tokenizer
 
     folder = tmp_path_factory.mktemp("roberta-514")
@@ -95,6 +95,6 @@ def roberta_window_path(tmp_path_factory) -> Path:
                                        vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id)
     assert (config.max_position_embeddings, config.max_tokens) == (514, 512)
     torch.manual_seed(0)
-    MaskedLMModel(config).save_pretrained(folder)
+    save_pretrained(MaskedLMModel(config), folder)
     tokenizer.save(folder)
     return folder

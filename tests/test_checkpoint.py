@@ -20,7 +20,8 @@ from transformers import BertForMaskedLM, BertForPreTraining, BertModel
 
 from hf_oracle import TOL, VOCAB, randomize, tiny_hf_config
 
-from encoderlab import CheckpointError, EncoderConfig, EncoderModel, MaskedLMModel, PreTrainingModel, load_model
+from encoderlab import (CheckpointError, EncoderConfig, EncoderModel, MaskedLMModel, PreTrainingModel, load_model,
+                        save_pretrained)
 from encoderlab.checkpoint import resolve_model_path
 
 HF_CLASSES = {"base": BertModel, "mlm": BertForMaskedLM, "pretraining": BertForPreTraining}
@@ -105,7 +106,7 @@ def test_export_of_a_loaded_hf_model_is_read_back_by_transformers(tmp_path: Path
     hf = save_tiny_hf(kind, tmp_path / "hf")
     ours = load_model(tmp_path / "hf")
     assert type(ours) is OUR_CLASSES[kind]
-    ours.save_pretrained(tmp_path / "ours")
+    save_pretrained(ours, tmp_path / "ours")
     assert json.loads((tmp_path / "ours" / "config.json").read_text())["architectures"] == [HF_CLASSES[kind].__name__]
     reloaded, info = HF_CLASSES[kind].from_pretrained(tmp_path / "ours", output_loading_info=True)
     assert_clean_loading_info(info)
@@ -119,7 +120,7 @@ def test_export_of_a_model_built_from_a_preset_is_read_by_transformers(tmp_path:
     config = EncoderConfig.from_preset("bert-tiny", vocab_size=VOCAB, max_position_embeddings=64)
     ours = OUR_CLASSES[kind](config)
     randomize(ours, seed=1)  # our own init leaves biases at zero: redraw so a misplaced one shows
-    ours.eval().save_pretrained(tmp_path)
+    save_pretrained(ours.eval(), tmp_path)
     hf, info = HF_CLASSES[kind].from_pretrained(tmp_path, output_loading_info=True)
     assert_clean_loading_info(info)
     assert (hf.config.num_hidden_layers, hf.config.hidden_size, hf.config.vocab_size) == (2, 128, VOCAB)
@@ -133,7 +134,7 @@ def test_save_and_load_round_trip_is_exact(tmp_path: Path, kind: str) -> None:
                                        hidden_act="gelu_new", labels=["a", "b"])
     ours = OUR_CLASSES[kind](config)
     randomize(ours, seed=2)
-    ours.save_pretrained(tmp_path)
+    save_pretrained(ours, tmp_path)
     loaded = load_model(tmp_path)
     assert type(loaded) is type(ours) and loaded.config == config
     expected, actual = ours.state_dict(), loaded.state_dict()
@@ -147,8 +148,8 @@ def test_saving_is_atomic_and_leaves_no_temp_files(tmp_path: Path, kind: str) ->
     save_tiny_hf(kind, tmp_path / "hf")
     ours = load_model(tmp_path / "hf")
     folder = tmp_path / "new" / "nested"  # created on demand
-    ours.save_pretrained(folder)
-    ours.save_pretrained(folder)  # overwriting an existing checkpoint too
+    save_pretrained(ours, folder)
+    save_pretrained(ours, folder)  # overwriting an existing checkpoint too
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
     assert not list(folder.rglob("*.tmp"))
 

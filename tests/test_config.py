@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import dataclasses
+
 import pytest
-from transformers import BertConfig
+from transformers import BertConfig, RobertaConfig
 
 from encoderlab import ConfigError, EncoderConfig
-from encoderlab.config import ACTIVATION_NAMES, field_names
-from encoderlab.models import PRESETS
+from encoderlab.config import ACTIVATION_NAMES, field_names, presets, register_family
+from encoderlab.models import FAMILIES, PRESETS
 from encoderlab.nn.mlp import ACTIVATIONS
 
 # Our field name -> transformers BertConfig attribute, for every field both sides have.
@@ -129,6 +131,44 @@ def test_transformers_placeholder_labels_are_not_kept(tmp_path: Path) -> None:
     BertConfig(**{k: v for k, v in tiny_hf_dict().items() if k != "model_type"}, num_labels=3).save_pretrained(tmp_path)
     assert "LABEL_2" in (tmp_path / "config.json").read_text()
     assert EncoderConfig.from_json(tmp_path / "config.json").labels is None
+
+
+# ---- the head layout ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("family, layout", [
+    ("bert", (False, "tanh", False, True, False)), ("roberta", (True, "tanh", False, True, False)),
+    ("electra", (True, "gelu", False, True, False)), ("distilbert", (True, "relu", False, False, False)),
+    ("deberta-v2", (True, "gelu", False, True, False)), ("modernbert", (True, None, True, False, True))])
+def test_the_head_layout_is_config_data_from_the_family(family: str, layout: tuple) -> None:
+    config = EncoderConfig.from_preset(next(iter(FAMILIES[family].presets)))
+    assert (config.classifier_dense, config.classifier_activation, config.classifier_norm,
+            config.classifier_dropout_first, config.task_transform) == layout
+    base = FAMILIES[family].architectures["base"]
+    assert EncoderConfig.from_hf_dict(config.to_hf_dict(base)) == config
+
+
+def test_a_head_layout_the_family_config_json_cannot_hold_is_refused_on_export() -> None:
+    config = EncoderConfig.from_preset("roberta-mini").replace(classifier_dense=False)  # BERT's pooled head
+    with pytest.raises(ConfigError, match="classifier_dense=False cannot be saved in a transformers roberta"):
+        config.to_hf_dict("RobertaForSequenceClassification")
+
+
+def test_problem_type_is_transformers_key_both_ways(tmp_path: Path) -> None:
+    config = EncoderConfig.from_preset("roberta-mini", problem_type="multi_label_classification")
+    data = config.to_hf_dict("RobertaForSequenceClassification")
+    assert data["problem_type"] == "multi_label_classification" and "classifier_dense" not in data
+    (tmp_path / "config.json").write_text(json.dumps(data), encoding="utf-8")
+    assert RobertaConfig.from_pretrained(tmp_path).problem_type == "multi_label_classification"
+    assert EncoderConfig.from_json(tmp_path / "config.json") == config
+    assert "problem_type" not in EncoderConfig.from_preset("roberta-mini").to_hf_dict("RobertaModel")
+    with pytest.raises(ConfigError, match="problem_type"):
+        config.replace(problem_type="multilabel")
+
+
+def test_a_second_registration_of_a_family_is_refused() -> None:
+    clone = dataclasses.replace(FAMILIES["roberta"], presets={"roberta-clone": {}})
+    with pytest.raises(ConfigError, match="'roberta' is already registered"):
+        register_family(clone)
+    assert "roberta-clone" not in presets() and EncoderConfig.from_preset("roberta-mini").model_type == "roberta"
 
 
 # ---- errors -------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from encoderlab import EncoderConfig, EncoderModel
+from encoderlab import EncoderConfig, EncoderModel, save_pretrained
 from encoderlab.cli import main
 from encoderlab.data.prepare import prepare
 from encoderlab.tokenizer import Tokenizer
@@ -370,7 +370,7 @@ def classify(tmp_path_factory) -> tuple[Path, list[str]]:
     config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     torch.manual_seed(0)
-    EncoderModel(config).save_pretrained(root / "model")
+    save_pretrained(EncoderModel(config), root / "model")
     tokenizer.save(root / "model")
     rng = random.Random(0)
     for name, count in (("train", 160), ("dev", 32)):

@@ -23,7 +23,7 @@ from transformers import AutoTokenizer, BertForMaskedLM
 
 from encoderlab import EncoderConfig, MaskedLMModel
 from encoderlab import paths
-from encoderlab.checkpoint import load_model
+from encoderlab.checkpoint import load_model, save_pretrained
 from encoderlab.cli import main
 from encoderlab.errors import CheckpointError, InputError, MissingHeadError
 from encoderlab.infer.pipelines import pipeline
@@ -56,7 +56,7 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
               "classify": SequenceClassifier(config.replace(labels=["neg", "pos"]), num_labels=2)}
     root = tmp_path_factory.mktemp("models")
     for name, model in models.items():
-        model.eval().save_pretrained(root / name)
+        save_pretrained(model.eval(), root / name)
         tokenizer.save(root / name)
     return {name: root / name for name in models}
 

@@ -21,8 +21,9 @@ from hf_oracle import randomize
 
 from encoderlab import EncoderConfig
 from encoderlab.cli import main
-from encoderlab.checkpoint import Settings, load_model, save_pretrained, settings
+from encoderlab.checkpoint import load_model, save_pretrained
 from encoderlab.engine import MAX_PADDING, pad, pad_batch, sorted_batches
+from encoderlab.folder import Settings, settings
 from encoderlab.infer.onnx import OnnxRunner, export_onnx
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.infer.server import Limits, create_app, load_pipelines

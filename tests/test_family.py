@@ -17,7 +17,7 @@ from torch.testing import assert_close
 
 from hf_oracle import TOL, VOCAB, randomize
 
-from encoderlab import EncoderConfig, load_model
+from encoderlab import EncoderConfig, load_model, save_pretrained
 from encoderlab.errors import ConfigError
 from encoderlab.models import FAMILIES
 from encoderlab.nn.model import MODEL_CLASSES, EncoderModel
@@ -225,7 +225,7 @@ def test_export_is_loaded_by_transformers_with_the_same_outputs(tmp_path: Path, 
     torch.manual_seed(0)
     ours = MODEL_CLASSES[kind](tiny_config(family)).eval()
     randomize(ours, seed=3)
-    ours.save_pretrained(tmp_path)
+    save_pretrained(ours, tmp_path)
     hf, info = hf_class(family, kind).from_pretrained(tmp_path, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     batch = family_batch(ours.config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,3 +24,10 @@ def test_import_contracts_are_kept() -> None:
     result = lint_imports()
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def test_nn_reaches_the_family_registry_by_no_path() -> None:
+    """nn/ reads the config alone: its contract allows no indirect import either (not through checkpoint)."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    nn = next(c for c in contracts["contracts"] if c["id"] == "nn-reads-the-config")
+    assert nn["allow_indirect_imports"] is False

@@ -16,7 +16,7 @@ from hf_oracle import TOL, randomize
 from test_family import family_batch, hf_class, hf_forward, save_tiny_hf, tiny_config
 from test_tasks_family import outputs
 
-from encoderlab import EncoderConfig, load_model
+from encoderlab import EncoderConfig, load_model, save_pretrained
 from encoderlab.errors import ConfigError
 from encoderlab.nn import attention as attention_module
 from encoderlab.nn import window
@@ -115,7 +115,7 @@ def test_classifier_pooling_matches_transformers_both_ways(tmp_path: Path, pooli
     assert isinstance(ours, SequenceClassifier) and ours.config.classifier_pooling == pooling
     batch = family_batch(ours.config, lengths=LENGTHS)
     assert_close(outputs(ours, batch), outputs(hf, batch), **TOL)
-    ours.save_pretrained(tmp_path / "ours")
+    save_pretrained(ours, tmp_path / "ours")
     again, info = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "ours",
                                                                                    output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info

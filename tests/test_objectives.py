@@ -12,7 +12,7 @@ import pytest
 import torch
 import transformers
 
-from encoderlab import load_model
+from encoderlab import load_model, save_pretrained
 from encoderlab.config import EncoderConfig
 from encoderlab.data.prepare import prepare
 from encoderlab.errors import ConfigError
@@ -364,8 +364,8 @@ def test_teacher_must_exist_and_share_the_vocabulary(wordpiece, tmp_path):
     with pytest.raises(ConfigError, match="teacher: cannot load"):
         _objective(_distill(wordpiece, tmp_path / "nowhere"))
     other = tmp_path / "other"
-    MaskedLMModel(EncoderConfig.from_preset("bert-tiny", vocab_size=150, hidden_size=32, num_heads=2,
-                                            intermediate_size=64, num_layers=2)).save_pretrained(other)
+    save_pretrained(MaskedLMModel(EncoderConfig.from_preset("bert-tiny", vocab_size=150, hidden_size=32, num_heads=2,
+                                                            intermediate_size=64, num_layers=2)), other)
     with pytest.raises(ConfigError, match="teacher: .*150 tokens"):
         _objective(_distill(wordpiece, other))
 

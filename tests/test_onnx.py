@@ -47,7 +47,7 @@ def tiny_folder(tmp_path_factory, tokenizer) -> Path:
     folder = tmp_path_factory.mktemp("tiny")
     model = EncoderModel(tiny_config(tokenizer))
     randomize(model, seed=0)
-    model.save_pretrained(folder)
+    save_pretrained(model, folder)
     tokenizer.save(folder)
     return folder
 
@@ -97,7 +97,7 @@ def test_runner_embed_matches_torch_in_input_order(tmp_path, tiny_folder):
 def test_masked_lm_logits_and_a_checkpoint_without_the_head(tmp_path, tokenizer):
     mlm = MaskedLMModel(tiny_config(tokenizer))
     randomize(mlm, seed=1)
-    mlm.save_pretrained(tmp_path / "mlm")
+    save_pretrained(mlm, tmp_path / "mlm")
     tokenizer.save(tmp_path / "mlm")
     result = export_onnx(tmp_path / "mlm", tmp_path / "out" / "mlm.onnx", kind="mlm")
     assert result["task"] == "fill-mask" and result["outputs"] == ["logits"]
@@ -105,7 +105,7 @@ def test_masked_lm_logits_and_a_checkpoint_without_the_head(tmp_path, tokenizer)
     got = onnx_outputs(OnnxRunner(tmp_path / "out" / "mlm.onnx", threads=1), inputs)["logits"]
     with torch.no_grad():
         assert_close(got, mlm.eval()(**inputs).logits, **FP32)
-    EncoderModel(tiny_config(tokenizer)).save_pretrained(tmp_path / "bare")
+    save_pretrained(EncoderModel(tiny_config(tokenizer)), tmp_path / "bare")
     with pytest.raises(CheckpointError, match="missing tensors"):
         export_onnx(tmp_path / "bare", tmp_path / "bare.onnx", kind="mlm")
 
@@ -247,7 +247,7 @@ def test_every_family_exports_with_parity(tmp_path, family):
     config = family_config(family, vocab=120)
     model = EncoderModel(config).eval()
     randomize(model, seed=1)
-    model.save_pretrained(tmp_path / "model")
+    save_pretrained(model, tmp_path / "model")
     result = export_onnx(tmp_path / "model", tmp_path / "model.onnx")
     assert result["max_abs_diff"] < 1e-4
     runner = OnnxRunner(tmp_path / "model.onnx", threads=1)
@@ -267,7 +267,7 @@ def test_every_family_exports_to_int8_close_to_fp32(tmp_path, family):
     config = family_config(family, vocab=120)
     model = EncoderModel(config).eval()
     randomize(model, seed=1)
-    model.save_pretrained(tmp_path / "model")
+    save_pretrained(model, tmp_path / "model")
     export_onnx(tmp_path / "model", tmp_path / "model.int8.onnx", int8=True)
     runner = OnnxRunner(tmp_path / "model.int8.onnx", threads=1)
     inputs = padded_batch(config.vocab_size, 4, 20, seed=2)

@@ -19,7 +19,7 @@ import torch
 from fastapi.testclient import TestClient
 from test_server import ROOT, WORDS, Stub, task_folders  # noqa: F401 (task_folders: a fixture)
 
-from encoderlab import EncoderConfig, MaskedLMModel
+from encoderlab import EncoderConfig, MaskedLMModel, save_pretrained
 from encoderlab.cli import main
 from encoderlab.errors import InputError
 from encoderlab.infer.server import PLAYGROUND, Limits, check_exposure, create_app, load_pipelines
@@ -211,7 +211,7 @@ def test_attention_endpoint_serves_every_family(tmp_path, preset):
                                        **({"pad_token_id": tokenizer.pad_id} if preset == "modernbert-mini" else {}))
     torch.manual_seed(0)
     model = MaskedLMModel(config)
-    model.save_pretrained(tmp_path)
+    save_pretrained(model, tmp_path)
     tokenizer.save(tmp_path)
     pipes, _ = load_pipelines(str(tmp_path), tasks=["fill-mask"])
     text = "anna lives in paris and john went to rome"

@@ -323,7 +323,7 @@ def task_folders(tmp_path_factory) -> dict[str, Path]:
     for name, model in models.items():
         folders[name] = tmp_path_factory.mktemp(name)
         if name == "mlm":
-            model.save_pretrained(folders[name])
+            save_pretrained(model, folders[name])
             tokenizer.save(folders[name])
         else:
             save_pretrained(model.eval(), folders[name], tokenizer)

@@ -129,6 +129,22 @@ def test_transformers_task_checkpoint_loads_into_ours(tmp_path: Path, family: st
     assert_close(outputs(ours, batch), outputs(hf, batch), **TOL)
 
 
+def test_deberta_head_activation_is_config_data_read_from_pooler_hidden_act(tmp_path: Path) -> None:
+    """DeBERTa's ContextPooler applies config.json's pooler_hidden_act: another value is computed, not refused."""
+    config = hf_config_of(DEBERTA)
+    config.num_labels, config.pooler_hidden_act = 3, "tanh"
+    torch.manual_seed(0)
+    hf = transformers.DebertaV2ForSequenceClassification(config).eval()
+    randomize(hf, seed=7)
+    hf.save_pretrained(tmp_path / "hf")
+    ours = load_model(tmp_path / "hf")
+    assert ours.config.classifier_activation == "tanh"
+    batch = family_batch(ours.config)
+    assert_close(outputs(ours, batch), outputs(hf, batch), **TOL)
+    save_pretrained(ours, tmp_path / "ours")
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["pooler_hidden_act"] == "tanh"
+
+
 # ---- a tiny checkpoint per family, with a tokenizer of its kind -----------------------------------------------
 def synthetic_sentences(count: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
@@ -165,7 +181,7 @@ def checkpoints(tmp_path_factory, kind_tokenizers):
             tokenizer = kind_tokenizers[FAMILIES[family].tokenizer_kind]
             folder = tmp_path_factory.mktemp(family)
             torch.manual_seed(0)
-            MaskedLMModel(checkpoint_config(family, tokenizer)).save_pretrained(folder)
+            save_pretrained(MaskedLMModel(checkpoint_config(family, tokenizer)), folder)
             tokenizer.save(folder)
             made[family] = folder
         return made[family]

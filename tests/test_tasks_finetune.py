@@ -61,7 +61,7 @@ def tiny_model(tmp_path_factory) -> Path:
     config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
     torch.manual_seed(0)
-    EncoderModel(config).save_pretrained(folder)
+    save_pretrained(EncoderModel(config), folder)
     tokenizer.save(folder)
     return folder
 

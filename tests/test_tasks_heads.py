@@ -232,7 +232,7 @@ def test_backbone_from_mlm_checkpoint_and_from_a_finetuned_folder(tmp_path):
     from encoderlab import MaskedLMModel
 
     mlm = MaskedLMModel(tiny_config())
-    mlm.save_pretrained(tmp_path / "mlm")
+    save_pretrained(mlm, tmp_path / "mlm")
     backbone = load_model(tmp_path / "mlm", kind="base")
     assert backbone.pooler is None  # an MLM checkpoint has none ...
     classifier = load_model(tmp_path / "mlm", kind="classify", num_labels=2)

@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from encoderlab import EncoderConfig, EncoderModel
+from encoderlab import EncoderConfig, EncoderModel, save_pretrained
 from encoderlab.cli import main
 from encoderlab.tasks.objective import TrainOptions
 from encoderlab.tokenizer import Tokenizer
@@ -44,7 +44,7 @@ def data(tmp_path_factory) -> Path:
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64,
                                        hidden_dropout=0.0, attention_dropout=0.0)
     torch.manual_seed(0)
-    EncoderModel(config).save_pretrained(root / "model")
+    save_pretrained(EncoderModel(config), root / "model")
     tokenizer.save(root / "model")
     rng = random.Random(0)
     rows = []

@@ -158,8 +158,8 @@ def cmd_attention(args: argparse.Namespace) -> None:
     require_text(args.text, args.pair)  # before the model is loaded
     if args.max_tokens < 1:
         raise InputError(f"--max-tokens {args.max_tokens}: expected at least 1")
-    from encoderlab import load_model  # the package registers the model classes (encoderlab.nn.model)
-    from encoderlab.checkpoint import resolve_model_path, settings
+    from encoderlab.checkpoint import load_model, resolve_model_path
+    from encoderlab.folder import settings
     from encoderlab.tokenizer import Tokenizer
     from encoderlab.viz.attention import attention_maps, plot_attention
 

@@ -26,12 +26,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from encoderlab.checkpoint import load_model, read_task_info, resolve_model_path, settings
+from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.choices import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from encoderlab.choices import ONNX_KINDS as KINDS
 from encoderlab.config import EncoderConfig
 from encoderlab.engine import Engine, Output, check_texts, sentence_vectors, window
 from encoderlab.errors import CheckpointError, ConfigError, InputError
+from encoderlab.folder import read_task_info, settings
 from encoderlab.io import atomic_write, atomic_write_text, read_json_file
 from encoderlab.nn import model as kinds
 from encoderlab.nn.attention import SelfAttention

@@ -25,10 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from encoderlab.checkpoint import Settings, load_model, read_config, resolve_model_path, settings, stored_kind
+from encoderlab.checkpoint import load_model, read_config, resolve_model_path, stored_kind
 from encoderlab.engine import (COMBINE, Encoded, Engine, Output, as_list, check_texts, encode, forward, mean_by_owner,
                                sentence_vectors, split_windows, window)
 from encoderlab.errors import CheckpointError, ConfigError, InputError, MissingHeadError
+from encoderlab.folder import Settings, settings
 from encoderlab.io import qa_inputs
 from encoderlab.infer import backends
 from encoderlab.infer.compiled import compile_encoders

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from encoderlab.models.bert import preset
+from encoderlab.models.bert import preset, task_heads
 from encoderlab.models.family import FamilySpec
 
 _LAYER = "encoder.albert_layer_groups.0.albert_layers.{i}."
@@ -36,6 +36,7 @@ SPEC = FamilySpec(
         ("mlm.norm.", ("predictions.LayerNorm.",)),
         ("mlm.bias", ("predictions.bias",)),
         ("nsp.classifier.", ("sop_classifier.classifier.",)),
+        *task_heads(),
     ),
     # Table 1's shapes are BERT's, with 128-wide embeddings (defaults).
     presets={"albert-mini": preset(4, 256), "albert-base": preset(12, 768), "albert-large": preset(24, 1024)},

@@ -42,6 +42,13 @@ def backbone_map(projection: str = "") -> tuple[tuple[str, tuple[str, ...]], ...
     )
 
 
+def task_heads(out: str = "classifier.", dense: str | None = None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The task heads' rows: XForSequenceClassification's output layer `out` and dense layer (classifier_dense),
+    XForTokenClassification's classifier, XForQuestionAnswering's qa_outputs."""
+    dense_row = (("head.dense.", (dense,)),) if dense else ()
+    return (*dense_row, ("head.out.", (out,)), ("classifier.", ("classifier.",)), ("qa_outputs.", ("qa_outputs.",)))
+
+
 WEIGHT_MAP = (
     *backbone_map(),
     ("pooler.dense.", ("pooler.dense.",)),
@@ -49,6 +56,7 @@ WEIGHT_MAP = (
     ("mlm.norm.", ("cls.predictions.transform.LayerNorm.",)),
     ("mlm.bias", ("cls.predictions.bias",)),
     ("nsp.classifier.", ("cls.seq_relationship.",)),
+    *task_heads(),
 )
 
 SPEC = FamilySpec(

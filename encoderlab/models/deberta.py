@@ -17,8 +17,8 @@ objective, not part of this module.
 
 from __future__ import annotations
 
-from encoderlab.models.bert import backbone_map, preset
-from encoderlab.models.family import ClassifierHead, FamilySpec
+from encoderlab.models.bert import backbone_map, preset, task_heads
+from encoderlab.models.family import FamilySpec
 
 
 def _preset(layers: int, hidden: int) -> dict:
@@ -47,6 +47,9 @@ SPEC = FamilySpec(
         ("mlm.transform.", ("cls.predictions.transform.dense.",)),
         ("mlm.norm.", ("cls.predictions.transform.LayerNorm.",)),
         ("mlm.bias", ("cls.predictions.bias",)),
+        # DebertaV2ForSequenceClassification's ContextPooler: dropout, pooler.dense, pooler_hidden_act on the first
+        # token, then dropout and classifier (the pooler is the head's, unprefixed, not the backbone's).
+        *task_heads(dense="pooler.dense."),
     ),
     presets=PRESETS,
     aliases={"cls.predictions.decoder.bias": "cls.predictions.bias"},
@@ -54,8 +57,9 @@ SPEC = FamilySpec(
     ignored=("embeddings.position_ids",),
     # position_buckets is not fixed here: a config.json without it means no buckets, as in transformers.
     defaults={"vocab_size": 128100, "type_vocab_size": 0, "layer_norm_eps": 1e-7, "relative_attention": True,
-              "absolute_positions": False, "pooler": False},
-    hf_names={"position_buckets": "position_buckets", "max_relative_positions": "max_relative_positions"},
+              "absolute_positions": False, "pooler": False, "classifier_dense": True, "classifier_activation": "gelu"},
+    hf_names={"position_buckets": "position_buckets", "max_relative_positions": "max_relative_positions",
+              "classifier_activation": "pooler_hidden_act"},  # gelu in every released v3 config
     hf_constants={
         "relative_attention": (True,),
         "pos_att_type": (["p2c", "c2p"], "p2c|c2p", "c2p|p2c"),  # a list, or the "|"-joined string of v3's files
@@ -64,7 +68,6 @@ SPEC = FamilySpec(
         "position_biased_input": (False,),
         "conv_kernel_size": (0,),
         "legacy": (True,),  # the MLM head under cls.predictions.*, laid out as BERT's
-        "pooler_hidden_act": ("gelu",),  # the classification head's activation (every released v3 config)
     },
     # transformers reads an absent key as relative_attention false, no pos_att_type, share_att_key false,
     # norm_rel_ebd "none" and position_biased_input true (DebertaV2Config and its modeling code)
@@ -72,7 +75,4 @@ SPEC = FamilySpec(
                            "position_biased_input"}),
     hf_unused=frozenset({"pooler_dropout", "pooler_hidden_size", "conv_act", "conv_groups"}),
     tokenizer_kind="unigram",
-    # DebertaV2ForSequenceClassification's ContextPooler: dropout, pooler.dense, gelu on the first token, then
-    # dropout and classifier (the pooler is the head's, unprefixed, not the backbone's).
-    classifier_head=ClassifierHead(dense="pooler.dense.", activation="gelu", out="classifier."),
 )

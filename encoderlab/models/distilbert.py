@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from encoderlab.models.family import ClassifierHead, FamilySpec
+from encoderlab.models.bert import task_heads
+from encoderlab.models.family import FamilySpec
 
 _LAYER = "transformer.layer.{i}."
 
@@ -28,6 +29,7 @@ SPEC = FamilySpec(
         ("mlm.transform.", ("vocab_transform.",)),
         ("mlm.norm.", ("vocab_layer_norm.",)),
         ("mlm.bias", ("vocab_projector.bias",)),
+        *task_heads(dense="pre_classifier."),
     ),
     presets={
         "distilbert-mini": {"num_layers": 2, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024},
@@ -35,13 +37,12 @@ SPEC = FamilySpec(
     },
     tied=(("vocab_projector.weight", "embeddings.word_embeddings.weight"),),
     ignored=("embeddings.position_ids",),
-    defaults={"type_vocab_size": 0, "layer_norm_eps": 1e-12, "pooler": False},
+    # DistilBertForSequenceClassification: the first token -> pre_classifier -> ReLU -> dropout -> classifier.
+    defaults={"type_vocab_size": 0, "layer_norm_eps": 1e-12, "pooler": False, "classifier_dense": True,
+              "classifier_activation": "relu", "classifier_dropout_first": False},
     hf_names={"hidden_size": "dim", "num_layers": "n_layers", "num_heads": "n_heads", "intermediate_size": "hidden_dim",
               "hidden_dropout": "dropout", "attention_dropout": "attention_dropout", "hidden_act": "activation",
               "type_vocab_size": None, "layer_norm_eps": None},
     hf_constants={"sinusoidal_pos_embds": (False,)},
     hf_unused=frozenset({"qa_dropout", "seq_classif_dropout", "tie_weights_"}),
-    # DistilBertForSequenceClassification: the first token -> pre_classifier -> ReLU -> dropout -> classifier.
-    classifier_head=ClassifierHead(dense="pre_classifier.", activation="relu", out="classifier.",
-                                   dropout_first=False),
 )

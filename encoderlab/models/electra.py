@@ -9,8 +9,8 @@ Sizes from table 6: small is 12 layers of 256 with 128-wide embeddings and 4 hea
 
 from __future__ import annotations
 
-from encoderlab.models.bert import backbone_map
-from encoderlab.models.family import ClassifierHead, FamilySpec
+from encoderlab.models.bert import backbone_map, task_heads
+from encoderlab.models.family import FamilySpec
 
 SPEC = FamilySpec(
     model_type="electra",
@@ -24,6 +24,7 @@ SPEC = FamilySpec(
         ("mlm.bias", ("generator_lm_head.bias",)),
         ("rtd.dense.", ("discriminator_predictions.dense.",)),
         ("rtd.prediction.", ("discriminator_predictions.dense_prediction.",)),
+        *task_heads("classifier.out_proj.", "classifier.dense."),
     ),
     presets={
         "electra-mini": {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024,
@@ -38,7 +39,6 @@ SPEC = FamilySpec(
     hf_names={"embedding_size": "embedding_size"},
     hf_unused=frozenset({"summary_type", "summary_use_proj", "summary_activation", "summary_last_dropout",
                          "summary_first_dropout", "classifier_dropout"}),
-    defaults={"pooler": False, "head_activation": "gelu"},
     # ElectraClassificationHead: RoBERTa's layout with gelu in place of tanh, whatever hidden_act says.
-    classifier_head=ClassifierHead(dense="classifier.dense.", activation="gelu", out="classifier.out_proj."),
+    defaults={"pooler": False, "head_activation": "gelu", "classifier_dense": True, "classifier_activation": "gelu"},
 )

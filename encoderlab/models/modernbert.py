@@ -17,7 +17,7 @@ different model.
 from __future__ import annotations
 
 from encoderlab.errors import ConfigError
-from encoderlab.models.family import ClassifierHead, FamilySpec
+from encoderlab.models.family import FamilySpec
 
 _LAYER = "layers.{i}."
 _TYPES = ("full_attention", "sliding_attention")  # transformers' layer_types: global, local
@@ -82,6 +82,15 @@ SPEC = FamilySpec(
         ("mlm.transform.", ("head.dense.",)),
         ("mlm.norm.", ("head.norm.",)),
         ("mlm.bias", ("decoder.bias",)),
+        # Every task model has ModernBertPredictionHead (head.dense, classifier_activation, head.norm) before its
+        # output layer `classifier`: ours are head.* (sequence) and transform.* (tokens, spans).
+        ("head.dense.", ("head.dense.",)),
+        ("head.norm.", ("head.norm.",)),
+        ("head.out.", ("classifier.",)),
+        ("transform.dense.", ("head.dense.",)),
+        ("transform.norm.", ("head.norm.",)),
+        ("classifier.", ("classifier.",)),
+        ("qa_outputs.", ("classifier.",)),
     ),
     presets={
         # Ours, for tests and quick runs: not an Answer.AI release.
@@ -95,7 +104,8 @@ SPEC = FamilySpec(
               "layer_norm_eps": 1e-5, "hidden_dropout": 0.0, "attention_dropout": 0.0, "absolute_positions": False,
               "pooler": False, "head_activation": "gelu", "rope_theta": 160000.0, "local_rope_theta": 10000.0,
               "local_attention": 128, "global_attn_every_n_layers": 3, "pre_norm": True, "gated_ffn": True,
-              "bias": False, "initializer_cutoff_factor": 2.0},
+              "bias": False, "initializer_cutoff_factor": 2.0, "classifier_dense": True, "classifier_activation": None,
+              "classifier_norm": True, "classifier_dropout_first": False, "task_transform": True},
     hf_names={"hidden_act": "hidden_activation", "layer_norm_eps": "norm_eps", "hidden_dropout": "embedding_dropout",
               "type_vocab_size": None, "head_activation": "classifier_activation", "rope_theta": "global_rope_theta",
               **{name: name for name in ("attention_dropout", "local_rope_theta", "local_attention",
@@ -108,7 +118,4 @@ SPEC = FamilySpec(
                          "sparse_pred_ignore_index", "cls_token_id", "reference_compile", "repad_logits_with_grad"}),
     hf_rewrite=(_read, _write),
     tokenizer_kind="bpe",
-    # ModernBertForSequenceClassification: head.dense, classifier_activation, head.norm, dropout, classifier.
-    classifier_head=ClassifierHead(dense="head.dense.", activation=None, out="classifier.", dropout_first=False,
-                                   norm="head.norm.", every_task=True),
 )

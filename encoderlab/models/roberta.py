@@ -8,11 +8,12 @@
 
 from __future__ import annotations
 
-from encoderlab.models.bert import backbone_map, preset
-from encoderlab.models.family import ClassifierHead, FamilySpec
+from encoderlab.models.bert import backbone_map, preset, task_heads
+from encoderlab.models.family import FamilySpec
 
+# RobertaClassificationHead: the <s> vector -> dense -> tanh -> out_proj; the pooler goes unused.
 DEFAULTS = {"vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1, "pad_token_id": 1,
-            "layer_norm_eps": 1e-5, "positions_after_pad": True, "head_activation": "gelu"}
+            "layer_norm_eps": 1e-5, "positions_after_pad": True, "head_activation": "gelu", "classifier_dense": True}
 
 
 SPEC = FamilySpec(
@@ -25,6 +26,7 @@ SPEC = FamilySpec(
         ("mlm.transform.", ("lm_head.dense.",)),
         ("mlm.norm.", ("lm_head.layer_norm.",)),
         ("mlm.bias", ("lm_head.bias",)),
+        *task_heads("classifier.out_proj.", "classifier.dense."),
     ),
     presets={"roberta-mini": preset(4, 256), "roberta-base": preset(12, 768), "roberta-large": preset(24, 1024)},
     aliases={"lm_head.decoder.bias": "lm_head.bias"},
@@ -32,6 +34,4 @@ SPEC = FamilySpec(
     ignored=("embeddings.position_ids", "embeddings.token_type_ids"),
     defaults=DEFAULTS,
     tokenizer_kind="bpe",
-    # RobertaClassificationHead: the <s> vector -> dense -> tanh -> out_proj; the pooler goes unused.
-    classifier_head=ClassifierHead(dense="classifier.dense.", activation="tanh", out="classifier.out_proj."),
 )

@@ -7,7 +7,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from encoderlab import checkpoint
 from encoderlab.errors import CheckpointError
 from encoderlab.nn.model import ModelOutput, sequence_loss
 
@@ -15,7 +14,7 @@ from encoderlab.nn.model import ModelOutput, sequence_loss
 class BiLSTMClassifier(nn.Module):
     """Token ids -> embeddings -> BiLSTM -> max over time (B, 2h) (InferSent, Conneau et al. 2017) -> linear (B, L)."""
 
-    architecture = checkpoint.BILSTM
+    architecture = "BiLSTMClassifier"  # config.json's architectures: our own format, which load_model recognizes
     kind = "bilstm"
     SETTINGS = ("vocab_size", "num_labels", "pad_id", "embed_dim", "hidden_size", "num_layers", "dropout")
 
@@ -67,6 +66,3 @@ class BiLSTMClassifier(nn.Module):
         except RuntimeError as err:
             raise CheckpointError(f"{folder}: weights do not fit BiLSTMClassifier ({str(err).splitlines()[0]})") from None
         return model
-
-
-checkpoint.MODEL_CLASSES[BiLSTMClassifier.kind] = BiLSTMClassifier  # load_model finds it by its architecture

@@ -1,5 +1,6 @@
 """Heads on the encoder: [CLS] pooler, masked LM, next-sentence (sentence-order), ELECTRA's replaced-token detection,
-and each family's sequence-classification head as its FamilySpec.classifier_head lays it out (head_rules names it):
+and each family's sequence-classification head as the config's head layout (classifier_*) lays it out; the weight
+maps' task-head rows name its tensors:
 
 | family          | input                 | layers (transformers' names)                          | source in transformers        |
 |-----------------|-----------------------|-------------------------------------------------------|-------------------------------|
@@ -11,7 +12,7 @@ and each family's sequence-classification head as its FamilySpec.classifier_head
 | ModernBERT      | first token or mean   | head.dense, activation, head.norm, dropout, classifier | ModernBertPredictionHead |
 
 ModernBERT's token-classification and QA heads pass each token through the same dense, activation and norm
-(`Transform`) before their output layer."""
+(`Transform`, config.task_transform) before their output layer."""
 
 from __future__ import annotations
 
@@ -104,21 +105,19 @@ class Transform(nn.Module):
 
 class SequenceHead(nn.Module):
     """Encoder outputs -> logits (B, L): the pooled vector (B, H), or the first token (or the mean, by
-    config.classifier_pooling) of (B, T, H) through a dense layer, then dropout and the output layer. `out` replaces
-    the output layer with any (B, H) -> (B, L) module."""
+    config.classifier_pooling) of (B, T, H) through a dense layer (config.classifier_dense), then dropout and the
+    output layer. `out` replaces the output layer with any (B, H) -> (B, L) module."""
 
-    def __init__(self, config: EncoderConfig, dense: bool, activation: str | None, dropout_first: bool,
-                 num_labels: int | None = None, out: nn.Module | None = None, norm: bool = False) -> None:
-        """ClassifierHead's fields; activation None: the MLM head's (head_activation, else hidden_act)."""
+    def __init__(self, config: EncoderConfig, num_labels: int | None = None, out: nn.Module | None = None) -> None:
         super().__init__()
         if out is None and num_labels is None:
             raise ValueError("SequenceHead needs num_labels or an output module")
         H, std = config.hidden_size, config.initializer_range
-        self.dropout_first, self.pooling = dropout_first, config.classifier_pooling
+        self.dropout_first, self.pooling = config.classifier_dropout_first, config.classifier_pooling
         self.dropout = Dropout(config.hidden_dropout)
-        self.dense = init_linear(nn.Linear(H, H, bias=config.bias), std) if dense else None
-        self.act = HEAD_ACTIVATIONS[activation or config.head_activation or config.hidden_act]
-        self.norm = layer_norm(config) if norm else None
+        self.dense = init_linear(nn.Linear(H, H, bias=config.bias), std) if config.classifier_dense else None
+        self.act = HEAD_ACTIVATIONS[config.classifier_activation or config.head_activation or config.hidden_act]
+        self.norm = layer_norm(config) if config.classifier_norm else None
         self.out = out if out is not None else init_linear(nn.Linear(H, num_labels), std)
 
     def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None,

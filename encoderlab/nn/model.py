@@ -11,12 +11,12 @@
 | TokenClassifier       | ner         | each token -> dropout -> linear       | XForTokenClassification             | CE, labelled tokens    |
 | SpanExtractor         | qa          | each token -> linear -> start, end    | XForQuestionAnswering               | mean CE of start, end  |
 
-Every model returns a ModelOutput. A family changes the config and the weight-name map, not these classes;
-`ARCHITECTURES` names every class of every family; encoderlab.checkpoint loads and saves them all (head_rules)."""
+Every model returns a ModelOutput. A family changes the config (its head layout too) and the weight-name map, not
+these classes; encoderlab.checkpoint names, loads and saves them all (load_model, save_pretrained), reading
+MODEL_CLASSES: nothing here imports it, so nn/ never sees the family registry."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from encoderlab import checkpoint
 from encoderlab.config import EncoderConfig
 from encoderlab.nn.dropout import Dropout
 from encoderlab.nn.encoder import Encoder, EncoderOutput, init_weights
@@ -77,10 +76,11 @@ class ModelOutput:
 
 
 class Model(nn.Module):
-    """Base of all models: the Encoder (and a [CLS] pooler) under a head; counts, loads and saves itself."""
+    """Base of all models: the Encoder (and a [CLS] pooler) under a head."""
 
     kind: ClassVar[str]  # our name for the architecture (see the table above)
     hf_suffix: ClassVar[str | None] = None  # transformers' class is the family stem + this; None: FamilySpec names it
+    task_head: ClassVar[tuple[str, ...]] = ()  # prefixes of our task head's tensors: a checkpoint may lack them
 
     def __init__(self, config: EncoderConfig, pooler: bool = False) -> None:
         super().__init__()
@@ -96,12 +96,11 @@ class Model(nn.Module):
             out.pooled = self.pooler(out.last_hidden_state)
         return out
 
-    architecture = property(checkpoint.architecture, doc="transformers' class name in the family")
     labels = property(lambda self: self.config.labels, doc="Class or tag names (config.json id2label)")
 
-    def hf_config(self) -> dict:
-        """config.json of this model's transformers class."""
-        return self.config.to_hf_dict(self.architecture)
+    def hf_config(self, architecture: str) -> dict:
+        """config.json of this model as transformers' class `architecture` (encoderlab.checkpoint names it)."""
+        return self.config.to_hf_dict(architecture)
 
     def init_weights(self) -> None:
         """Fresh random weights, as for pretraining from scratch."""
@@ -110,15 +109,6 @@ class Model(nn.Module):
     def num_parameters(self) -> int:
         """Number of distinct parameters (tied weights counted once)."""
         return sum(p.numel() for p in self.parameters())
-
-    def save_pretrained(self, folder: str | os.PathLike, tokenizer=None, info: dict | None = None) -> None:
-        """Write the Hugging Face folder transformers loads as this class (see encoderlab.checkpoint)."""
-        checkpoint.save_pretrained(self, folder, tokenizer, info)
-
-    @classmethod
-    def from_pretrained(cls, folder: str | os.PathLike, **options) -> Model:
-        """Load a checkpoint folder (or an alias such as `minilm`) as this class."""
-        return checkpoint.load_model(folder, kind=cls.kind, **options)
 
 
 class EncoderModel(Model):
@@ -245,23 +235,25 @@ class SequenceClassifier(Model):
     """The family's classification head on the encoder -> logits (B, L), one for regression. A user's `head` module
     ((B, H) -> (B, L)) replaces its output layer; only an nn.Linear gives a folder transformers can load."""
 
-    kind, hf_suffix = "classify", "ForSequenceClassification"
+    kind, hf_suffix, task_head = "classify", "ForSequenceClassification", ("head.",)
 
     def __init__(self, config: EncoderConfig, num_labels: int | None = None, head: nn.Module | None = None,
                  regression: bool = False, multilabel: bool = False) -> None:
-        """num_labels: by default 1 for regression, else one per config.labels; multilabel: each logit is a yes/no
-        of its class (sigmoid, binary cross-entropy: transformers' multi_label_classification)."""
-        layout = checkpoint.classifier_head(config.model_type)
-        super().__init__(config, pooler=layout.dense is None)  # BERT and ALBERT classify the pooled [CLS]
+        """num_labels: by default 1 for regression, else one per config.labels; multilabel (or a config whose
+        problem_type is multi_label_classification): each logit is a yes/no of its class (sigmoid, binary
+        cross-entropy), as transformers' multi_label_classification."""
+        if regression and multilabel:
+            raise ValueError("a SequenceClassifier is for regression or multilabel classification, not both")
+        multilabel = not regression and (multilabel or config.problem_type == "multi_label_classification")
+        config = config.replace(problem_type="regression" if regression else "multi_label_classification"
+                                if multilabel else "single_label_classification")  # saved as transformers' key
+        super().__init__(config, pooler=not config.classifier_dense)  # BERT and ALBERT classify the pooled [CLS]
         if num_labels is None and head is None:
             if not regression and not config.labels:
                 raise ValueError("SequenceClassifier needs num_labels, config.labels or a head module")
             num_labels = 1 if regression else len(config.labels)
-        if regression and multilabel:
-            raise ValueError("a SequenceClassifier is for regression or multilabel classification, not both")
         self.regression, self.multilabel = regression, multilabel
-        self.head = SequenceHead(config, layout.dense is not None, layout.activation, layout.dropout_first,
-                                 num_labels, head, layout.norm is not None)
+        self.head = SequenceHead(config, num_labels, head)
         # Not self.init_weights(): a head module the user supplies keeps its own initialisation.
         init_weights(self.encoder, config)
         if self.pooler is not None:
@@ -284,29 +276,22 @@ class SequenceClassifier(Model):
             "classify": lambda: sequence_loss(logits, labels, self.regression, multilabel=self.multilabel)}
         return ModelOutput(logits, hidden, terms)
 
-    def hf_config(self) -> dict:
-        if self.regression:
-            return super().hf_config() | {"num_labels": 1, "problem_type": "regression"}
-        problem = "multi_label_classification" if self.multilabel else "single_label_classification"
-        return _with_labels(super().hf_config(), self.num_outputs) | {"problem_type": problem}
+    def hf_config(self, architecture: str) -> dict:
+        return _with_labels(super().hf_config(architecture), self.num_outputs)  # problem_type is the config's
 
-
-def token_transform(config: EncoderConfig) -> Transform | None:
-    """The dense, activation and norm before a token or span head, in a family that has them (ModernBERT)."""
-    return Transform(config) if checkpoint.classifier_head(config.model_type).every_task else None
 
 
 class TokenClassifier(Model):
     """Token vectors (B, T, H) -> [transform] -> dropout -> linear -> logits (B, T, L)."""
 
-    kind, hf_suffix = "ner", "ForTokenClassification"
+    kind, hf_suffix, task_head = "ner", "ForTokenClassification", ("transform.", "classifier.")
 
     def __init__(self, config: EncoderConfig, num_labels: int | None = None) -> None:
         """num_labels: by default one per config.labels."""
         super().__init__(config)
         if not (num_labels or config.labels):
             raise ValueError("TokenClassifier needs num_labels or config.labels")
-        self.transform = token_transform(config)
+        self.transform = Transform(config) if config.task_transform else None  # ModernBERT's head on every token
         self.dropout = Dropout(config.hidden_dropout)
         self.classifier = nn.Linear(config.hidden_size, num_labels or len(config.labels))
         self.init_weights()
@@ -321,8 +306,8 @@ class TokenClassifier(Model):
                                                                           labels.flatten())}
         return ModelOutput(logits, hidden, terms)
 
-    def hf_config(self) -> dict:
-        return _with_labels(super().hf_config(), self.classifier.out_features)
+    def hf_config(self, architecture: str) -> dict:
+        return _with_labels(super().hf_config(architecture), self.classifier.out_features)
 
 
 def _with_labels(config: dict, count: int) -> dict:
@@ -333,11 +318,11 @@ def _with_labels(config: dict, count: int) -> dict:
 class SpanExtractor(Model):
     """Token vectors (B, T, H) -> [transform] -> linear -> start and end logits, (B, T, 2) (BERT paper, section 4.2)."""
 
-    kind, hf_suffix = "qa", "ForQuestionAnswering"
+    kind, hf_suffix, task_head = "qa", "ForQuestionAnswering", ("transform.", "qa_outputs.")
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__(config)
-        self.transform = token_transform(config)
+        self.transform = Transform(config) if config.task_transform else None  # ModernBERT's head on every token
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.init_weights()
 
@@ -358,10 +343,7 @@ def span_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean
                for i in (0, 1)) / 2
 
 
-# checkpoint.load_model builds these kinds by name; they are registered there (checkpoint sits below nn).
-MODEL_CLASSES = checkpoint.MODEL_CLASSES
-MODEL_CLASSES.update({cls.kind: cls for cls in (
+MODEL_CLASSES: dict[str, type[Model]] = {cls.kind: cls for cls in (
     EncoderModel, SentenceEmbedder, MaskedLMModel, PreTrainingModel, ReplacedTokenDetector, SequenceClassifier,
-    TokenClassifier, SpanExtractor)})
-ARCHITECTURES: dict[str, type[Model]] = checkpoint.architectures()
-"""Every transformers class we mirror, of every family -> our class (an XModel loads as EncoderModel)."""
+    TokenClassifier, SpanExtractor)}
+"""Model kind -> class: checkpoint.load_model builds a kind by name (the BiLSTM baseline is its own format)."""

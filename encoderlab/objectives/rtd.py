@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from encoderlab.checkpoint import init_from, load_weights
+from encoderlab.checkpoint import init_from, load_weights, save_pretrained
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError
 from encoderlab.io import atomic_write
@@ -106,9 +106,9 @@ def _backbone(discriminator: ReplacedTokenDetector) -> EncoderModel:
 def save_discriminator(discriminator: ReplacedTokenDetector, folder: Path) -> None:
     """The discriminator as its family's RTD class, or as the base model with the head in HEAD_FILE."""
     if has_rtd_class(discriminator.config):
-        discriminator.save_pretrained(folder)
+        save_pretrained(discriminator, folder)
         return
-    _backbone(discriminator).save_pretrained(folder)
+    save_pretrained(_backbone(discriminator), folder)
     head = {f"rtd.{k}": v.detach().cpu().contiguous() for k, v in discriminator.rtd.state_dict().items()}
     atomic_write(folder / HEAD_FILE, lambda tmp: save_file(head, tmp))
 
@@ -211,7 +211,7 @@ class ReplacedTokenDetection(Objective):
                                                        if not k.startswith(shared)]
 
     def save(self, folder: Path) -> None:
-        self.generator.save_pretrained(folder / GENERATOR_FOLDER)
+        save_pretrained(self.generator, folder / GENERATOR_FOLDER)
         save_discriminator(self.discriminator, folder)
         if self.embedding_sharing == "gdes":
             delta = {"delta": self.discriminator.encoder.embeddings.word.delta.detach().cpu().contiguous()}

@@ -16,8 +16,9 @@ import torch
 from encoderlab.choices import BATCH_SIZE, BILSTM, MAX_LENGTH
 from encoderlab.engine import resolve_device as engine_device, window
 from encoderlab.errors import ConfigError, InputError
+from encoderlab.folder import read_task_info, settings
 from encoderlab.io import atomic_write_text
-from encoderlab.checkpoint import load_model, model_config, read_task_info, save_pretrained, settings
+from encoderlab.checkpoint import load_model, model_config, save_pretrained
 from encoderlab.nn.bilstm import BiLSTMClassifier
 from encoderlab.tasks import classify, embedding, multilabel, qa, rerank, tagging  # noqa: F401 -- each registers its TaskSpec
 from encoderlab.tasks.base import Task

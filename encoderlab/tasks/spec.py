@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from encoderlab.checkpoint import Settings
+from encoderlab.folder import Settings
 from encoderlab.errors import ConfigError
 from encoderlab.tasks.base import Task
 from encoderlab.tokenizer import Tokenizer

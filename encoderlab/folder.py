@@ -1,0 +1,87 @@
+"""A model folder's files beside config.json and the weights: task.json (what fine-tuning recorded), the inference
+Settings every command reads from it, and sentence-transformers' files (modules.json, sentence_bert_config.json,
+1_Pooling/config.json), written so that sentence-transformers loads an embedder and read back for its settings."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from encoderlab.io import atomic_write_text, read_json_file
+from encoderlab.paths import resolve_model_path
+
+TASK_FILE = "task.json"  # what encoderlab needs beyond config.json: task, columns, max_length, pooling
+
+
+def read_task_info(name: str | os.PathLike) -> dict:
+    """task.json of a fine-tuned folder, or {} for a plain checkpoint."""
+    path = resolve_model_path(name) / TASK_FILE
+    return read_json_file(path) if path.is_file() else {}
+
+
+def is_embedder(folder: Path) -> bool:
+    """Whether a folder holds a sentence embedder: sentence-transformers' modules.json, or task.json's task."""
+    return (folder / "modules.json").is_file() or read_task_info(folder).get("task") == "embed"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a model folder says about running it; every command, the server and the pipelines read these."""
+
+    max_length: int | None = None
+    """task.json's max_length, else sentence_bert_config.json's max_seq_length; None: the model's limit."""
+    pooling: str = "mean"
+    """task.json's pooling, else 1_Pooling/config.json's mode (cls or mean), else mean."""
+    normalize: bool = False
+    """L2-normalise sentence vectors: modules.json lists a Normalize module (sentence-transformers' layout)."""
+    doc_stride: int = 128
+    """QA: tokens shared by consecutive windows of a long context."""
+    max_query_length: int = 64
+    """QA: questions are cut to this many tokens."""
+    max_answer_length: int = 30
+    """QA: longest answer considered, in tokens."""
+    n_best: int = 20
+    """QA: start and end candidates per window in decoding."""
+    allow_null: bool = False
+    """QA: answer "" when the [CLS] score beats the best span (the model learned unanswerable questions)."""
+    stride: int | None = None
+    """classify, embed: read a text longer than the window whole, in windows sharing this many tokens (None:
+    truncate it)."""
+    combine: str = "logits"
+    """classify: the windows' mean of logits, or of probabilities ("probs"); embed always averages the vectors."""
+
+
+def settings(folder: str | Path) -> Settings:
+    """The settings of a checkpoint folder or alias: task.json first, then the sentence-transformers files."""
+    folder = resolve_model_path(folder)
+    info = read_task_info(folder)
+    bert = _optional_json(folder / "sentence_bert_config.json", dict) or {}
+    pooling_file = _optional_json(folder / "1_Pooling" / "config.json", dict) or {}
+    modules = _optional_json(folder / "modules.json", list) or []
+    options = {k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "allow_null",
+                                    "stride", "combine") if info.get(k) is not None}
+    return Settings(max_length=info.get("max_length") or bert.get("max_seq_length"),
+                    pooling=info.get("pooling") or ("cls" if pooling_file.get("pooling_mode_cls_token") else "mean"),
+                    normalize=any(str(m.get("type", "")).endswith("Normalize") for m in modules if isinstance(m, dict)),
+                    **options)
+
+
+def _optional_json(path: Path, kind: type) -> Any:
+    """A folder's JSON file, or None where there is none."""
+    return read_json_file(path, kind) if path.is_file() else None
+
+
+def write_sentence_transformers(folder: Path, hidden_size: int, pooling: str, max_length: int) -> None:
+    """modules.json, sentence_bert_config.json and 1_Pooling/config.json: sentence-transformers loads the folder."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    pooling_file = {"word_embedding_dimension": hidden_size, "pooling_mode_cls_token": pooling == "cls",
+                    "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
+                    "pooling_mode_mean_sqrt_len_tokens": False}
+    atomic_write_text(folder / "modules.json", json.dumps(modules, indent=2) + "\n")
+    atomic_write_text(folder / "sentence_bert_config.json",
+                      json.dumps({"max_seq_length": max_length, "do_lower_case": False}, indent=2) + "\n")
+    atomic_write_text(folder / "1_Pooling" / "config.json", json.dumps(pooling_file, indent=2) + "\n")
