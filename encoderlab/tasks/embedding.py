@@ -95,8 +95,8 @@ class EmbedTask(Task):
     def __init__(self, tokenizer: Tokenizer, max_length: int, loss: str = "cosent", scale: float = 20.0,
                  score_max: float | None = None, batch_size: int = 32, precision: str = "fp32",
                  matryoshka: Sequence[int] | None = None) -> None:
-        """matryoshka: also train each prefix of this many first dimensions (checked against the model's width at
-        the first step, where the model is known)."""
+        """matryoshka: the widths whose prefixes of the vectors are trained too (checked against the model's width
+        at the first step, when the model is known)."""
         super().__init__(tokenizer, max_length, batch_size, precision)
         if loss not in LOSSES:
             raise ConfigError(f"--loss {loss!r}: expected one of {', '.join(LOSSES)}")
