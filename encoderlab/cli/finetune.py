@@ -41,6 +41,14 @@ def finetuning(args: argparse.Namespace) -> FinetuneJob:
     return FinetuneJob(**given(args, FinetuneJob), options=options, reading=reading(args), head=head)
 
 
+def dimension_list(text: str) -> tuple[int, ...]:
+    """"384,256,128" -> (384, 256, 128); argparse reports a part that is not a whole number."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers separated by commas") from None
+
+
 # ---- the commands ---------------------------------------------------------------------------------------------
 def cmd_finetune(args: argparse.Namespace) -> dict[str, Any]:
     """Fine-tune a model on a task; keep the best checkpoint by the eval metric; print the results."""
@@ -174,6 +182,10 @@ def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
                                  "(default: cosent when every pair has a score, else mnrl)")
         parser.add_argument("--scale", type=float, default=20.0, metavar="S",
                             help="similarity scale of mnrl and cosent (default: 20)")
+        parser.add_argument("--matryoshka", type=dimension_list, default=None, metavar="D,D,...",
+                            help="Matryoshka embeddings: sum the loss over the vectors cut to their first D "
+                                 "dimensions, for each D (e.g. 384,256,128,64, the full width included); then "
+                                 "`embed --dimensions D` gives short vectors that keep most of the quality")
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

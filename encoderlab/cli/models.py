@@ -31,6 +31,9 @@ def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                         help="L2-normalize each vector, or not (default: as the folder says: a sentence-transformers "
                              "folder whose modules.json ends in Normalize, such as minilm, gives unit vectors)")
+    parser.add_argument("--dimensions", type=int, default=None, metavar="N",
+                        help="keep each vector's first N dimensions, normalised again where vectors are: for a model "
+                             "trained with `finetune embed --matryoshka` (default: all)")
     add_inference_options(parser)
     add_window_options(parser, combine="")
 
@@ -70,7 +73,7 @@ def cmd_info(args: argparse.Namespace) -> None:
 # ---- embed ----------------------------------------------------------------------------------------
 def _embedder(args: argparse.Namespace) -> Pipeline:
     """The embed pipeline the options ask for (pooling, normalisation and max length default to the folder's)."""
-    return load_pipeline("embed", args, normalize=args.normalize, stride=args.stride,
+    return load_pipeline("embed", args, normalize=args.normalize, stride=args.stride, dimensions=args.dimensions,
                          **({"pooling": args.pooling} if args.pooling else {}))
 
 

@@ -214,9 +214,11 @@ class Embed(Pipeline):
     model_class, needs = SentenceEmbedder, "a sentence embedder (load_model(folder, kind='embed'))"
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", pooling: str | None = None,
-                 normalize: bool | None = None, stride: int | None = None, **options: Any) -> None:
+                 normalize: bool | None = None, stride: int | None = None, dimensions: int | None = None,
+                 **options: Any) -> None:
         """pooling, normalize, stride: None follows the folder's settings; with a stride, a long text's vector is the
-        mean of its windows' (pooled) vectors, then normalised."""
+        mean of its windows' (pooled) vectors, then normalised. dimensions: keep each vector's first N values (a
+        Matryoshka model's prefix, `finetune embed --matryoshka`), then normalise; None keeps them all."""
         if pooling and isinstance(model, SentenceEmbedder):
             model.pooling = pooling  # before the model is converted or copied: the embedder pools as asked
         if isinstance(model, SentenceEmbedder) and model.pooler is not None:
@@ -232,6 +234,8 @@ class Embed(Pipeline):
         self.pooling = self.model.pooling
         self.normalize = self.settings.normalize if normalize is None else normalize
         self._windowing(stride, None)
+        self.hidden_size = model.config.hidden_size
+        self.dimensions = self._width(dimensions)
 
     @classmethod
     def load(cls, folder: Path) -> nn.Module:
@@ -242,22 +246,35 @@ class Embed(Pipeline):
                              f"not a {MODEL_CLASSES[stored].__name__}")
         return load_model(folder, kind="embed")
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """(N, H) float32 vectors in input order."""
+    def embed(self, texts: Sequence[str], dimensions: int | None = None) -> np.ndarray:
+        """(N, D) float32 vectors in input order: D = dimensions, else the pipeline's, else the hidden size."""
+        width = self._width(dimensions) if dimensions is not None else self.dimensions
         texts = check_texts(texts)
         if self.stride is None:
-            return self.engine.rows(self.engine.encode(texts), lambda batch: self._vectors(batch, self.normalize)).numpy()
-        vectors = self._window_rows(texts, lambda batch: self._vectors(batch, False))
+            vectors = self.engine.rows(self.engine.encode(texts), self._vectors)
+        else:
+            vectors = self._window_rows(texts, self._vectors)
+        vectors = vectors[:, :width]  # normalised after the cut: a prefix's own unit vector, as it was trained
         return (F.normalize(vectors, dim=-1) if self.normalize else vectors).numpy()
 
-    def _vectors(self, batch: dict[str, torch.Tensor], normalize: bool) -> torch.Tensor:
-        return sentence_vectors(self._forward(self.model, batch), batch["attention_mask"], self.pooling, normalize)
+    def _vectors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return sentence_vectors(self._forward(self.model, batch), batch["attention_mask"], self.pooling, False)
 
-    def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
-        return [{"embedding": vector.tolist()} for vector in self.embed(texts)]
+    def _width(self, dimensions: int | None) -> int:
+        """The vector width asked for (None: the hidden size); InputError outside 1 to the hidden size."""
+        if dimensions is None:
+            return self.hidden_size
+        if not isinstance(dimensions, int) or not 1 <= dimensions <= self.hidden_size:
+            raise InputError(f"dimensions {dimensions!r}: expected a whole number from 1 to {self.hidden_size}, "
+                             f"the model's vector size")
+        return dimensions
+
+    def __call__(self, texts: Sequence[str], dimensions: int | None = None) -> list[dict[str, Any]]:
+        return [{"embedding": vector.tolist()} for vector in self.embed(texts, dimensions)]
 
     def info(self) -> dict[str, Any]:
-        return super().info() | {"pooling": self.pooling, "normalize": self.normalize, "stride": self.stride}
+        return super().info() | {"pooling": self.pooling, "normalize": self.normalize, "stride": self.stride,
+                                 "dimensions": self.dimensions}
 
 
 # ---- classify ----------------------------------------------------------------------------------------

@@ -76,7 +76,9 @@ def request_models(limits: Limits) -> dict[str, type[BaseModel]]:
     pairs = Annotated[list[Text], Field(min_length=2, max_length=2)]
     qa_item = request("QAItem", question=(Text, Field(description="the question")), context=(Text, Field(
         description="the passage to answer from; long ones are read in windows")))
-    return {"embed": request("EmbedRequest", texts=texts),
+    return {"embed": request("EmbedRequest", texts=texts, dimensions=(int | None, Field(None, ge=1, description=(
+                "keep each vector's first N dimensions, normalised again where the model normalises (a model "
+                "trained with finetune embed --matryoshka); default: all")))),
             "classify": request("ClassifyRequest", texts=(list[Text | pairs], Field(
                 description="texts, or [text, pair] items (all of one kind)", **many))),
             "fill-mask": request("FillMaskRequest", texts=(list[Text], Field(
@@ -242,9 +244,12 @@ class Batcher:
 
 
 def pipeline_runner(pipe: Pipeline) -> Callable[[list[Any], Hashable], list[dict[str, Any]]]:
-    """(items, key) -> results: fill-mask's and rerank's key is their top_k; other pipelines take the items alone."""
+    """(items, key) -> results: fill-mask's and rerank's key is their top_k, embed's its dimensions; other pipelines
+    take the items alone."""
     if pipe.task in ("fill-mask", "rerank"):
         return lambda items, key: pipe(items, top_k=key[1])
+    if pipe.task == "embed":
+        return lambda items, key: pipe(items, dimensions=key[1])
     return lambda items, key: pipe(items)
 
 
@@ -379,6 +384,8 @@ def _key(task: str, body: BaseModel) -> Hashable:
     """What must match for two requests to share a pipeline call."""
     if task in ("fill-mask", "rerank"):
         return ("top_k", body.top_k)
+    if task == "embed":
+        return ("dimensions", body.dimensions)
     if task == "classify":
         return ("pairs", tuple(sorted({isinstance(item, list) for item in body.texts})))
     return task

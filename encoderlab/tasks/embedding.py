@@ -4,12 +4,16 @@
 - cosent: for pairs with a gold score (Su 2022, "CoSENT"): log(1 + sum over score_i > score_j of exp(scale *
   (cos_j - cos_i))); only the order of the scores matters.
 - cosine: mean squared error between the cosine and the score divided by the training data's largest score.
+Matryoshka (Kusupati et al. 2022, "Matryoshka Representation Learning", arXiv:2205.13147; sentence-transformers'
+MatryoshkaLoss): with --matryoshka 384,256,128,64 the chosen loss is summed, with equal weights, over the vectors cut
+to their first d dimensions for each d, so that a prefix of a vector is a usable vector of its own.
 Evaluation: with gold scores, Pearson and Spearman of the cosines (the STS benchmark protocol); without, retrieval
 of each pair's second text among all second texts (recall@1 and MRR).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -42,11 +46,28 @@ def cosent_loss(cosines: torch.Tensor, scores: torch.Tensor, scale: float) -> to
     return torch.logsumexp(torch.cat([diff.new_zeros(1), diff.flatten()]), dim=0)
 
 
+def matryoshka_dims(dims: Sequence[int] | None, hidden_size: int | None = None) -> tuple[int, ...] | None:
+    """The prefix widths of --matryoshka, checked: positive, each once, none above `hidden_size` (where known)."""
+    if not dims:
+        return None
+    dims = tuple(int(d) for d in dims)
+    if any(d < 1 for d in dims) or len(set(dims)) < len(dims):
+        raise ConfigError(f"--matryoshka {','.join(map(str, dims))}: expected distinct positive dimensions")
+    if hidden_size is not None and max(dims) > hidden_size:
+        raise ConfigError(f"--matryoshka {max(dims)}: above the model's hidden size {hidden_size}; expected "
+                          f"dimensions from 1 to {hidden_size}")
+    return dims
+
+
 def embedding_loss(name: str, vectors: list[torch.Tensor], labels: torch.Tensor, scale: float,
-                   score_max: float | None) -> torch.Tensor:
+                   score_max: float | None, dims: Sequence[int] | None = None) -> torch.Tensor:
     """The batch's loss times its pairs (the loop divides by the step's pairs): vectors (B, H) per text column, labels
-    (B,) gold scores. mnrl and cosent compare the batch's pairs with each other: their unit is the batch."""
+    (B,) gold scores. mnrl and cosent compare the batch's pairs with each other: their unit is the batch. dims
+    (Matryoshka): the sum of the loss over the vectors' first d dimensions, for each d (cosines re-normalise them)."""
     vectors = [v.float() for v in vectors]
+    if dims:
+        matryoshka_dims(dims, vectors[0].shape[-1])
+        return sum(embedding_loss(name, [v[:, :d] for v in vectors], labels, scale, score_max) for d in dims)
     if name == "mnrl":
         return mnrl_loss(vectors[0], torch.cat(vectors[1:]), scale) * len(labels)
     cosines = F.cosine_similarity(vectors[0], vectors[1], dim=-1)
@@ -72,11 +93,15 @@ class EmbedTask(Task):
         return None, self.retrieval(model, examples)
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, loss: str = "cosent", scale: float = 20.0,
-                 score_max: float | None = None, batch_size: int = 32, precision: str = "fp32") -> None:
+                 score_max: float | None = None, batch_size: int = 32, precision: str = "fp32",
+                 matryoshka: Sequence[int] | None = None) -> None:
+        """matryoshka: the widths whose prefixes of the vectors are trained too (checked against the model's width
+        at the first step, when the model is known)."""
         super().__init__(tokenizer, max_length, batch_size, precision)
         if loss not in LOSSES:
             raise ConfigError(f"--loss {loss!r}: expected one of {', '.join(LOSSES)}")
         self.loss_name, self.scale, self.score_max = loss, scale, score_max
+        self.matryoshka = matryoshka_dims(matryoshka)
 
     def check(self, examples: list[TextExample], training: bool) -> None:
         """Pairs (or, for mnrl training, triplets); scores where the loss needs them."""
@@ -117,7 +142,7 @@ class EmbedTask(Task):
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
         vectors = [model(b["input_ids"], b["attention_mask"], b["token_type_ids"]).embedding
                    for key, b in sorted(batch.items()) if key != "labels"]  # (B, H) per text column
-        return embedding_loss(self.loss_name, vectors, batch["labels"], self.scale, self.score_max)
+        return embedding_loss(self.loss_name, vectors, batch["labels"], self.scale, self.score_max, self.matryoshka)
 
     def vectors(self, model: nn.Module, texts: list[str]) -> torch.Tensor:
         """(N, H) unit vectors, in order."""
@@ -154,7 +179,8 @@ class EmbedTask(Task):
         return correlation_metrics([e.label for e in examples], predictions)
 
     def info(self) -> dict[str, Any]:
-        return super().info() | {"loss": self.loss_name, "scale": self.scale, "score_max": self.score_max}
+        return super().info() | {"loss": self.loss_name, "scale": self.scale, "score_max": self.score_max} | (
+            {"matryoshka": list(self.matryoshka)} if self.matryoshka else {})
 
 
 def default_loss(train: list[TextExample]) -> str:
@@ -167,7 +193,7 @@ register_task(TaskSpec(
         path, split_names(reading.option("text_cols", info)), reading.option("label_col", info), regression=True,
         header=reading.header and info.get("header", True), need_label=False),
     build=lambda head, tokenizer, train, max_length, common: EmbedTask(
-        tokenizer, max_length, head.loss or default_loss(train), head.scale, **common),
+        tokenizer, max_length, head.loss or default_loss(train), head.scale, matryoshka=head.matryoshka, **common),
     restore=lambda model, given, info, tokenizer, max_length, common: EmbedTask(
         tokenizer, max_length, info.get("loss") or "cosent", **common),
     models=(SentenceEmbedder,), model_kind="embed", evaluate_kind="embed",
