@@ -249,7 +249,7 @@ def pipeline_runner(pipe: Pipeline) -> Callable[[list[Any], Hashable], list[dict
     if pipe.task in ("fill-mask", "rerank"):
         return lambda items, key: pipe(items, top_k=key[1])
     if pipe.task == "embed":
-        return lambda items, key: pipe(items, dimensions=key[1])
+        return lambda items, key: pipe(items) if key[1] is None else pipe(items, dimensions=key[1])
     return lambda items, key: pipe(items)
 
 
