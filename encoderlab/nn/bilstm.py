@@ -9,7 +9,7 @@ from torch import nn
 
 from encoderlab import checkpoint
 from encoderlab.errors import CheckpointError
-from encoderlab.nn.model import ModelOutput, sequence_loss
+from encoderlab.nn.model import ModelOutput, sequence_sum
 
 
 class BiLSTMClassifier(nn.Module):
@@ -42,7 +42,7 @@ class BiLSTMClassifier(nn.Module):
         states = states.masked_fill(~attention_mask.bool()[..., None], float("-inf"))  # (B, T, 2h)
         logits = self.classifier(self.dropout(states.max(1).values))  # (B, L)
         return ModelOutput(logits, None, {} if labels is None else {
-            "classify": lambda: sequence_loss(logits, labels, self.regression)})
+            "classify": lambda: sequence_sum(logits, labels, self.regression)})
 
     def hf_config(self) -> dict:
         """config.json of our own format."""

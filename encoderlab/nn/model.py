@@ -36,28 +36,38 @@ from encoderlab.nn.pooling import pool
 IGNORE_INDEX = -100  # label value of positions that carry no loss (as in torch's cross_entropy)
 
 
+Sum = tuple[torch.Tensor, torch.Tensor]
+"""A loss term summed over its units (labelled tokens, sequences), and their count: the training loop divides the
+sums by a whole step's counts (gradient accumulation and DDP equal one big batch); sum / count is transformers' loss."""
+
+
 @dataclass(eq=False)
 class ModelOutput:
-    """The head's logits, the encoder's output, and the loss given labels, computed when first read (a loop that
-    takes its own loss from the logits does not pay for a second cross-entropy)."""
+    """The head's logits, the encoder's output, and given labels each loss term as a Sum, computed when first read
+    (fill-mask and a distillation teacher pass labels for the labelled positions' logits alone)."""
 
     logits: torch.Tensor | None = None
     """The head's output: (B, T, V) MLM, or (N, V) over the N labelled positions given labels; (B, L) classes;
     (B, T, L) tags; (B, T, 2) start and end; (B, T) replaced-token; None for the bare encoder and the embedder."""
     hidden: EncoderOutput | None = None
-    loss_terms: dict[str, Callable[[], torch.Tensor]] = field(default_factory=dict, repr=False)
+    terms: dict[str, Callable[[], Sum]] = field(default_factory=dict, repr=False)
     nsp_logits: torch.Tensor | None = None  # (B, 2), PreTrainingModel's next-sentence (sentence-order) head
     embedding: torch.Tensor | None = None  # (B, H) float32, SentenceEmbedder
 
     @cached_property
+    def sums(self) -> dict[str, Sum]:
+        """Each loss term by name ("mlm", "nsp", ...) as (summed loss, count); empty without labels."""
+        return {name: term() for name, term in self.terms.items()}
+
+    @property
     def losses(self) -> dict[str, torch.Tensor]:
-        """Each loss term by name ("mlm", "nsp", ...); empty without labels."""
-        return {name: term() for name, term in self.loss_terms.items()}
+        """Each loss term's mean, its sum / count."""
+        return {name: total / count for name, (total, count) in self.sums.items()}
 
     @cached_property
     def loss(self) -> torch.Tensor | None:
-        """The sum of the loss terms, or None when no labels were given."""
-        return sum(self.losses.values()) if self.losses else None
+        """The sum of the terms' means (transformers' loss), or None when no labels were given."""
+        return sum(self.losses.values()) if self.sums else None
 
     @property
     def start_logits(self) -> torch.Tensor:
@@ -182,7 +192,12 @@ def _mlm_output(model: MaskedLMModel | PreTrainingModel, hidden: EncoderOutput,
         return ModelOutput(model.mlm(hidden.last_hidden_state, word_embeddings), hidden)
     selected = labels != IGNORE_INDEX  # (B, T)
     logits, targets = model.mlm(hidden.last_hidden_state[selected], word_embeddings), labels[selected]
-    return ModelOutput(logits, hidden, {"mlm": lambda: F.cross_entropy(logits.float(), targets)})
+    return ModelOutput(logits, hidden, {"mlm": lambda: cross_entropy_sum(logits, targets)})
+
+
+def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> Sum:
+    """Cross-entropy of logits (N, C) summed over the labels (N,) that are not IGNORE_INDEX, and their count."""
+    return F.cross_entropy(logits.float(), labels, reduction="sum"), (labels != IGNORE_INDEX).sum()
 
 
 class PreTrainingModel(Model):
@@ -203,7 +218,7 @@ class PreTrainingModel(Model):
         out = _mlm_output(self, hidden, labels)
         out.nsp_logits = nsp_logits = self.nsp(hidden.pooled)  # (B, 2)
         if next_sentence_label is not None:
-            out.loss_terms["nsp"] = lambda: F.cross_entropy(nsp_logits, next_sentence_label)
+            out.terms["nsp"] = lambda: cross_entropy_sum(nsp_logits, next_sentence_label)
         return out
 
 
@@ -225,16 +240,16 @@ class ReplacedTokenDetector(Model):
         if labels is None:
             return ModelOutput(logits, hidden)
         real = labels != IGNORE_INDEX
-        return ModelOutput(logits, hidden, {"rtd": lambda: F.binary_cross_entropy_with_logits(
-            logits[real].float(), labels[real].float())})
+        return ModelOutput(logits, hidden, {"rtd": lambda: (F.binary_cross_entropy_with_logits(
+            logits[real].float(), labels[real].float(), reduction="sum"), real.sum())})
 
 
-def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool, reduction: str = "mean"
-                  ) -> torch.Tensor:
+def sequence_sum(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> Sum:
     """Squared error of logits (B, 1) for scores (B,) (regression), else cross-entropy of (B, L) for class ids (B,)."""
-    if regression:
-        return F.mse_loss(logits.float().squeeze(-1), labels.float(), reduction=reduction)
-    return F.cross_entropy(logits.float(), labels, reduction=reduction)
+    if regression:  # torch.full, not torch.tensor: a copy from the host would wait for the GPU's queue
+        count = torch.full((), labels.shape[0], device=labels.device)
+        return F.mse_loss(logits.float().squeeze(-1), labels.float(), reduction="sum"), count
+    return cross_entropy_sum(logits, labels)
 
 
 class SequenceClassifier(Model):
@@ -273,7 +288,7 @@ class SequenceClassifier(Model):
         """labels (B,): class ids, or target values for regression."""
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         logits = self.head(hidden.last_hidden_state, hidden.pooled, attention_mask)  # (B, L)
-        terms = {} if labels is None else {"classify": lambda: sequence_loss(logits, labels, self.regression)}
+        terms = {} if labels is None else {"classify": lambda: sequence_sum(logits, labels, self.regression)}
         return ModelOutput(logits, hidden, terms)
 
     def hf_config(self) -> dict:
@@ -308,8 +323,7 @@ class TokenClassifier(Model):
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         x = hidden.last_hidden_state if self.transform is None else self.transform(hidden.last_hidden_state)
         logits = self.classifier(self.dropout(x))  # (B, T, L)
-        terms = {} if labels is None else {"ner": lambda: F.cross_entropy(logits.flatten(0, 1).float(),
-                                                                          labels.flatten())}
+        terms = {} if labels is None else {"ner": lambda: cross_entropy_sum(logits.flatten(0, 1), labels.flatten())}
         return ModelOutput(logits, hidden, terms)
 
     def hf_config(self) -> dict:
@@ -338,15 +352,19 @@ class SpanExtractor(Model):
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         x = hidden.last_hidden_state if self.transform is None else self.transform(hidden.last_hidden_state)
         logits = self.qa_outputs(x)  # (B, T, 2)
-        return ModelOutput(logits, hidden, {} if labels is None else {"qa": lambda: span_loss(logits, labels)})
+        return ModelOutput(logits, hidden, {} if labels is None else span_terms(logits, labels))
 
 
-def span_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Half the start and end cross-entropies (BERT 4.2) of logits (B, T, 2) at positions (B, 2) inside the window."""
-    T = logits.shape[1]
-    positions = labels.clamp(0, T)  # (B, 2)
-    return sum(F.cross_entropy(logits[..., i].float(), positions[:, i], ignore_index=T, reduction=reduction)
-               for i in (0, 1)) / 2
+def span_terms(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, Callable[[], Sum]]:
+    """Half the start and end cross-entropies (BERT 4.2) of logits (B, T, 2) at positions (B, 2); a position past
+    the window carries none (transformers clamps it to T and ignores T), so each side keeps its own count."""
+    positions = labels.clamp(min=0).masked_fill(labels >= logits.shape[1], IGNORE_INDEX)  # (B, 2)
+
+    def half(i: int) -> Sum:
+        total, count = cross_entropy_sum(logits[..., i], positions[:, i])
+        return total / 2, count
+
+    return {"qa_start": lambda: half(0), "qa_end": lambda: half(1)}
 
 
 # checkpoint.load_model builds these kinds by name; they are registered there (checkpoint sits below nn).

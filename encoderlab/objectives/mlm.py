@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
-from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, PreTrainingModel
+from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, ModelOutput, PreTrainingModel
 from encoderlab.objectives.base import Counts, Objective, check_vocabulary
 from encoderlab.tokenizer import Tokenizer
 
@@ -40,9 +40,9 @@ def model_config(cfg, tokenizer: Tokenizer) -> EncoderConfig:
     return config
 
 
-def mlm_sums(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed cross-entropy and number of correct argmax predictions of logits (N, V) for targets (N,)."""
-    return F.cross_entropy(logits.float(), targets, reduction="sum"), (logits.argmax(-1) == targets).sum()
+def mlm_correct(out: ModelOutput, labels: torch.Tensor) -> torch.Tensor:
+    """Correct argmax predictions of a masked LM's logits (N, V) at the N labelled positions of labels (B, T)."""
+    return (out.logits.argmax(-1) == labels[labels != IGNORE_INDEX]).sum()
 
 
 def mlm_metrics(sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
@@ -78,12 +78,11 @@ class MaskedLanguageModeling(Objective):
         if self.anchor is not None and self.anchor_all:
             flags["output_hidden_states"] = True
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels, **flags)
-        logits = out.logits  # (N, V) at masked positions
-        mlm_sum, correct = mlm_sums(logits, labels[labels != IGNORE_INDEX])
+        mlm_sum = out.sums["mlm"][0]
         loss = mlm_sum / counts["masked"]
-        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": correct}
+        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(out, labels)}
         if pair_labels is not None:
-            nsp_sum = F.cross_entropy(out.nsp_logits.float(), pair_labels, reduction="sum")
+            nsp_sum = out.sums["nsp"][0]  # per sequence: the step's sequences, unlabelled pairs included
             loss = loss + nsp_sum / counts["sequences"]
             sums["nsp_loss"] = nsp_sum.detach()
             sums["nsp_correct"] = (out.nsp_logits.argmax(-1) == pair_labels).sum()
