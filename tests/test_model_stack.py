@@ -106,7 +106,7 @@ def test_every_kind_returns_a_model_output_with_a_loss_exactly_when_labels_are_g
     model = build(kind, tiny_config(family))
     batch, labels = batch_and_labels(kind, model.config)
     out = model(**batch)
-    assert isinstance(out, ModelOutput) and out.hidden.last_hidden_state.shape[:2] == batch["input_ids"].shape
+    assert isinstance(out, ModelOutput) and out.last_hidden_state.shape[:2] == batch["input_ids"].shape
     assert out.loss is None and out.losses == {}
     if labels:
         labelled = model(**batch, **labels)

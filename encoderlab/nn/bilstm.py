@@ -41,7 +41,7 @@ class BiLSTMClassifier(nn.Module):
         states, _ = nn.utils.rnn.pad_packed_sequence(states, batch_first=True, total_length=input_ids.shape[1])
         states = states.masked_fill(~attention_mask.bool()[..., None], float("-inf"))  # (B, T, 2h)
         logits = self.classifier(self.dropout(states.max(1).values))  # (B, L)
-        return ModelOutput(logits, None, {} if labels is None else {
+        return ModelOutput(logits, terms={} if labels is None else {
             "classify": lambda: sequence_sum(logits, labels, self.regression)})
 
     def hf_config(self) -> dict:

@@ -11,15 +11,15 @@
 | TokenClassifier       | ner         | each token -> dropout -> linear       | XForTokenClassification             | CE, labelled tokens    |
 | SpanExtractor         | qa          | each token -> linear -> start, end    | XForQuestionAnswering               | mean CE of start, end  |
 
-Every model returns a ModelOutput. A family changes the config and the weight-name map, not these classes;
-`ARCHITECTURES` names every class of every family; encoderlab.checkpoint loads and saves them all (head_rules)."""
+Every model returns a ModelOutput (nn/output.py), given labels with each loss term as (sum, count). A family
+changes the config and the weight-name map, not these classes; `ARCHITECTURES` names every class of every family;
+encoderlab.checkpoint loads and saves them all (head_rules)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import replace
 from typing import ClassVar
 
 import torch
@@ -29,61 +29,10 @@ from torch import nn
 from encoderlab import checkpoint
 from encoderlab.config import EncoderConfig
 from encoderlab.nn.dropout import Dropout
-from encoderlab.nn.encoder import Encoder, EncoderOutput, init_weights
+from encoderlab.nn.encoder import Encoder, init_weights
 from encoderlab.nn.heads import MLMHead, NSPHead, Pooler, RTDHead, SequenceHead, Transform, init_linear
+from encoderlab.nn.output import IGNORE_INDEX, ModelOutput, Sum
 from encoderlab.nn.pooling import pool
-
-IGNORE_INDEX = -100  # label value of positions that carry no loss (as in torch's cross_entropy)
-
-
-Sum = tuple[torch.Tensor, torch.Tensor]
-"""A loss term summed over its units (labelled tokens, sequences), and their count: the training loop divides the
-sums by a whole step's counts (gradient accumulation and DDP equal one big batch); sum / count is transformers' loss."""
-
-
-@dataclass(eq=False)
-class ModelOutput:
-    """The head's logits, the encoder's output, and given labels each loss term as a Sum, computed when first read
-    (fill-mask and a distillation teacher pass labels for the labelled positions' logits alone)."""
-
-    logits: torch.Tensor | None = None
-    """The head's output: (B, T, V) MLM, or (N, V) over the N labelled positions given labels; (B, L) classes;
-    (B, T, L) tags; (B, T, 2) start and end; (B, T) replaced-token; None for the bare encoder and the embedder."""
-    hidden: EncoderOutput | None = None
-    terms: dict[str, Callable[[], Sum]] = field(default_factory=dict, repr=False)
-    nsp_logits: torch.Tensor | None = None  # (B, 2), PreTrainingModel's next-sentence (sentence-order) head
-    embedding: torch.Tensor | None = None  # (B, H) float32, SentenceEmbedder
-
-    @cached_property
-    def sums(self) -> dict[str, Sum]:
-        """Each loss term by name ("mlm", "nsp", ...) as (summed loss, count); empty without labels."""
-        return {name: term() for name, term in self.terms.items()}
-
-    @property
-    def losses(self) -> dict[str, torch.Tensor]:
-        """Each loss term's mean, its sum / count."""
-        return {name: total / count for name, (total, count) in self.sums.items()}
-
-    @cached_property
-    def loss(self) -> torch.Tensor | None:
-        """The sum of the terms' means (transformers' loss), or None when no labels were given."""
-        return sum(self.losses.values()) if self.sums else None
-
-    @property
-    def start_logits(self) -> torch.Tensor:
-        """(B, T) answer-start logits of a SpanExtractor."""
-        return self.logits[..., 0]
-
-    @property
-    def end_logits(self) -> torch.Tensor:
-        """(B, T) answer-end logits of a SpanExtractor."""
-        return self.logits[..., 1]
-
-    # The encoder's fields, as transformers' bare model returns them.
-    last_hidden_state = property(lambda self: self.hidden.last_hidden_state, doc="(B, T, H)")
-    pooled = property(lambda self: self.hidden.pooled, doc="(B, H) from the pooler, or None")
-    hidden_states = property(lambda self: self.hidden.hidden_states, doc="num_layers + 1 of (B, T, H), if asked")
-    attentions = property(lambda self: self.hidden.attentions, doc="num_layers of (B, heads, T, T), if asked")
 
 
 class Model(nn.Module):
@@ -99,7 +48,7 @@ class Model(nn.Module):
         self.pooler = Pooler(config.hidden_size) if pooler else None
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-               token_type_ids: torch.Tensor | None = None, **flags: bool) -> EncoderOutput:
+               token_type_ids: torch.Tensor | None = None, **flags: bool) -> ModelOutput:
         """Token ids (B, T) -> the encoder's output, with the pooled [CLS] (B, H) when the model has a pooler."""
         out = self.encoder(input_ids, attention_mask, token_type_ids, **flags)
         if self.pooler is not None:
@@ -144,9 +93,8 @@ class EncoderModel(Model):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
                 output_attentions: bool = False) -> ModelOutput:
-        return ModelOutput(hidden=self.encode(input_ids, attention_mask, token_type_ids,
-                                              output_hidden_states=output_hidden_states,
-                                              output_attentions=output_attentions))
+        return self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states,
+                           output_attentions=output_attentions)
 
 
 class SentenceEmbedder(EncoderModel):
@@ -162,8 +110,7 @@ class SentenceEmbedder(EncoderModel):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, **flags: bool) -> ModelOutput:
         hidden = self.encode(input_ids, attention_mask, token_type_ids, **flags)
-        return ModelOutput(hidden=hidden, embedding=pool(hidden.last_hidden_state.float(), attention_mask,
-                                                         self.pooling))
+        return replace(hidden, embedding=pool(hidden.last_hidden_state.float(), attention_mask, self.pooling))
 
 
 class MaskedLMModel(Model):
@@ -184,15 +131,15 @@ class MaskedLMModel(Model):
         return _mlm_output(self, hidden, labels)
 
 
-def _mlm_output(model: MaskedLMModel | PreTrainingModel, hidden: EncoderOutput,
+def _mlm_output(model: MaskedLMModel | PreTrainingModel, hidden: ModelOutput,
                 labels: torch.Tensor | None) -> ModelOutput:
     """Full logits (B, T, V) without labels; with labels, logits (N, V) of the labelled positions and their loss."""
     word_embeddings = model.encoder.embeddings.word.weight
     if labels is None:
-        return ModelOutput(model.mlm(hidden.last_hidden_state, word_embeddings), hidden)
+        return replace(hidden, logits=model.mlm(hidden.last_hidden_state, word_embeddings))
     selected = labels != IGNORE_INDEX  # (B, T)
     logits, targets = model.mlm(hidden.last_hidden_state[selected], word_embeddings), labels[selected]
-    return ModelOutput(logits, hidden, {"mlm": lambda: cross_entropy_sum(logits, targets)})
+    return replace(hidden, logits=logits, targets=targets, terms={"mlm": lambda: cross_entropy_sum(logits, targets)})
 
 
 def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> Sum:
@@ -238,9 +185,9 @@ class ReplacedTokenDetector(Model):
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         logits = self.rtd(hidden.last_hidden_state)  # (B, T)
         if labels is None:
-            return ModelOutput(logits, hidden)
+            return replace(hidden, logits=logits)
         real = labels != IGNORE_INDEX
-        return ModelOutput(logits, hidden, {"rtd": lambda: (F.binary_cross_entropy_with_logits(
+        return replace(hidden, logits=logits, terms={"rtd": lambda: (F.binary_cross_entropy_with_logits(
             logits[real].float(), labels[real].float(), reduction="sum"), real.sum())})
 
 
@@ -289,7 +236,7 @@ class SequenceClassifier(Model):
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         logits = self.head(hidden.last_hidden_state, hidden.pooled, attention_mask)  # (B, L)
         terms = {} if labels is None else {"classify": lambda: sequence_sum(logits, labels, self.regression)}
-        return ModelOutput(logits, hidden, terms)
+        return replace(hidden, logits=logits, terms=terms)
 
     def hf_config(self) -> dict:
         if self.regression:
@@ -324,7 +271,7 @@ class TokenClassifier(Model):
         x = hidden.last_hidden_state if self.transform is None else self.transform(hidden.last_hidden_state)
         logits = self.classifier(self.dropout(x))  # (B, T, L)
         terms = {} if labels is None else {"ner": lambda: cross_entropy_sum(logits.flatten(0, 1), labels.flatten())}
-        return ModelOutput(logits, hidden, terms)
+        return replace(hidden, logits=logits, terms=terms)
 
     def hf_config(self) -> dict:
         return _with_labels(super().hf_config(), self.classifier.out_features)
@@ -352,7 +299,7 @@ class SpanExtractor(Model):
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         x = hidden.last_hidden_state if self.transform is None else self.transform(hidden.last_hidden_state)
         logits = self.qa_outputs(x)  # (B, T, 2)
-        return ModelOutput(logits, hidden, {} if labels is None else span_terms(logits, labels))
+        return replace(hidden, logits=logits, terms={} if labels is None else span_terms(logits, labels))
 
 
 def span_terms(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, Callable[[], Sum]]:

@@ -58,12 +58,12 @@ class Distillation(Objective):
                           F.log_softmax(teacher.logits.float() / T, dim=-1), log_target=True, reduction="sum") * T * T
         mlm_sum = student.sums["mlm"][0]
         real = attention_mask.bool()
-        cosine = F.cosine_similarity(student.hidden.last_hidden_state[real].float(),
-                                     teacher.hidden.last_hidden_state[real].float(), dim=-1)  # (R,)
+        cosine = F.cosine_similarity(student.last_hidden_state[real].float(),
+                                     teacher.last_hidden_state[real].float(), dim=-1)  # (R,)
         cos_sum = (1 - cosine).sum()
         loss = (self.alpha_ce * ce_sum + self.alpha_mlm * mlm_sum) / counts["masked"] + \
             self.alpha_cos * cos_sum / counts["tokens"]
-        return loss, {"ce_loss": ce_sum.detach(), "mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(student, labels),
+        return loss, {"ce_loss": ce_sum.detach(), "mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(student),
                       "cos_loss": cos_sum.detach()}
 
     def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:

@@ -40,9 +40,9 @@ def model_config(cfg, tokenizer: Tokenizer) -> EncoderConfig:
     return config
 
 
-def mlm_correct(out: ModelOutput, labels: torch.Tensor) -> torch.Tensor:
-    """Correct argmax predictions of a masked LM's logits (N, V) at the N labelled positions of labels (B, T)."""
-    return (out.logits.argmax(-1) == labels[labels != IGNORE_INDEX]).sum()
+def mlm_correct(out: ModelOutput) -> torch.Tensor:
+    """Correct argmax predictions of a masked LM's logits (N, V) at its N labelled positions."""
+    return (out.logits.argmax(-1) == out.targets).sum()
 
 
 def mlm_metrics(sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
@@ -80,7 +80,7 @@ class MaskedLanguageModeling(Objective):
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels, **flags)
         mlm_sum = out.sums["mlm"][0]
         loss = mlm_sum / counts["masked"]
-        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(out, labels)}
+        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(out)}
         if pair_labels is not None:
             nsp_sum = out.sums["nsp"][0]  # per sequence: the step's sequences, unlabelled pairs included
             loss = loss + nsp_sum / counts["sequences"]
@@ -90,8 +90,8 @@ class MaskedLanguageModeling(Objective):
             with torch.no_grad():
                 target = self.anchor.encode(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                                             output_hidden_states=self.anchor_all)
-            pairs = (zip(out.hidden.hidden_states, target.hidden_states) if self.anchor_all else
-                     [(out.hidden.last_hidden_state, target.last_hidden_state)])
+            pairs = (zip(out.hidden_states, target.hidden_states) if self.anchor_all else
+                     [(out.last_hidden_state, target.last_hidden_state)])
             kept = batch["attention_mask"].bool() & (labels == IGNORE_INDEX)
             cos_sums = [(1 - F.cosine_similarity(ours[kept].float(), theirs[kept].float(), dim=-1)).sum()
                         for ours, theirs in pairs]

@@ -146,7 +146,7 @@ class ReplacedTokenDetection(Objective):
                                       replaced.long().masked_fill(~real, IGNORE_INDEX))  # logits (B, T)
         rtd_sum = detected.sums["rtd"][0]
         loss = mlm_sum / counts["masked"] + self.rtd_weight * rtd_sum / counts["tokens"]
-        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(generated, labels),
+        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(generated),
                 "rtd_loss": rtd_sum.detach(), "rtd_correct": (((detected.logits > 0) == replaced) & real).sum(),
                 "replaced": replaced.sum()}
         return loss, sums
