@@ -28,6 +28,7 @@ from encoderlab.choices import COMBINE  # noqa: F401  (tasks and pipelines impor
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.io import as_list, check_texts  # noqa: F401  (pipelines import them from here too)
+from encoderlab.nn.output import ModelOutput
 from encoderlab.nn.pooling import pool
 from encoderlab.tokenizer import Encoded, Tokenizer
 
@@ -162,32 +163,18 @@ def _fill(rows: Sequence[Sequence[Any]], value: Any, real: np.ndarray, dtype: ty
 
 
 # ---- calling a model -------------------------------------------------------------------------------------------
-@dataclass
-class Output:
-    """A forward pass as the engine reads it."""
-
-    logits: torch.Tensor | None = None
-    """The head's output: class (B, L), tag (B, T, L), span (B, T, 2) or MLM (B, T, V) logits, or an embedder's
-    (B, H) sentence vectors."""
-    hidden: torch.Tensor | None = None
-    """The last hidden states (B, T, H) of a bare encoder."""
-
-
-def forward(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor | None = None) -> Output:
-    """The one place a torch model is called at inference: its output, whatever its class returns, as an Output. labels
-    (B, T), for a masked-LM model: logits (N, V) at the N labelled positions only (-100 elsewhere)."""
+def forward(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor | None = None) -> ModelOutput:
+    """The one place a torch model is called at inference. labels (B, T), for a masked-LM model: logits (N, V) at
+    the N labelled positions only (-100 elsewhere)."""
     extra = {} if labels is None else {"labels": labels}
-    out = model(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"), **extra)  # ModelOutput
-    if out.embedding is not None:  # a sentence embedder pools its own vectors
-        return Output(logits=out.embedding)
-    if out.logits is None:  # the bare encoder
-        return Output(hidden=out.last_hidden_state)
-    return Output(logits=out.logits)
+    return model(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"), **extra)
 
 
-def sentence_vectors(output: Output, attention_mask: torch.Tensor, pooling: str, normalize: bool) -> torch.Tensor:
+def sentence_vectors(output: ModelOutput, attention_mask: torch.Tensor, pooling: str, normalize: bool) -> torch.Tensor:
     """(B, H) float32 sentence vectors, pooled (an embedder pools its own) and L2-normalised if asked."""
-    vectors = output.logits if output.hidden is None else pool(output.hidden.float(), attention_mask, pooling)
+    vectors = output.embedding
+    if vectors is None:
+        vectors = pool(output.last_hidden_state.float(), attention_mask, pooling)
     return F.normalize(vectors.float(), dim=-1) if normalize else vectors.float()
 
 

@@ -122,7 +122,7 @@ def test_loaded_model_matches_transformers(tmp_path: Path, family: str, kind: st
             assert_close(out.pooled, ref.pooler_output, **TOL)
     elif kind == "mlm":
         assert_close(out.logits, ref.logits, **TOL)
-        assert_close(out.hidden.last_hidden_state, ref.hidden_states[-1], **TOL)
+        assert_close(out.last_hidden_state, ref.hidden_states[-1], **TOL)
     elif kind == "pretraining":
         assert_close(out.logits, ref.prediction_logits, **TOL)
         assert_close(out.nsp_logits, getattr(ref, "sop_logits", getattr(ref, "seq_relationship_logits", None)), **TOL)

@@ -18,6 +18,7 @@ from encoderlab import BiLSTMClassifier, CheckpointError, EncoderConfig, ModelOu
 from encoderlab.models import FAMILIES
 from encoderlab import checkpoint
 from encoderlab.checkpoint import architecture_name, architectures
+from encoderlab.engine import forward, sentence_vectors
 from encoderlab.nn.model import MODEL_CLASSES, EncoderModel, SentenceEmbedder
 
 LABELS = ["a", "b", "c"]
@@ -108,7 +109,7 @@ def test_every_kind_returns_a_model_output_with_a_loss_exactly_when_labels_are_g
     model = build(kind, tiny_config(family))
     batch, labels = batch_and_labels(kind, model.config)
     out = model(**batch)
-    assert isinstance(out, ModelOutput) and out.hidden.last_hidden_state.shape[:2] == batch["input_ids"].shape
+    assert isinstance(out, ModelOutput) and out.last_hidden_state.shape[:2] == batch["input_ids"].shape
     assert out.loss is None and out.losses == {}
     if labels:
         labelled = model(**batch, **labels)
@@ -118,6 +119,57 @@ def test_every_kind_returns_a_model_output_with_a_loss_exactly_when_labels_are_g
     else:
         assert out.logits is None  # the bare encoder and the embedder have no head logits
         assert (out.embedding is not None) == (kind == "embed")
+
+
+# What each term counts: its units in the labels a model is given (None: not labelled).
+UNITS = {"mlm": lambda labels: (labels["labels"] != -100).sum(),
+         "nsp": lambda labels: (labels["next_sentence_label"] != -100).sum(),
+         "rtd": lambda labels: (labels["labels"] != -100).sum(), "ner": lambda labels: (labels["labels"] != -100).sum(),
+         "classify": lambda labels: labels["labels"].shape[0],
+         "qa_start": lambda labels: labels["labels"].shape[0], "qa_end": lambda labels: labels["labels"].shape[0]}
+
+
+@pytest.mark.parametrize("kind", ["mlm", "pretraining", "rtd", "classify", "ner", "qa"])
+def test_the_model_gives_each_loss_term_as_a_sum_and_its_count_whose_means_make_the_loss(kind: str) -> None:
+    """What the training loop reads: (summed loss, count) per term, so it can divide by a whole step's counts."""
+    family = "electra" if kind == "rtd" else "bert"
+    model = build(kind, tiny_config(family))
+    batch, labels = batch_and_labels(kind, model.config)
+    if kind == "pretraining":
+        labels["next_sentence_label"] = torch.tensor([0, -100, 1])  # an unlabelled pair counts nowhere
+    out = model(**batch, **labels)
+    expected = {"mlm": ["mlm"], "pretraining": ["mlm", "nsp"], "qa": ["qa_start", "qa_end"]}.get(kind, [kind])
+    assert sorted(out.sums) == sorted(expected)
+    for name, (total, count) in out.sums.items():
+        assert total.dim() == 0 and int(count) == int(UNITS[name](labels)) > 0
+        assert_close(out.losses[name], total / count)
+    assert_close(out.loss, sum(total / count for total, count in out.sums.values()))
+
+
+def test_a_span_past_the_window_counts_only_on_its_side_as_in_transformers(tmp_path: Path) -> None:
+    """transformers ignores a start or end position clamped to T: each side is a mean over its own positions."""
+    torch.manual_seed(0)
+    hf = BertForQuestionAnswering(tiny_hf_config(num_labels=2))
+    randomize(hf.eval(), seed=3)
+    hf.save_pretrained(tmp_path)
+    ours = load_model(tmp_path)
+    batch, _ = batch_and_labels("qa", ours.config)
+    T = batch["input_ids"].shape[1]
+    positions = torch.tensor([[1, T + 5], [3, 3], [0, 2]])
+    with torch.no_grad():
+        out = ours(**batch, labels=positions)
+        theirs = hf(**batch, start_positions=positions[:, 0], end_positions=positions[:, 1]).loss
+    assert [int(count) for _, count in out.sums.values()] == [3, 2]
+    assert_close(out.loss, theirs, **TOL)
+
+
+def test_one_output_type_from_the_encoder_to_the_engine() -> None:
+    model = build("embed", tiny_config("bert"))
+    batch, _ = batch_and_labels("embed", model.config)
+    assert isinstance(model.encoder(batch["input_ids"], batch["attention_mask"]), ModelOutput)
+    out = forward(model, batch)
+    assert isinstance(out, ModelOutput) and out.logits is None  # sentence vectors are the embedding, not logits
+    assert_close(sentence_vectors(out, batch["attention_mask"], "cls", normalize=False), out.embedding)
 
 
 def test_bilstm_returns_the_same_output_type(tmp_path: Path) -> None:

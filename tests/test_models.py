@@ -167,7 +167,7 @@ def test_masked_lm_matches_bert_for_masked_lm(tmp_path: Path, batch: dict, act: 
         out, ref = ours(**batch), hf(**batch, output_hidden_states=True)
     assert out.logits.shape == (3, 11, VOCAB) and out.loss is None
     assert_close(out.logits, ref.logits, **TOL)
-    assert_close(out.hidden.last_hidden_state, ref.hidden_states[-1], **TOL)
+    assert_close(out.last_hidden_state, ref.hidden_states[-1], **TOL)
 
 
 @pytest.mark.parametrize("act", ACTIVATIONS)

@@ -14,7 +14,7 @@ from torch.testing import assert_close
 from transformers import BertForSequenceClassification
 
 from hf_oracle import TOL, VOCAB, randomize, tiny_hf_config
-from test_tasks_finetune import CITIES, FILLER, NAMES, NEGATIVE, POSITIVE, run, tiny_model  # noqa: F401
+from test_tasks_finetune import CITIES, FILLER, NEGATIVE, POSITIVE, run, tiny_model  # noqa: F401
 
 from encoderlab import EncoderConfig, SequenceClassifier, load_model, save_pretrained
 from encoderlab.errors import InputError

@@ -23,8 +23,8 @@ import torch
 from encoderlab.data.examples import Example
 from encoderlab.engine import pad, pad_batch
 from encoderlab.errors import ConfigError
+from encoderlab.nn.output import IGNORE_INDEX
 
-IGNORE_INDEX = -100  # label of positions without a loss (torch's cross_entropy default)
 MASK_FRACTION, RANDOM_FRACTION = 0.8, 0.1  # of the chosen tokens; the remaining 0.1 stay unchanged
 
 

@@ -38,12 +38,12 @@ from torch import nn
 
 from encoderlab.choices import ENGINES
 from encoderlab.config import EncoderConfig
-from encoderlab.engine import Output, encode, pad_batch, sentence_vectors, window
+from encoderlab.engine import encode, pad_batch, sentence_vectors, window
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.infer import precision as precisions
 from encoderlab.infer.onnx import OnnxRunner, export_encoder
 from encoderlab.io import atomic_write_text, read_json_file
-from encoderlab.nn.encoder import EncoderOutput
+from encoderlab.nn.output import ModelOutput
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ SAMPLE = ("The film was a delight from start to finish.", "Where does Anna live?
 
 
 class RuntimeEncoder(nn.Module):
-    """An Encoder's forward pass run by another runtime: ids, mask, segments (B, T) -> EncoderOutput (B, T, H)."""
+    """An Encoder's forward pass run by another runtime: ids, mask, segments (B, T) -> ModelOutput (B, T, H)."""
 
     def __init__(self, encoder: nn.Module, run: Callable[..., np.ndarray], engine: str) -> None:
         super().__init__()
@@ -73,14 +73,14 @@ class RuntimeEncoder(nn.Module):
         self.embeddings = encoder.embeddings  # the MLM head is tied to the word embeddings
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, **flags: bool) -> EncoderOutput:
+                token_type_ids: torch.Tensor | None = None, **flags: bool) -> ModelOutput:
         if any(flags.values()):
             raise InputError(f"--engine {self.engine} gives the last hidden states only; attention maps and every "
                              f"layer's states need --engine torch")
         ids = input_ids.cpu().numpy()
         mask = np.ones_like(ids) if attention_mask is None else attention_mask.cpu().numpy().astype(np.int64)
         types = np.zeros_like(ids) if token_type_ids is None else token_type_ids.cpu().numpy()
-        return EncoderOutput(torch.from_numpy(np.ascontiguousarray(self.run(ids, mask, types))))
+        return ModelOutput(last_hidden_state=torch.from_numpy(np.ascontiguousarray(self.run(ids, mask, types))))
 
 
 def _import(engine: str) -> Any:
@@ -321,8 +321,8 @@ def _sample(tokenizer: Tokenizer, max_length: int) -> list[dict[str, torch.Tenso
 @torch.inference_mode()
 def _vectors(encoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Mean-pooled, normalised last hidden states (B, H): what auto compares to torch fp32."""
-    hidden = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
-    return sentence_vectors(Output(hidden=hidden), batch["attention_mask"], "mean", normalize=True)
+    out = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    return sentence_vectors(out, batch["attention_mask"], "mean", normalize=True)
 
 
 def _build(model: nn.Module, engine: str, precision: str, cache: Path, threads: int, tokenizer: Tokenizer) -> nn.Module:

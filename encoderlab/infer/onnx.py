@@ -30,13 +30,14 @@ from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.choices import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from encoderlab.choices import ONNX_KINDS as KINDS
 from encoderlab.config import EncoderConfig
-from encoderlab.engine import Engine, Output, check_texts, sentence_vectors, window
+from encoderlab.engine import Engine, check_texts, sentence_vectors, window
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.folder import read_task_info, settings
 from encoderlab.io import atomic_write, atomic_write_text, read_json_file
 from encoderlab.nn import model as kinds
 from encoderlab.nn.attention import SelfAttention
 from encoderlab.nn.bilstm import BiLSTMClassifier
+from encoderlab.nn.output import ModelOutput
 from encoderlab.tokenizer import Tokenizer
 
 # onnxruntime (and its quantizer) is imported where used: only exporting and running need it.
@@ -316,7 +317,7 @@ class OnnxRunner:
         return engine.rows(engine.encode(check_texts(texts)), lambda batch: sentence_vectors(
             self.forward(batch), batch["attention_mask"], pooling, normalize)).numpy()
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> Output:
+    def forward(self, batch: dict[str, torch.Tensor]) -> ModelOutput:
         """A padded batch of CPU tensors through the session, as the engine reads a forward pass."""
         out = self.run(batch["input_ids"].numpy(), batch["attention_mask"].numpy(), batch["token_type_ids"].numpy())
-        return Output(hidden=torch.from_numpy(out["last_hidden_state"]))
+        return ModelOutput(last_hidden_state=torch.from_numpy(out["last_hidden_state"]))

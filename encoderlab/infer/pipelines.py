@@ -26,14 +26,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.checkpoint import load_model, read_config, resolve_model_path, stored_kind
-from encoderlab.engine import (COMBINE, Encoded, Engine, Output, as_list, check_texts, encode, forward, mean_by_owner,
+from encoderlab.engine import (COMBINE, Encoded, Engine, as_list, check_texts, encode, forward, mean_by_owner,
                                sentence_vectors, split_windows, window)
 from encoderlab.errors import CheckpointError, ConfigError, InputError, MissingHeadError
 from encoderlab.folder import Settings, settings
 from encoderlab.io import qa_inputs
 from encoderlab.infer import backends
 from encoderlab.infer.compiled import compile_encoders
-from encoderlab.nn.model import IGNORE_INDEX, MODEL_CLASSES, SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier
+from encoderlab.nn.model import IGNORE_INDEX, MODEL_CLASSES, ModelOutput, SentenceEmbedder, SequenceClassifier, SpanExtractor, TokenClassifier
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 from encoderlab.tasks.qa import Decoded, QATask, fit_to_window
 from encoderlab.tasks.readers import QAExample
@@ -87,7 +87,7 @@ class Pipeline:
         """The model of a checkpoint folder, as the kind this pipeline runs."""
         return load_model(folder, kind=cls.model_kind)
 
-    def _forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> Output:
+    def _forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ModelOutput:
         """The model's output on a padded batch."""
         return forward(model, batch)
 
@@ -193,7 +193,7 @@ class FillMask(Pipeline):
         where = (batch["input_ids"] == self.tokenizer.mask_id).nonzero()  # (N, 2), in the order the model selects
         return self.logits(batch).float().softmax(-1), where
 
-    def _forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> Output:
+    def _forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ModelOutput:
         """Logits (N, V) at the N mask positions only: the masks as labels, so the vocabulary matmul skips the rest."""
         ids = batch["input_ids"]
         return forward(model, batch, labels=ids.masked_fill(ids != self.tokenizer.mask_id, IGNORE_INDEX))

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from encoderlab.errors import CheckpointError
-from encoderlab.nn.model import ModelOutput, sequence_loss
+from encoderlab.nn.model import ModelOutput, sequence_sum
 
 
 class BiLSTMClassifier(nn.Module):
@@ -40,8 +40,8 @@ class BiLSTMClassifier(nn.Module):
         states, _ = nn.utils.rnn.pad_packed_sequence(states, batch_first=True, total_length=input_ids.shape[1])
         states = states.masked_fill(~attention_mask.bool()[..., None], float("-inf"))  # (B, T, 2h)
         logits = self.classifier(self.dropout(states.max(1).values))  # (B, L)
-        return ModelOutput(logits, None, {} if labels is None else {
-            "classify": lambda: sequence_loss(logits, labels, self.regression)})
+        return ModelOutput(logits, terms={} if labels is None else {
+            "classify": lambda: sequence_sum(logits, labels, self.regression)})
 
     def hf_config(self) -> dict:
         """config.json of our own format."""

@@ -6,7 +6,6 @@ once per forward, and ends in a final LayerNorm with `pre_norm`."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -15,19 +14,10 @@ from encoderlab.config import EncoderConfig
 from encoderlab.nn.block import Block, layer_norm
 from encoderlab.nn.disentangled import RelativeEmbeddings
 from encoderlab.nn.embeddings import Embeddings
+from encoderlab.nn.output import ModelOutput
 from encoderlab.nn.packing import packing
 from encoderlab.nn.rotary import rotary_tables
 from encoderlab.nn.window import Band
-
-
-@dataclass
-class EncoderOutput:
-    """What the encoder returns; lists hold one entry per layer (hidden states: embeddings first)."""
-
-    last_hidden_state: torch.Tensor  # (B, T, H)
-    pooled: torch.Tensor | None = None  # (B, H), from the pooler when the model has one
-    hidden_states: list[torch.Tensor] | None = None  # num_layers + 1 of (B, T, H)
-    attentions: list[torch.Tensor] | None = None  # num_layers of (B, heads, T, T)
 
 
 class Encoder(nn.Module):
@@ -47,7 +37,7 @@ class Encoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False) -> EncoderOutput:
+                output_attentions: bool = False) -> ModelOutput:
         """attention_mask (B, T): 1 for real tokens, 0 for padding; None means no padding."""
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
         x = self.embeddings(input_ids, token_type_ids)
@@ -76,7 +66,7 @@ class Encoder(nn.Module):
         x = x if packed is None else packed.unpack(x)
         if hidden_states is not None:  # the last entry is the output (after the final norm), as in transformers
             hidden_states[-1] = x
-        return EncoderOutput(x, None, hidden_states, attentions)
+        return ModelOutput(last_hidden_state=x, hidden_states=hidden_states, attentions=attentions)
 
     def layer_inputs(self, mask: torch.Tensor | None, T: int, device: torch.device) -> dict[bool, tuple]:
         """The mask and the rotary tables (or None) of global (False) and local (True) layers."""

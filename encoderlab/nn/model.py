@@ -11,15 +11,15 @@
 | TokenClassifier       | ner         | each token -> dropout -> linear       | XForTokenClassification             | CE, labelled tokens    |
 | SpanExtractor         | qa          | each token -> linear -> start, end    | XForQuestionAnswering               | mean CE of start, end  |
 
-Every model returns a ModelOutput. A family changes the config (its head layout too) and the weight-name map, not
-these classes; encoderlab.checkpoint names, loads and saves them all (load_model, save_pretrained), reading
-MODEL_CLASSES: nothing here imports it, so nn/ never sees the family registry."""
+Every model returns a ModelOutput (nn/output.py), given labels with each loss term as (sum, count). A family
+changes the config (its head layout too) and the weight-name map, not these classes; encoderlab.checkpoint names,
+loads and saves them all (load_model, save_pretrained), reading MODEL_CLASSES: nothing here imports it, so nn/
+never sees the family registry."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import replace
 from typing import ClassVar
 
 import torch
@@ -28,51 +28,10 @@ from torch import nn
 
 from encoderlab.config import EncoderConfig
 from encoderlab.nn.dropout import Dropout
-from encoderlab.nn.encoder import Encoder, EncoderOutput, init_weights
+from encoderlab.nn.encoder import Encoder, init_weights
 from encoderlab.nn.heads import MLMHead, NSPHead, Pooler, RTDHead, SequenceHead, Transform, init_linear
+from encoderlab.nn.output import IGNORE_INDEX, ModelOutput, Sum
 from encoderlab.nn.pooling import pool
-
-IGNORE_INDEX = -100  # label value of positions that carry no loss (as in torch's cross_entropy)
-
-
-@dataclass(eq=False)
-class ModelOutput:
-    """The head's logits, the encoder's output, and the loss given labels, computed when first read (a loop that
-    takes its own loss from the logits does not pay for a second cross-entropy)."""
-
-    logits: torch.Tensor | None = None
-    """The head's output: (B, T, V) MLM, or (N, V) over the N labelled positions given labels; (B, L) classes;
-    (B, T, L) tags; (B, T, 2) start and end; (B, T) replaced-token; None for the bare encoder and the embedder."""
-    hidden: EncoderOutput | None = None
-    loss_terms: dict[str, Callable[[], torch.Tensor]] = field(default_factory=dict, repr=False)
-    nsp_logits: torch.Tensor | None = None  # (B, 2), PreTrainingModel's next-sentence (sentence-order) head
-    embedding: torch.Tensor | None = None  # (B, H) float32, SentenceEmbedder
-
-    @cached_property
-    def losses(self) -> dict[str, torch.Tensor]:
-        """Each loss term by name ("mlm", "nsp", ...); empty without labels."""
-        return {name: term() for name, term in self.loss_terms.items()}
-
-    @cached_property
-    def loss(self) -> torch.Tensor | None:
-        """The sum of the loss terms, or None when no labels were given."""
-        return sum(self.losses.values()) if self.losses else None
-
-    @property
-    def start_logits(self) -> torch.Tensor:
-        """(B, T) answer-start logits of a SpanExtractor."""
-        return self.logits[..., 0]
-
-    @property
-    def end_logits(self) -> torch.Tensor:
-        """(B, T) answer-end logits of a SpanExtractor."""
-        return self.logits[..., 1]
-
-    # The encoder's fields, as transformers' bare model returns them.
-    last_hidden_state = property(lambda self: self.hidden.last_hidden_state, doc="(B, T, H)")
-    pooled = property(lambda self: self.hidden.pooled, doc="(B, H) from the pooler, or None")
-    hidden_states = property(lambda self: self.hidden.hidden_states, doc="num_layers + 1 of (B, T, H), if asked")
-    attentions = property(lambda self: self.hidden.attentions, doc="num_layers of (B, heads, T, T), if asked")
 
 
 class Model(nn.Module):
@@ -89,7 +48,7 @@ class Model(nn.Module):
         self.pooler = Pooler(config.hidden_size) if pooler else None
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-               token_type_ids: torch.Tensor | None = None, **flags: bool) -> EncoderOutput:
+               token_type_ids: torch.Tensor | None = None, **flags: bool) -> ModelOutput:
         """Token ids (B, T) -> the encoder's output, with the pooled [CLS] (B, H) when the model has a pooler."""
         out = self.encoder(input_ids, attention_mask, token_type_ids, **flags)
         if self.pooler is not None:
@@ -124,9 +83,8 @@ class EncoderModel(Model):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
                 output_attentions: bool = False) -> ModelOutput:
-        return ModelOutput(hidden=self.encode(input_ids, attention_mask, token_type_ids,
-                                              output_hidden_states=output_hidden_states,
-                                              output_attentions=output_attentions))
+        return self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states,
+                           output_attentions=output_attentions)
 
 
 class SentenceEmbedder(EncoderModel):
@@ -142,8 +100,7 @@ class SentenceEmbedder(EncoderModel):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, **flags: bool) -> ModelOutput:
         hidden = self.encode(input_ids, attention_mask, token_type_ids, **flags)
-        return ModelOutput(hidden=hidden, embedding=pool(hidden.last_hidden_state.float(), attention_mask,
-                                                         self.pooling))
+        return replace(hidden, embedding=pool(hidden.last_hidden_state.float(), attention_mask, self.pooling))
 
 
 class MaskedLMModel(Model):
@@ -164,15 +121,20 @@ class MaskedLMModel(Model):
         return _mlm_output(self, hidden, labels)
 
 
-def _mlm_output(model: MaskedLMModel | PreTrainingModel, hidden: EncoderOutput,
+def _mlm_output(model: MaskedLMModel | PreTrainingModel, hidden: ModelOutput,
                 labels: torch.Tensor | None) -> ModelOutput:
     """Full logits (B, T, V) without labels; with labels, logits (N, V) of the labelled positions and their loss."""
     word_embeddings = model.encoder.embeddings.word.weight
     if labels is None:
-        return ModelOutput(model.mlm(hidden.last_hidden_state, word_embeddings), hidden)
+        return replace(hidden, logits=model.mlm(hidden.last_hidden_state, word_embeddings))
     selected = labels != IGNORE_INDEX  # (B, T)
     logits, targets = model.mlm(hidden.last_hidden_state[selected], word_embeddings), labels[selected]
-    return ModelOutput(logits, hidden, {"mlm": lambda: F.cross_entropy(logits.float(), targets)})
+    return replace(hidden, logits=logits, targets=targets, terms={"mlm": lambda: cross_entropy_sum(logits, targets)})
+
+
+def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> Sum:
+    """Cross-entropy of logits (N, C) summed over the labels (N,) that are not IGNORE_INDEX, and their count."""
+    return F.cross_entropy(logits.float(), labels, reduction="sum"), (labels != IGNORE_INDEX).sum()
 
 
 class PreTrainingModel(Model):
@@ -193,7 +155,7 @@ class PreTrainingModel(Model):
         out = _mlm_output(self, hidden, labels)
         out.nsp_logits = nsp_logits = self.nsp(hidden.pooled)  # (B, 2)
         if next_sentence_label is not None:
-            out.loss_terms["nsp"] = lambda: F.cross_entropy(nsp_logits, next_sentence_label)
+            out.terms["nsp"] = lambda: cross_entropy_sum(nsp_logits, next_sentence_label)
         return out
 
 
@@ -213,22 +175,23 @@ class ReplacedTokenDetector(Model):
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         logits = self.rtd(hidden.last_hidden_state)  # (B, T)
         if labels is None:
-            return ModelOutput(logits, hidden)
+            return replace(hidden, logits=logits)
         real = labels != IGNORE_INDEX
-        return ModelOutput(logits, hidden, {"rtd": lambda: F.binary_cross_entropy_with_logits(
-            logits[real].float(), labels[real].float())})
+        return replace(hidden, logits=logits, terms={"rtd": lambda: (F.binary_cross_entropy_with_logits(
+            logits[real].float(), labels[real].float(), reduction="sum"), real.sum())})
 
 
-def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool, reduction: str = "mean",
-                  multilabel: bool = False) -> torch.Tensor:
-    """Squared error of logits (B, 1) for scores (B,) (regression); binary cross-entropy of each of the L logits
-    (B, L) against 0/1 targets (B, L) (multilabel; summed over classes with reduction "sum", averaged over all B*L
-    with "mean", as transformers' BCEWithLogitsLoss); else cross-entropy of (B, L) for class ids (B,)."""
-    if regression:
-        return F.mse_loss(logits.float().squeeze(-1), labels.float(), reduction=reduction)
+def sequence_sum(logits: torch.Tensor, labels: torch.Tensor, regression: bool, multilabel: bool = False) -> Sum:
+    """Squared error of logits (B, 1) for scores (B,) (regression); binary cross-entropy of each logit of (B, L)
+    against 0/1 targets (B, L), counted per (row, class) as transformers' BCEWithLogitsLoss averages them
+    (multilabel); else cross-entropy of (B, L) for class ids (B,)."""
+    if regression:  # torch.full, not torch.tensor: a copy from the host would wait for the GPU's queue
+        count = torch.full((), labels.shape[0], device=labels.device)
+        return F.mse_loss(logits.float().squeeze(-1), labels.float(), reduction="sum"), count
     if multilabel:
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction=reduction)
-    return F.cross_entropy(logits.float(), labels, reduction=reduction)
+        count = torch.full((), labels.numel(), device=labels.device)
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="sum"), count
+    return cross_entropy_sum(logits, labels)
 
 
 class SequenceClassifier(Model):
@@ -273,8 +236,8 @@ class SequenceClassifier(Model):
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         logits = self.head(hidden.last_hidden_state, hidden.pooled, attention_mask)  # (B, L)
         terms = {} if labels is None else {
-            "classify": lambda: sequence_loss(logits, labels, self.regression, multilabel=self.multilabel)}
-        return ModelOutput(logits, hidden, terms)
+            "classify": lambda: sequence_sum(logits, labels, self.regression, self.multilabel)}
+        return replace(hidden, logits=logits, terms=terms)
 
     def hf_config(self, architecture: str) -> dict:
         return _with_labels(super().hf_config(architecture), self.num_outputs)  # problem_type is the config's
@@ -302,9 +265,8 @@ class TokenClassifier(Model):
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         x = hidden.last_hidden_state if self.transform is None else self.transform(hidden.last_hidden_state)
         logits = self.classifier(self.dropout(x))  # (B, T, L)
-        terms = {} if labels is None else {"ner": lambda: F.cross_entropy(logits.flatten(0, 1).float(),
-                                                                          labels.flatten())}
-        return ModelOutput(logits, hidden, terms)
+        terms = {} if labels is None else {"ner": lambda: cross_entropy_sum(logits.flatten(0, 1), labels.flatten())}
+        return replace(hidden, logits=logits, terms=terms)
 
     def hf_config(self, architecture: str) -> dict:
         return _with_labels(super().hf_config(architecture), self.classifier.out_features)
@@ -332,15 +294,19 @@ class SpanExtractor(Model):
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         x = hidden.last_hidden_state if self.transform is None else self.transform(hidden.last_hidden_state)
         logits = self.qa_outputs(x)  # (B, T, 2)
-        return ModelOutput(logits, hidden, {} if labels is None else {"qa": lambda: span_loss(logits, labels)})
+        return replace(hidden, logits=logits, terms={} if labels is None else span_terms(logits, labels))
 
 
-def span_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Half the start and end cross-entropies (BERT 4.2) of logits (B, T, 2) at positions (B, 2) inside the window."""
-    T = logits.shape[1]
-    positions = labels.clamp(0, T)  # (B, 2)
-    return sum(F.cross_entropy(logits[..., i].float(), positions[:, i], ignore_index=T, reduction=reduction)
-               for i in (0, 1)) / 2
+def span_terms(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, Callable[[], Sum]]:
+    """Half the start and end cross-entropies (BERT 4.2) of logits (B, T, 2) at positions (B, 2); a position past
+    the window carries none (transformers clamps it to T and ignores T), so each side keeps its own count."""
+    positions = labels.clamp(min=0).masked_fill(labels >= logits.shape[1], IGNORE_INDEX)  # (B, 2)
+
+    def half(i: int) -> Sum:
+        total, count = cross_entropy_sum(logits[..., i], positions[:, i])
+        return total / 2, count
+
+    return {"qa_start": lambda: half(0), "qa_end": lambda: half(1)}
 
 
 MODEL_CLASSES: dict[str, type[Model]] = {cls.kind: cls for cls in (

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
-from encoderlab.nn.model import IGNORE_INDEX, MaskedLMModel
+from encoderlab.nn.model import MaskedLMModel
 from encoderlab.objectives.base import Counts, ModelChoice, Objective, ObjectiveSpec, check_vocabulary
-from encoderlab.objectives.mlm import mlm_metrics, mlm_sums
+from encoderlab.objectives.mlm import mlm_correct, mlm_metrics
 from encoderlab.tokenizer import Tokenizer
 
 # Teacher fields a DistilBERT student copies; the teacher's other switches must be BERT's (checked in student_config).
@@ -88,14 +88,14 @@ class Distillation(Objective):
         T = self.temperature
         ce_sum = F.kl_div(F.log_softmax(student.logits.float() / T, dim=-1),
                           F.log_softmax(teacher.logits.float() / T, dim=-1), log_target=True, reduction="sum") * T * T
-        mlm_sum, mlm_correct = mlm_sums(student.logits, labels[labels != IGNORE_INDEX])
+        mlm_sum = student.sums["mlm"][0]
         real = attention_mask.bool()
-        cosine = F.cosine_similarity(student.hidden.last_hidden_state[real].float(),
-                                     teacher.hidden.last_hidden_state[real].float(), dim=-1)  # (R,)
+        cosine = F.cosine_similarity(student.last_hidden_state[real].float(),
+                                     teacher.last_hidden_state[real].float(), dim=-1)  # (R,)
         cos_sum = (1 - cosine).sum()
         loss = (self.alpha_ce * ce_sum + self.alpha_mlm * mlm_sum) / counts["masked"] + \
             self.alpha_cos * cos_sum / counts["tokens"]
-        return loss, {"ce_loss": ce_sum.detach(), "mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct,
+        return loss, {"ce_loss": ce_sum.detach(), "mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(student),
                       "cos_loss": cos_sum.detach()}
 
     def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:

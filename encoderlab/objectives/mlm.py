@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
-from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, PreTrainingModel
+from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, ModelOutput, PreTrainingModel
 from encoderlab.objectives.base import Counts, ModelChoice, Objective, ObjectiveSpec, check_vocabulary
 from encoderlab.tokenizer import Tokenizer
 
@@ -54,9 +54,9 @@ class MLMOptions:
             raise ConfigError(f"anchor_layers must be one of {ANCHOR_LAYERS}, got {self.anchor_layers!r}")
 
 
-def mlm_sums(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed cross-entropy and number of correct argmax predictions of logits (N, V) for targets (N,)."""
-    return F.cross_entropy(logits.float(), targets, reduction="sum"), (logits.argmax(-1) == targets).sum()
+def mlm_correct(out: ModelOutput) -> torch.Tensor:
+    """Correct argmax predictions of a masked LM's logits (N, V) at its N labelled positions."""
+    return (out.logits.argmax(-1) == out.targets).sum()
 
 
 def mlm_metrics(sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
@@ -92,12 +92,11 @@ class MaskedLanguageModeling(Objective):
         if self.anchor is not None and self.anchor_all:
             flags["output_hidden_states"] = True
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels, **flags)
-        logits = out.logits  # (N, V) at masked positions
-        mlm_sum, correct = mlm_sums(logits, labels[labels != IGNORE_INDEX])
+        mlm_sum = out.sums["mlm"][0]
         loss = mlm_sum / counts["masked"]
-        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": correct}
+        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(out)}
         if pair_labels is not None:
-            nsp_sum = F.cross_entropy(out.nsp_logits.float(), pair_labels, reduction="sum")
+            nsp_sum = out.sums["nsp"][0]  # per sequence: the step's sequences, unlabelled pairs included
             loss = loss + nsp_sum / counts["sequences"]
             sums["nsp_loss"] = nsp_sum.detach()
             sums["nsp_correct"] = (out.nsp_logits.argmax(-1) == pair_labels).sum()
@@ -105,8 +104,8 @@ class MaskedLanguageModeling(Objective):
             with torch.no_grad():
                 target = self.anchor.encode(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                                             output_hidden_states=self.anchor_all)
-            pairs = (zip(out.hidden.hidden_states, target.hidden_states) if self.anchor_all else
-                     [(out.hidden.last_hidden_state, target.last_hidden_state)])
+            pairs = (zip(out.hidden_states, target.hidden_states) if self.anchor_all else
+                     [(out.last_hidden_state, target.last_hidden_state)])
             kept = batch["attention_mask"].bool() & (labels == IGNORE_INDEX)
             cos_sums = [(1 - F.cosine_similarity(ours[kept].float(), theirs[kept].float(), dim=-1)).sum()
                         for ours, theirs in pairs]

@@ -35,7 +35,7 @@ from encoderlab.io import atomic_write
 from encoderlab.models import FAMILIES
 from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, ReplacedTokenDetector
 from encoderlab.objectives.base import Counts, ModelChoice, Objective, ObjectiveSpec
-from encoderlab.objectives.mlm import mlm_metrics, mlm_sums
+from encoderlab.objectives.mlm import mlm_correct, mlm_metrics
 from encoderlab.tokenizer import Tokenizer
 
 DELTA_FILE = "gdes_delta.safetensors"  # E_delta in a checkpoint: the folded table alone would not resume exactly
@@ -175,18 +175,17 @@ class ReplacedTokenDetection(Objective):
     def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         input_ids, attention_mask, token_type_ids, labels = (batch[k] for k in ("input_ids", "attention_mask",
                                                                                 "token_type_ids", "labels"))
-        masked = labels != IGNORE_INDEX  # (B, T)
-        logits = self.generator(input_ids, attention_mask, token_type_ids, labels).logits  # (N, V)
-        targets = labels[masked]
-        mlm_sum, mlm_correct = mlm_sums(logits, targets)
-        corrupted, replaced = _replace(input_ids, labels, logits)
+        generated = self.generator(input_ids, attention_mask, token_type_ids, labels)  # logits (N, V)
+        mlm_sum = generated.sums["mlm"][0]
+        corrupted, replaced = _replace(input_ids, labels, generated.logits)
         real = attention_mask.bool()
-        rtd_logits = self.discriminator(corrupted, attention_mask, token_type_ids).logits[real].float()  # (R,)
-        rtd_targets = replaced[real].float()
-        rtd_sum = F.binary_cross_entropy_with_logits(rtd_logits, rtd_targets, reduction="sum")
+        detected = self.discriminator(corrupted, attention_mask, token_type_ids,
+                                      replaced.long().masked_fill(~real, IGNORE_INDEX))  # logits (B, T)
+        rtd_sum = detected.sums["rtd"][0]
         loss = mlm_sum / counts["masked"] + self.rtd_weight * rtd_sum / counts["tokens"]
-        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct, "rtd_loss": rtd_sum.detach(),
-                "rtd_correct": ((rtd_logits > 0) == rtd_targets.bool()).sum(), "replaced": replaced.sum()}
+        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(generated),
+                "rtd_loss": rtd_sum.detach(), "rtd_correct": (((detected.logits > 0) == replaced) & real).sum(),
+                "replaced": replaced.sum()}
         return loss, sums
 
     def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:

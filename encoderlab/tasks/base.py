@@ -79,9 +79,11 @@ class Task(ABC):
         return {"sequences": torch.tensor(mask.shape[0], device=mask.device),
                 "tokens": sum(b["attention_mask"].sum() for b in inputs)}
 
-    @abstractmethod
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        """The loss of a batch summed over its `loss_per` units (a scalar): the loop divides by the step's count."""
+        """The loss of a batch summed over its `loss_per` units (a scalar): the loop divides by the step's count.
+        By default the model's own loss terms given the batch's labels, summed."""
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+        return sum(total for total, _ in out.sums.values())
 
     @abstractmethod
     def predict(self, model: nn.Module, examples: list) -> list:

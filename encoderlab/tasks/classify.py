@@ -14,7 +14,7 @@ from encoderlab.choices import split_names
 from encoderlab.errors import InputError
 from encoderlab.engine import COMBINE, Encoded, Engine, encode, forward, mean_by_owner
 from encoderlab.nn.bilstm import BiLSTMClassifier
-from encoderlab.nn.model import SequenceClassifier, sequence_loss
+from encoderlab.nn.model import SequenceClassifier
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import classification_metrics, correlation_metrics
 from encoderlab.tasks.readers import TextExample, read_texts
@@ -104,10 +104,6 @@ class ClassifyTask(Task):
             dtype = torch.float32 if self.regression else torch.long
             batch["labels"] = torch.tensor([f["label"] for f in features], dtype=dtype)
         return batch
-
-    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, L)
-        return sequence_loss(logits, batch["labels"], self.regression, reduction="sum")
 
     def logits(self, model: nn.Module, examples: list[TextExample]) -> torch.Tensor:
         """(N, L) float logits in example order (a long text's: its windows', combined)."""

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from encoderlab.errors import InputError
-from encoderlab.nn.model import SequenceClassifier, sequence_loss
+from encoderlab.nn.model import SequenceClassifier
 from encoderlab.tasks.classify import ClassifyTask, read_classes
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tasks.spec import TaskSpec, numbered_labels, register_task
@@ -76,10 +76,9 @@ class MultiLabelTask(ClassifyTask):
         return batch
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        """Binary cross-entropy summed over the batch, averaged over the classes: divided by the step's sequences,
-        transformers' mean over every (row, class)."""
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, L)
-        return sequence_loss(logits, batch["labels"], False, reduction="sum", multilabel=True) / logits.shape[-1]
+        """The model's binary cross-entropy summed over the batch, averaged over the classes: divided by the step's
+        sequences, transformers' mean over every (row, class)."""
+        return super().loss(model, batch) / len(self.labels)
 
     def probabilities(self, model: nn.Module, examples: list[TextExample]) -> torch.Tensor:
         """(N, L) sigmoid of each class's logit, in example order (a long text's windows' logits averaged)."""

@@ -24,7 +24,7 @@ from torch import nn
 
 from encoderlab.errors import ConfigError
 from encoderlab.engine import Encoded, Engine, encode, forward
-from encoderlab.nn.model import SpanExtractor, span_loss
+from encoderlab.nn.model import SpanExtractor
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import squad_metrics
 from encoderlab.tasks.readers import QAExample, read_squad
@@ -143,13 +143,8 @@ class QATask(Task):
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         batch = pad_features(features, self.tokenizer.pad_id)
         if "start" in features[0]:
-            batch["start"] = torch.tensor([f["start"] for f in features])
-            batch["end"] = torch.tensor([f["end"] for f in features])
+            batch["labels"] = torch.tensor([[f["start"], f["end"]] for f in features])  # (B, 2)
         return batch
-
-    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, T, 2)
-        return span_loss(logits, torch.stack([batch["start"], batch["end"]], dim=1), reduction="sum")
 
     def predict(self, model: nn.Module, examples: list[QAExample]) -> list[str]:
         """The answer text of each question ("" for no answer when null answers were learned)."""

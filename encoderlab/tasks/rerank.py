@@ -3,8 +3,9 @@ passages of a query by one score per pair read together by the encoder (Nogueira
 Re-ranking with BERT", arXiv:1901.04085): slower than comparing sentence vectors, and more exact, so it reorders the
 few passages a bi-encoder (`similarity`) or a keyword search brought up.
 
-The model is a SequenceClassifier with one logit; its sigmoid is the relevance, trained with binary cross-entropy on
-labels 0/1 or scores in [0, 1], as sentence-transformers' CrossEncoder trains one label. transformers loads the folder
+The model is a SequenceClassifier with one logit; its sigmoid is the relevance, trained with the model's own binary
+cross-entropy (multilabel with one class) on labels 0/1 or scores in [0, 1], as sentence-transformers' CrossEncoder
+trains one label. transformers loads the folder
 as XForSequenceClassification (num_labels 1, problem_type multi_label_classification: a sigmoid of the one logit).
 
 Scoring groups the rows of an evaluation file by query (the passages of one query, relevant ones labelled 1) and
@@ -21,7 +22,7 @@ from torch import nn
 from encoderlab.choices import split_names
 from encoderlab.engine import encode, forward
 from encoderlab.errors import InputError
-from encoderlab.nn.model import SequenceClassifier, sequence_loss
+from encoderlab.nn.model import SequenceClassifier
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.readers import TextExample, read_texts
 from encoderlab.tasks.spec import TaskSpec, register_task
@@ -92,10 +93,6 @@ class RerankTask(Task):
         if "label" in features[0]:
             batch["labels"] = torch.tensor([[f["label"]] for f in features], dtype=torch.float32)  # (B, 1)
         return batch
-
-    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, 1)
-        return sequence_loss(logits, batch["labels"], False, reduction="sum", multilabel=True)
 
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[float]:
         """Each pair's relevance score (the sigmoid of its logit)."""

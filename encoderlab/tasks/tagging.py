@@ -12,7 +12,6 @@ import logging
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.errors import InputError
@@ -98,12 +97,6 @@ class TagTask(Task):
 
     def counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         return super().counts(batch) | {"targets": (batch["labels"] != IGNORE_INDEX).sum()}
-
-    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        """Cross-entropy summed over the tokens with a tag (the others are IGNORE_INDEX)."""
-        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits  # (B, T, L)
-        return F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX,
-                               reduction="sum")
 
     def predict(self, model: nn.Module, sentences: list[TaggedSentence]) -> list[list[str]]:
         """One tag per word of each sentence."""
