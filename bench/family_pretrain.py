@@ -53,6 +53,8 @@ def series(table: list[dict[str, str]], column: str) -> tuple[list[int], list[fl
 
 def run_recipe(recipe: str, out: Path, steps: int, extra: list[str]) -> None:
     """One short run of configs/family/RECIPE.yaml into `out` (`extra`: further --set overrides)."""
+    if recipe != "distilbert-mini":  # a teacher is distillation's option; another objective refuses one
+        extra = [o for o in extra if not o.startswith("teacher=")]
     overrides = [f"max_steps={steps}", f"warmup_steps={max(1, steps // 10)}", "batch_size=16",
                  f"log_every={max(1, min(4, steps // 2))}", f"eval_every={steps}", "eval_batches=4", f"save_every={steps}"]
     if recipe == "roberta-mini" and (ROOT / "runs/wiki-bpe-data/meta.json").is_file() and "data=" not in str(extra):
