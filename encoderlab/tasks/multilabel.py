@@ -80,13 +80,9 @@ class MultiLabelTask(ClassifyTask):
         sequences, transformers' mean over every (row, class)."""
         return super().loss(model, batch) / len(self.labels)
 
-    def probabilities(self, model: nn.Module, examples: list[TextExample]) -> torch.Tensor:
-        """(N, L) sigmoid of each class's logit, in example order (a long text's windows' logits averaged)."""
-        return self.logits(model, examples).sigmoid()
-
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[list[str]]:
-        """The classes passing the threshold, per example."""
-        chosen = self.probabilities(model, examples) >= self.threshold
+        """The classes whose probability (the sigmoid of their logit) passes the threshold, per example."""
+        chosen = self.logits(model, examples).sigmoid() >= self.threshold  # (N, L)
         return [[name for name, yes in zip(self.labels, row) if yes] for row in chosen.tolist()]
 
     def score(self, examples: list[TextExample], predictions: list[list[str]]) -> dict[str, float]:

@@ -67,10 +67,6 @@ class RerankTask(Task):
     name = "rerank"
     metrics = ("mrr_at_10", "ndcg_at_10", "hit_at_1")
 
-    labels = None
-    regression = False
-    num_outputs = 1
-
     def validate(self, examples: list[TextExample]) -> None:
         for example in examples:
             if len(example.texts) != 2:
