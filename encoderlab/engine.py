@@ -17,16 +17,19 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.choices import COMBINE  # noqa: F401  (tasks and pipelines import it from here)
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError, InputError
+from encoderlab.folder import Settings, settings
 from encoderlab.io import as_list, check_texts  # noqa: F401  (pipelines import them from here too)
 from encoderlab.nn.output import ModelOutput
 from encoderlab.nn.pooling import pool
@@ -266,3 +269,98 @@ class Engine:
 
         self.run(items, forward, collect)
         return out[0]
+
+
+# ---- pipelines -------------------------------------------------------------------------------------------------
+class Pipeline:
+    """What a capability does with a loaded model: inputs in, one plain dict (JSON-ready) per input out, in input
+    order. A subclass declares, beside __call__, what the server and the command line need: `request` (the body's
+    fields: the inputs first, then the keyword options of __call__), `result` (the model of one result) and `show`
+    (how the command line prints one). encoderlab.infer.pipelines registers them and puts one on a runtime."""
+
+    task: ClassVar[str]
+    model_kind: ClassVar[str | None] = None  # the kind load_model is asked for; None: what the folder holds
+    default_model: ClassVar[str | None] = None  # what pipeline(task) loads when given no model; None: one is needed
+    model_class: ClassVar[type[nn.Module]] = nn.Module  # what the model must be; `needs` says how to get one
+    needs: ClassVar[str] = ""
+    result: ClassVar[Any]  # the server's pydantic model of one result
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, batch_size: int = 32, max_length: int | None = None,
+                 device: str | torch.device = "cpu", settings: Settings | None = None, model_name: str = "") -> None:
+        """settings: the folder's (encoderlab.folder.settings); model_name: the folder or alias it came from. It runs
+        the model as given, in torch; encoderlab.infer.pipelines.prepare puts it on another engine or precision."""
+        if not isinstance(model, self.model_class):
+            raise InputError(f"{self.task} needs {self.needs}, not a {type(model).__name__}")
+        self.labels = list(model.config.labels or [])
+        self.settings, self.model_name = settings or Settings(), model_name
+        self.device = torch.device(device)
+        self.tokenizer, self.batch_size = tokenizer, batch_size
+        self.max_length = window(model.config, tokenizer, max_length, self.settings.max_length)
+        self.engine = Engine(tokenizer, self.max_length, batch_size, self.device)
+        self.model = model.eval().to(self.device)
+        self.precision, self.engine_name, self.compiled = "fp32", "torch", False
+
+    @classmethod
+    def from_pretrained(cls, name: str | Path, **options: Any) -> Pipeline:
+        """Load the model and tokenizer of a checkpoint folder or alias for this task, with its settings."""
+        folder = resolve_model_path(name)
+        return cls(cls.load(folder), Tokenizer.from_pretrained(folder), settings=settings(folder), model_name=str(name),
+                   **options)
+
+    @classmethod
+    def load(cls, folder: Path) -> nn.Module:
+        """The model of a checkpoint folder, as the kind this pipeline runs."""
+        return load_model(folder, kind=cls.model_kind)
+
+    @classmethod
+    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
+        """The server's request fields as pydantic (type, Field) pairs: the inputs first, then __call__'s options.
+        text: a non-blank text within the server's limits; many: a list's length limits; model(name, **fields): a
+        nested request model (extra keys refused)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        """One result as the command line prints it."""
+        raise NotImplementedError
+
+    def _forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ModelOutput:
+        """The model's output on a padded batch."""
+        return forward(model, batch)
+
+    def probe(self, model: nn.Module) -> object:
+        """One representative forward pass (32 x 64 tokens), for timing the precision modes and compiling."""
+        T = min(64, self.max_length)
+        ids = torch.full((32, T), self.tokenizer.cls_id, dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            return self._forward(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                                         "token_type_ids": torch.zeros_like(ids)})
+
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """This pipeline's model's logits on a padded batch."""
+        return self._forward(self.model, batch).logits
+
+    def __call__(self, inputs: Sequence[Any], **options: Any) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def _windowing(self, stride: int | None, combine: str | None) -> None:
+        """How a text longer than the window is read: whole, in windows sharing `stride` tokens, or (None) truncated;
+        None follows the folder's settings."""
+        self.stride = self.settings.stride if stride is None else stride
+        self.combine = combine or self.settings.combine
+        if self.combine not in COMBINE:
+            raise InputError(f"combine {self.combine!r}: expected one of {', '.join(COMBINE)}")
+
+    def _window_rows(self, texts: list[str], forward: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+                     probs: bool = False) -> torch.Tensor:
+        """forward's rows for each text: over its windows, averaged (as probabilities, then back to logits, if asked)."""
+        windows, owners = self.engine.windows(texts, self.stride)
+        rows = self.engine.rows(windows, forward)
+        if not probs:
+            return mean_by_owner(rows, owners, len(texts))
+        return mean_by_owner(rows.softmax(-1), owners, len(texts)).log()
+
+    def info(self) -> dict[str, Any]:
+        """What this pipeline runs: task, engine, precision, whether compiled, window, batch size."""
+        return {"task": self.task, "engine": self.engine_name, "precision": self.precision, "compiled": self.compiled,
+                "max_length": self.max_length, "batch_size": self.batch_size, "device": str(self.device)}

@@ -23,7 +23,7 @@ from encoderlab.errors import ConfigError, InputError
 from encoderlab.infer import backends
 from encoderlab.infer import precision as precisions
 from encoderlab.infer.backends import cache_dir, candidates, ct2_unsupported, resolve, runtime_model
-from encoderlab.infer.pipelines import Embed, pipeline
+from encoderlab.infer.pipelines import Embed, pipeline, prepare
 from encoderlab.infer.server import load_pipelines
 from encoderlab.nn.model import SentenceEmbedder
 from encoderlab.tokenizer import Tokenizer
@@ -236,8 +236,8 @@ def test_ctranslate2_refuses_an_architecture_it_cannot_hold_and_onnxruntime_runs
     torch.manual_seed(0)
     model = SentenceEmbedder(config).eval()
     with pytest.raises(ConfigError, match="--engine ctranslate2 cannot run embed on this modernbert model: .*pre-norm"):
-        Embed(model, tokenizer, engine="ctranslate2")
-    got = Embed(model, tokenizer, engine="onnxruntime", engine_cache=cache).embed(TEXTS)
+        prepare(Embed(model, tokenizer), engine="ctranslate2")
+    got = prepare(Embed(model, tokenizer), engine="onnxruntime", engine_cache=cache).embed(TEXTS)
     assert_close(torch.from_numpy(got), torch.from_numpy(Embed(model, tokenizer).embed(TEXTS)), **FP32)
 
 

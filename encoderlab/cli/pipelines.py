@@ -1,4 +1,5 @@
-"""The pipeline commands: fill-mask, classify, ner, qa, rerank and attention (embed and similarity: encoderlab.cli.models).
+"""The pipeline commands, one Command each (fill-mask, classify, ner, qa, rerank), and attention (embed and
+similarity: encoderlab.cli.models).
 
 Inputs come as arguments or from a file (--input: one text per line; for qa, JSONL with question and
 context). Output is a short human-readable listing, or one JSON document with --json.
@@ -10,6 +11,8 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,96 +48,120 @@ def read_inputs(args: argparse.Namespace) -> list[str]:
     return check_texts(texts)  # before any model loads
 
 
-def emit(args: argparse.Namespace, results: list[dict[str, Any]], show: callable) -> list[dict[str, Any]]:
-    """Print the results as JSON or through `show` (one result at a time); returns them."""
+def emit(args: argparse.Namespace, results: list[dict[str, Any]], show: Callable[[dict], str]) -> list[dict[str, Any]]:
+    """Print the results as JSON or as `show` writes each one; returns them."""
     if args.json:
         json.dump(results, sys.stdout, indent=2, ensure_ascii=False)
         print()
     else:
         for result in results:
-            show(result)
+            print(show(result))
     return results
 
 
 # ---- the commands ------------------------------------------------------------------------------------
-def cmd_fill_mask(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Predict the tokens behind [MASK] (several per text allowed): top-k with probabilities."""
+@dataclass(frozen=True)
+class Command:
+    """A pipeline command as the command line declares it before torch loads: its arguments and how they become the
+    pipeline's inputs, checked here so that bad input answers without a model. The pipeline of the same name
+    (encoderlab.infer.pipelines.PIPELINES) computes the results and says how each prints (its `show`)."""
+
+    name: str
+    help: str
+    description: str
+    inputs: Callable[[argparse.Namespace], list] = read_inputs
+    arguments: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """(flag, argparse keywords) of each option of its own."""
+    load: tuple[str, ...] = ()
+    """Options that go to the pipeline's constructor."""
+    call: tuple[str, ...] = ()
+    """Options that go to each call."""
+    texts: bool = True
+    """It reads TEXT arguments or --input lines."""
+    window: bool = False
+    """It reads a long text in windows (--stride, --combine)."""
+    model_help: str = MODEL_HELP
+    default_model: str | None = None
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Check the inputs, load the pipeline, print its results (or JSON); returns them."""
+    command = args.command_card
+    items = command.inputs(args)
+    pipe = load_pipeline(command.name, args, **{name: getattr(args, name) for name in command.load})
+    return emit(args, pipe(items, **{name: getattr(args, name) for name in command.call}), pipe.show)
+
+
+def fill_mask_inputs(args: argparse.Namespace) -> list[str]:
+    """The texts, and --top-k checked."""
     texts = read_inputs(args)
     check_top_k(args.top_k)
-    results = load_pipeline("fill-mask", args)(texts, top_k=args.top_k)
-
-    def show(result: dict[str, Any]) -> None:
-        print(result["text"])
-        for number, mask in enumerate(result["masks"], 1):
-            tops = "  ".join(f"{p['token']} {p['score']:.3f}" for p in mask["predictions"])
-            print(f"  [MASK] {number}: {tops}")
-
-    return emit(args, results, show)
+    return texts
 
 
-def cmd_classify(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Label texts (or text pairs) with a fine-tuned classifier."""
+def classify_inputs(args: argparse.Namespace) -> list[Any]:
+    """The texts, or [text, pair] items with --pair."""
     texts = read_inputs(args)
-    inputs: list[Any] = texts
-    if args.pair is not None:
-        if len(args.pair) != len(texts):
-            raise InputError(f"{len(texts)} texts but {len(args.pair)} --pair texts")
-        check_texts(args.pair, "--pair text")
-        inputs = [[a, b] for a, b in zip(texts, args.pair)]
-    results = load_pipeline("classify", args, stride=args.stride, combine=args.combine)(inputs)
-
-    def show(result: dict[str, Any]) -> None:
-        print(f"{result['score']:.4f}" if "label" not in result else f"{result['label']}\t{result['score']:.4f}")
-
-    return emit(args, results, show)
+    if args.pair is None:
+        return texts
+    if len(args.pair) != len(texts):
+        raise InputError(f"{len(texts)} texts but {len(args.pair)} --pair texts")
+    check_texts(args.pair, "--pair text")
+    return [[a, b] for a, b in zip(texts, args.pair)]
 
 
-def cmd_ner(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Find named entities: type, text, character offsets and score."""
-    results = load_pipeline("ner", args)(read_inputs(args))
-
-    def show(result: dict[str, Any]) -> None:
-        print(result["text"])
-        for entity in result["entities"]:
-            print(f"  {entity['entity']:<6} {entity['text']!r} [{entity['start']}:{entity['end']}] "
-                  f"{entity['score']:.3f}")
-
-    return emit(args, results, show)
-
-
-def cmd_qa(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Answer questions from a context; contexts longer than the window are read in overlapping windows."""
+def qa_items(args: argparse.Namespace) -> list[dict[str, str]]:
+    """{"question", "context"} items from --input, or from --question and --context (or --context-file)."""
     if args.input:
-        items = read_questions(args.input)
-    else:
-        if not args.question or not (args.context or args.context_file):
-            raise InputError("qa needs --question and --context (or --context-file), or --input FILE.jsonl")
-        context = read_text(args.context_file) if args.context_file else args.context
-        if args.context_file and not context.strip():
-            raise InputError(f"{args.context_file}: the context file is empty")
-        items = [{"question": question, "context": context} for question in args.question]
-        qa_inputs(items)  # blank questions or context: refused before the model loads
-    results = load_pipeline("qa", args, doc_stride=args.doc_stride)(items)
-
-    def show(result: dict[str, Any]) -> None:
-        print(f"{result['answer']!r} [{result['start']}:{result['end']}] {result['score']:.3f}")
-
-    return emit(args, results, show)
+        return read_questions(args.input)
+    if not args.question or not (args.context or args.context_file):
+        raise InputError("qa needs --question and --context (or --context-file), or --input FILE.jsonl")
+    context = read_text(args.context_file) if args.context_file else args.context
+    if args.context_file and not context.strip():
+        raise InputError(f"{args.context_file}: the context file is empty")
+    items = [{"question": question, "context": context} for question in args.question]
+    qa_inputs(items)  # blank questions or context: refused before the model loads
+    return items
 
 
-def cmd_rerank(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Order passages (TEXT arguments, or the lines of --input) by a cross-encoder's relevance to --query."""
+def rerank_items(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One {"query", "passages"} item: --query and the texts."""
     if args.top_k is not None:
         check_top_k(args.top_k)
     if not args.query.strip():
         raise InputError("rerank: --query is empty or only whitespace (expected some words)")
-    results = load_pipeline("rerank", args)([{"query": args.query, "passages": read_inputs(args)}], top_k=args.top_k)
+    return [{"query": args.query, "passages": read_inputs(args)}]
 
-    def show(result: dict[str, Any]) -> None:
-        for row in result["ranking"]:
-            print(f"{row['score']:.4f}  [{row['index']}] {row['passage']}")
 
-    return emit(args, results, show)
+COMMANDS = (
+    Command("fill-mask", "top-k tokens for each [MASK]",
+            "Predict the tokens behind [MASK] (several per text allowed): top-k with probabilities.", fill_mask_inputs,
+            (("--top-k", {"type": int, "default": 5, "metavar": "K", "help": "predictions per mask (default: 5)"}),),
+            call=("top_k",), model_help="masked-LM checkpoint folder, or the name of a shipped model",
+            default_model=DEFAULT_FILL_MASK_MODEL),
+    Command("classify", "label texts with a fine-tuned classifier",
+            "Label texts (or text pairs) with a fine-tuned classifier.", classify_inputs,
+            (("--pair", {"nargs": "+", "metavar": "TEXT", "help": "second texts of pairs, one per input text"}),),
+            load=("stride", "combine"), window=True),
+    Command("ner", "named entities with character offsets",
+            "Find named entities: type, text, character offsets and score."),
+    Command("qa", "extractive question answering",
+            "Answer questions from a context; contexts longer than the window are read in overlapping windows.",
+            qa_items, (
+                ("--question", {"nargs": "+", "metavar": "Q", "help": "one or more questions about the context"}),
+                ("--context", {"metavar": "TEXT", "help": "the passage to answer from"}),
+                ("--context-file", {"metavar": "FILE", "help": "read the passage from a UTF-8 file"}),
+                ("--input", {"metavar": "FILE.jsonl", "help": 'one {"question": ..., "context": ...} per line'}),
+                ("--doc-stride", {"type": int, "metavar": "N", "help": "tokens shared by consecutive windows of a "
+                                  "long context (default: the model's, else 128)"})),
+            load=("doc_stride",), texts=False),
+    Command("rerank", "order passages by relevance to a query (a cross-encoder)",
+            "Order passages (TEXT arguments, or the lines of --input) by a cross-encoder's relevance to --query.",
+            rerank_items, (
+                ("--query", {"required": True, "metavar": "TEXT", "help": "what the passages are ranked for"}),
+                ("--top-k", {"type": int, "metavar": "K", "help": "show the best K (default: all)"})),
+            call=("top_k",)),
+)
 
 
 def read_questions(path: str) -> list[dict[str, str]]:
@@ -189,41 +216,15 @@ def _summary(maps: AttentionMaps, layer: int, head: int | None, out: Path) -> di
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """fill-mask, classify, ner, qa, attention."""
-    fill = subparsers.add_parser("fill-mask", help="top-k tokens for each [MASK]", description=cmd_fill_mask.__doc__)
-    add_pipeline_options(fill, help="masked-LM checkpoint folder, or the name of a shipped model",
-                         default_model=DEFAULT_FILL_MASK_MODEL)
-    fill.add_argument("--top-k", type=int, default=5, metavar="K", help="predictions per mask (default: 5)")
-    fill.set_defaults(func=cmd_fill_mask)
-
-    classify = subparsers.add_parser("classify", help="label texts with a fine-tuned classifier",
-                                     description=cmd_classify.__doc__)
-    add_pipeline_options(classify)
-    add_window_options(classify)
-    classify.add_argument("--pair", nargs="+", metavar="TEXT", help="second texts of pairs, one per input text")
-    classify.set_defaults(func=cmd_classify)
-
-    ner = subparsers.add_parser("ner", help="named entities with character offsets", description=cmd_ner.__doc__)
-    add_pipeline_options(ner)
-    ner.set_defaults(func=cmd_ner)
-
-    qa = subparsers.add_parser("qa", help="extractive question answering", description=cmd_qa.__doc__)
-    add_pipeline_options(qa, inputs=False)
-    qa.add_argument("--question", nargs="+", metavar="Q", help="one or more questions about the context")
-    add_options(qa, (
-        ("--context", None, None, "TEXT", "the passage to answer from"),
-        ("--context-file", None, None, "FILE", "read the passage from a UTF-8 file"),
-        ("--input", None, None, "FILE.jsonl", 'one {"question": ..., "context": ...} per line'),
-        ("--doc-stride", int, None, "N",
-         "tokens shared by consecutive windows of a long context (default: the model's, else 128)")))
-    qa.set_defaults(func=cmd_qa)
-
-    rerank = subparsers.add_parser("rerank", help="order passages by relevance to a query (a cross-encoder)",
-                                   description=cmd_rerank.__doc__)
-    add_pipeline_options(rerank)
-    rerank.add_argument("--query", required=True, metavar="TEXT", help="what the passages are ranked for")
-    rerank.add_argument("--top-k", type=int, default=None, metavar="K", help="show the best K (default: all)")
-    rerank.set_defaults(func=cmd_rerank)
+    """The pipeline commands (COMMANDS), then attention."""
+    for command in COMMANDS:
+        parser = subparsers.add_parser(command.name, help=command.help, description=command.description)
+        add_pipeline_options(parser, command.texts, command.model_help, command.default_model)
+        if command.window:
+            add_window_options(parser)
+        for flag, keywords in command.arguments:
+            parser.add_argument(flag, **keywords)
+        parser.set_defaults(func=run, command_card=command)
 
     parser = subparsers.add_parser("attention", help="heat-map of a layer's attention for one text",
                                    description=cmd_attention.__doc__)

@@ -8,12 +8,18 @@ import os
 from pathlib import Path
 
 from encoderlab.cli.options import add_inference_options, add_model, add_options, apply_threads, check_batch, resolve_device
+from encoderlab.cli.pipelines import COMMANDS
 from encoderlab.errors import InputError
-from encoderlab.infer.limits import API_KEY_ENV, TASKS, Limits
+from encoderlab.infer.limits import API_KEY_ENV, Limits
+
+# The endpoints --tasks offers, named before torch loads: embed (whose commands are encoderlab.cli.models') and each
+# pipeline command's; the server serves encoderlab.infer.pipelines.PIPELINES, which tests/test_server.py pins equal.
+TASKS = ("embed", *(command.name for command in COMMANDS))
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    """Serve one model over HTTP: /embed, /classify, /fill-mask, /ner, /qa (whichever it supports), /health, /docs.
+    """Serve one model over HTTP: /embed, /classify, /fill-mask, /ner, /qa, /rerank (whichever it supports), /health,
+    /docs.
     /fill-mask, where the model has no masked-LM head, is answered by the shipped encoderlab-fill-mask."""
     key = api_key(args.api_key_file)
     check_batch(args)

@@ -1,5 +1,5 @@
-"""What `encoderlab serve` offers and what one request may hold: apart from the server so that the CLI can
-build its parser without importing FastAPI."""
+"""What one request to `encoderlab serve` may hold: apart from the server so that the CLI can build its parser
+without importing FastAPI."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from encoderlab.errors import InputError
 
-TASKS = ("embed", "classify", "fill-mask", "ner", "qa", "rerank")  # the order endpoints are tried and listed in
 API_KEY_ENV = "ENCODERLAB_API_KEY"  # where `serve` reads its API key from (or --api-key-file; never an argument)
 
 

@@ -1,4 +1,5 @@
-"""Inference pipelines: fill-mask, embed, classify, ner and qa, over the one inference engine (encoderlab.engine).
+"""Inference pipelines: embed, classify, fill-mask, ner, qa and rerank (encoderlab.tasks.rerank), over the one
+inference engine (encoderlab.engine), registered in PIPELINES for pipeline(), `serve` and the command line.
 
     from encoderlab.infer.pipelines import pipeline
     fill = pipeline("fill-mask")  # the shipped encoderlab-fill-mask; or pipeline("fill-mask", "runs/my-mlm")
@@ -18,18 +19,18 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import Field, create_model
 from torch import nn
 
 from encoderlab.checkpoint import load_model, read_config, resolve_model_path, stored_kind
-from encoderlab.engine import (COMBINE, Encoded, Engine, as_list, check_texts, encode, forward, mean_by_owner,
-                               sentence_vectors, split_windows, window)
+from encoderlab.engine import (Encoded, Pipeline, as_list, check_texts, encode, forward, sentence_vectors,
+                               split_windows)
 from encoderlab.errors import CheckpointError, ConfigError, InputError, MissingHeadError
-from encoderlab.folder import Settings, settings
 from encoderlab.io import qa_inputs
 from encoderlab.infer import backends
 from encoderlab.infer.compiled import compile_encoders
@@ -37,96 +38,29 @@ from encoderlab.nn.model import IGNORE_INDEX, MODEL_CLASSES, ModelOutput, Senten
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 from encoderlab.tasks.qa import Decoded, QATask, fit_to_window
 from encoderlab.tasks.readers import QAExample
+from encoderlab.tasks.rerank import Rerank
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 
-class Pipeline:
-    """A model, its tokenizer, its folder's settings and the engine; subclasses turn inputs into results."""
+def prepare(pipe: Pipeline, precision: str = "fp32", engine: str = "torch", engine_cache: str | Path | None = None,
+            compile: bool = False) -> Pipeline:
+    """The pipeline on its runtime: its model converted to `precision` and run by `engine` (encoderlab.infer.backends;
+    exports go to engine_cache), or torch.compile'd in place and warmed up (encoderlab.infer.compiled)."""
+    if compile and engine != "torch":
+        raise ConfigError(f"--compile compiles torch's encoder; --engine {engine} runs another runtime")
+    pipe.model, pipe.precision, pipe.engine_name = backends.resolve(
+        pipe.model, engine, precision, pipe.probe, pipe.device, pipe.tokenizer, pipe.max_length, pipe.task, engine_cache)
+    pipe.compiled = compile
+    if compile:
+        compile_encoders(pipe.model, pipe.probe)
+    return pipe
 
-    task: ClassVar[str]
-    model_kind: ClassVar[str | None] = None  # the kind load_model is asked for; None: what the folder holds
-    default_model: ClassVar[str | None] = None  # what pipeline(task) loads when given no model; None: one is needed
-    model_class: ClassVar[type[nn.Module]] = nn.Module  # what the model must be; `needs` says how to get one
-    needs: ClassVar[str] = ""
 
-    def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", batch_size: int = 32,
-                 max_length: int | None = None, device: str | torch.device = "cpu", compile: bool = False,
-                 settings: Settings | None = None, model_name: str = "", engine: str = "torch",
-                 engine_cache: str | Path | None = None) -> None:
-        """settings: the folder's (encoderlab.engine.settings); compile: torch.compile the encoder in place and
-        warm it up here (encoderlab.infer.compiled); model_name: the folder or alias it came from; engine: what
-        runs the encoder's forward pass, engine_cache: where its exports go (encoderlab.infer.backends)."""
-        if not isinstance(model, self.model_class):
-            raise InputError(f"{self.task} needs {self.needs}, not a {type(model).__name__}")
-        self.labels = list(model.config.labels or [])
-        self.settings, self.model_name = settings or Settings(), model_name
-        self.device = torch.device(device)
-        self.tokenizer, self.batch_size = tokenizer, batch_size
-        self.max_length = window(model.config, tokenizer, max_length, self.settings.max_length)
-        self.engine = Engine(tokenizer, self.max_length, batch_size, self.device)
-        model = model.eval().to(self.device)
-        if compile and engine != "torch":
-            raise ConfigError(f"--compile compiles torch's encoder; --engine {engine} runs another runtime")
-        self.model, self.precision, self.engine_name = backends.resolve(
-            model, engine, precision, self._probe, self.device, tokenizer, self.max_length, self.task, engine_cache)
-        self.compiled = compile
-        if compile:
-            compile_encoders(self.model, self._probe)
-
-    @classmethod
-    def from_pretrained(cls, name: str | Path, precision: str = "fp32", **options: Any) -> Pipeline:
-        """Load the model and tokenizer of a checkpoint folder or alias for this task, with its settings."""
-        folder = resolve_model_path(name)
-        return cls(cls.load(folder), Tokenizer.from_pretrained(folder), precision, settings=settings(folder),
-                   model_name=str(name), **options)
-
-    @classmethod
-    def load(cls, folder: Path) -> nn.Module:
-        """The model of a checkpoint folder, as the kind this pipeline runs."""
-        return load_model(folder, kind=cls.model_kind)
-
-    def _forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ModelOutput:
-        """The model's output on a padded batch."""
-        return forward(model, batch)
-
-    def _probe(self, model: nn.Module) -> object:
-        """One representative forward pass (32 x 64 tokens), for timing the precision modes and compiling."""
-        T = min(64, self.max_length)
-        ids = torch.full((32, T), self.tokenizer.cls_id, dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            return self._forward(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                                         "token_type_ids": torch.zeros_like(ids)})
-
-    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """This pipeline's model's logits on a padded batch."""
-        return self._forward(self.model, batch).logits
-
-    def __call__(self, inputs: Sequence[Any], **options: Any) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def _windowing(self, stride: int | None, combine: str | None) -> None:
-        """How a text longer than the window is read: whole, in windows sharing `stride` tokens, or (None) truncated;
-        None follows the folder's settings."""
-        self.stride = self.settings.stride if stride is None else stride
-        self.combine = combine or self.settings.combine
-        if self.combine not in COMBINE:
-            raise InputError(f"combine {self.combine!r}: expected one of {', '.join(COMBINE)}")
-
-    def _window_rows(self, texts: list[str], forward: Callable[[dict[str, torch.Tensor]], torch.Tensor],
-                     probs: bool = False) -> torch.Tensor:
-        """forward's rows for each text: over its windows, averaged (as probabilities, then back to logits, if asked)."""
-        windows, owners = self.engine.windows(texts, self.stride)
-        rows = self.engine.rows(windows, forward)
-        if not probs:
-            return mean_by_owner(rows, owners, len(texts))
-        return mean_by_owner(rows.softmax(-1), owners, len(texts)).log()
-
-    def info(self) -> dict[str, Any]:
-        """What this pipeline runs: task, engine, precision, whether compiled, window, batch size."""
-        return {"task": self.task, "engine": self.engine_name, "precision": self.precision, "compiled": self.compiled,
-                "max_length": self.max_length, "batch_size": self.batch_size, "device": str(self.device)}
+def texts_field(text: Any, many: dict[str, int], description: str = "") -> tuple:
+    """A request's list of texts (the server's limits in its schema)."""
+    return list[text], Field(description=description or f"1 to {many['max_length']} non-blank texts", **many)
 
 
 # ---- fill-mask ---------------------------------------------------------------------------------------
@@ -138,15 +72,29 @@ class FillMask(Pipeline):
     default_model = DEFAULT_FILL_MASK_MODEL
     MASK_SPELLINGS = ("[MASK]", "<mask>")  # accepted in input whatever the tokenizer's own spelling
     MLM_KINDS = ("mlm", "pretraining")  # stored kinds that hold a masked-LM head
+    result = create_model("FillMaskResult", text=str, masks=(list[create_model(
+        "MaskResult", position=(int, Field(description="token position of the mask")), predictions=list[create_model(
+            "Prediction", token=str, id=int, score=(float, Field(description="probability")))])], Field(
+        description="one entry per mask, in text order")), filled=(str, Field(
+        description="the text with each mask replaced by its top token")))
 
     @classmethod
-    def from_pretrained(cls, name: str | Path = DEFAULT_FILL_MASK_MODEL, precision: str = "fp32",
-                        **options: Any) -> Pipeline:
+    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
+        return {"texts": texts_field(text, many, "texts with one or more [MASK] (or <mask>) tokens"),
+                "top_k": (int, Field(5, ge=1, le=100, description="predictions per mask"))}
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        return "\n".join([result["text"], *(f"  [MASK] {number}: " + "  ".join(
+            f"{p['token']} {p['score']:.3f}" for p in mask["predictions"]) for number, mask in enumerate(result["masks"], 1))])
+
+    @classmethod
+    def from_pretrained(cls, name: str | Path = DEFAULT_FILL_MASK_MODEL, **options: Any) -> Pipeline:
         """As Pipeline's, on the shipped model by default; MissingHeadError, naming that model, for a checkpoint
         with no masked-LM head (minilm: an encoder trained for sentence embeddings)."""
         folder = resolve_model_path(name)  # a missing folder, or a missing default, is reported as such
         try:
-            return super().from_pretrained(name, precision, **options)
+            return super().from_pretrained(name, **options)
         except CheckpointError as err:
             raw = read_config(folder)
             if stored_kind(folder, raw) in cls.MLM_KINDS:  # it should hold the head: damaged, reported as it is
@@ -212,8 +160,16 @@ class Embed(Pipeline):
 
     task = "embed"
     model_class, needs = SentenceEmbedder, "a sentence embedder (load_model(folder, kind='embed'))"
+    result = create_model("EmbedResult", embedding=(list[float], Field(
+        description="the sentence vector (L2-normalized when the model says so)")))
 
-    def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", pooling: str | None = None,
+    @classmethod
+    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
+        return {"texts": texts_field(text, many), "dimensions": (int | None, Field(None, ge=1, description=(
+            "keep each vector's first N dimensions, normalised again where the model normalises (a model trained "
+            "with finetune embed --matryoshka); default: all")))}
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, pooling: str | None = None,
                  normalize: bool | None = None, stride: int | None = None, dimensions: int | None = None,
                  **options: Any) -> None:
         """pooling, normalize, stride: None follows the folder's settings; with a stride, a long text's vector is the
@@ -230,7 +186,7 @@ class Embed(Pipeline):
             model = copy.copy(model)
             model._modules = dict(model._modules)
             model.pooler = None
-        super().__init__(model, tokenizer, precision, **options)
+        super().__init__(model, tokenizer, **options)
         self.pooling = self.model.pooling
         self.normalize = self.settings.normalize if normalize is None else normalize
         self._windowing(stride, None)
@@ -284,12 +240,29 @@ class Classify(Pipeline):
 
     task = "classify"
     model_class, needs = SequenceClassifier, "a sequence-classification checkpoint (encoderlab finetune classify)"
+    result = create_model(
+        "ClassifyResult", label=(str | None, Field(None, description="the most probable class (absent for regression "
+                                                                     "and multilabel)")),
+        labels=(list[str] | None, Field(None, description="multilabel: every class whose probability passes 0.5")),
+        score=(float | None, Field(None, description="its probability, or the regression value")),
+        scores=(dict[str, float] | None, Field(None, description="every class's probability")))
 
-    def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", stride: int | None = None,
-                 combine: str | None = None, **options: Any) -> None:
+    @classmethod
+    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
+        pair = Annotated[list[text], Field(min_length=2, max_length=2)]
+        return {"texts": texts_field(text | pair, many, "texts, or [text, pair] items (all of one kind)")}
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        if "labels" in result:  # multilabel: every class that passes a half
+            return ",".join(result["labels"])
+        return f"{result['score']:.4f}" if "label" not in result else f"{result['label']}\t{result['score']:.4f}"
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, stride: int | None = None, combine: str | None = None,
+                 **options: Any) -> None:
         """stride, combine: how a text longer than the window is read (None follows the folder): in windows sharing
         `stride` tokens whose logits (or probabilities, combine="probs") are averaged. Pairs are truncated."""
-        super().__init__(model, tokenizer, precision, **options)
+        super().__init__(model, tokenizer, **options)
         self.regression, self.multilabel = model.regression, getattr(model, "multilabel", False)
         self._windowing(stride, combine)
 
@@ -344,6 +317,19 @@ class NER(Pipeline):
 
     task = "ner"
     model_class, needs = TokenClassifier, "a token-classification checkpoint (encoderlab finetune ner)"
+    result = create_model("NERResult", text=str, entities=list[create_model(
+        "Entity", entity=(str, Field(description="entity type, e.g. PER")),
+        start=(int, Field(description="character offset in the text")), end=int, text=str,
+        score=(float, Field(description="mean probability of the entity's word tags")))])
+
+    @classmethod
+    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
+        return {"texts": texts_field(text, many)}
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        return "\n".join([result["text"], *(f"  {e['entity']:<6} {e['text']!r} [{e['start']}:{e['end']}] "
+                                            f"{e['score']:.3f}" for e in result["entities"])])
 
     def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         texts = check_texts(texts)
@@ -428,11 +414,23 @@ class QA(Pipeline):
 
     task = "qa"
     model_class, needs = SpanExtractor, "a question-answering checkpoint (encoderlab finetune qa)"
+    result = create_model("QAResult", answer=(str, Field(description="the answer span ('' when none was found)")),
+                          start=(int, Field(description="character offset in the context")), end=int, score=float)
 
-    def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", doc_stride: int | None = None,
+    @classmethod
+    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
+        item = model("QAItem", question=(text, Field(description="the question")), context=(text, Field(
+            description="the passage to answer from; long ones are read in windows")))
+        return {"items": (list[item], Field(description="question and context pairs", **many))}
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        return f"{result['answer']!r} [{result['start']}:{result['end']}] {result['score']:.3f}"
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, doc_stride: int | None = None,
                  max_answer_length: int | None = None, **options: Any) -> None:
         """doc_stride, max_answer_length: None follows the folder's settings."""
-        super().__init__(model, tokenizer, precision, **options)
+        super().__init__(model, tokenizer, **options)
         given = self.settings
         self.reader = QATask(tokenizer, self.max_length,
                              *fit_to_window(self.max_length, doc_stride or given.doc_stride, given.max_query_length),
@@ -458,59 +456,18 @@ class QA(Pipeline):
                                  "max_answer_length": reader.max_answer_length, "allow_null": reader.allow_null}
 
 
-# ---- rerank --------------------------------------------------------------------------------------------------
-class Rerank(Pipeline):
-    """{"query", "passages"} items -> the passages ordered by a cross-encoder's relevance score, best first.
-
-    Each (query, passage) pair is read together, truncated to the window (encoderlab.tasks.rerank)."""
-
-    task = "rerank"
-    model_class, needs = SequenceClassifier, "a one-score cross-encoder (encoderlab finetune rerank)"
-
-    def __init__(self, model: nn.Module, tokenizer: Tokenizer, precision: str = "fp32", **options: Any) -> None:
-        if isinstance(model, SequenceClassifier) and model.num_outputs != 1:
-            raise InputError(f"rerank needs {self.needs}; this classifier has {model.num_outputs} classes")
-        super().__init__(model, tokenizer, precision, **options)
-        self.regression = model.regression  # a score as it is (an STS cross-encoder); else a sigmoid's relevance
-
-    def __call__(self, inputs: Sequence[dict[str, Any]], top_k: int | None = None) -> list[dict[str, Any]]:
-        queries, passages = rerank_inputs(inputs)
-        pairs = [(q, p) for q, ps in zip(queries, passages) for p in ps]
-        items = self.engine.encode([q for q, _ in pairs], [p for _, p in pairs])
-        logits = self.engine.rows(items, lambda batch: self.logits(batch).float())[:, 0] if pairs else torch.zeros(0)
-        scores = (logits if self.regression else logits.sigmoid()).tolist()
-        results, start = [], 0
-        for ps in passages:
-            own = scores[start:start + len(ps)]
-            start += len(ps)
-            order = sorted(range(len(ps)), key=lambda i: -own[i])[:top_k]
-            results.append({"ranking": [{"index": i, "score": round(own[i], 6), "passage": ps[i]} for i in order]})
-        return results
+# Every pipeline by task, in the order the server offers them: a capability registers its pipeline here, in one line
+# (rerank's is declared with its task, in encoderlab.tasks.rerank).
+PIPELINES: dict[str, type[Pipeline]] = {cls.task: cls for cls in (Embed, Classify, FillMask, NER, QA, Rerank)}
 
 
-def rerank_inputs(inputs: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """The queries and each one's passages; InputError naming the item at fault."""
-    queries, passages = [], []
-    for i, item in enumerate(inputs):
-        if not isinstance(item, dict) or not isinstance(item.get("query"), str) or not item["query"].strip():
-            raise InputError(f"input {i}: expected {{\"query\": text, \"passages\": [text, ...]}} with a non-empty query")
-        given = item.get("passages")
-        if not isinstance(given, list) or not given or not all(isinstance(p, str) and p.strip() for p in given):
-            raise InputError(f"input {i}: \"passages\" must be a non-empty list of non-empty texts")
-        queries.append(item["query"])
-        passages.append(given)
-    return queries, passages
-
-
-PIPELINES: dict[str, type[Pipeline]] = {cls.task: cls for cls in (FillMask, Embed, Classify, NER, QA, Rerank)}
-
-
-def pipeline(task: str, model: str | Path | None = None, precision: str = "fp32", **options: Any) -> Pipeline:
-    """A ready pipeline for `task` (one of PIPELINES) on a checkpoint folder or alias; model None: the task's
-    default (fill-mask: the shipped encoderlab-fill-mask; the other tasks have none)."""
+def pipeline(task: str, model: str | Path | None = None, precision: str = "fp32", engine: str = "torch",
+             engine_cache: str | Path | None = None, compile: bool = False, **options: Any) -> Pipeline:
+    """A ready pipeline for `task` (one of PIPELINES) on a checkpoint folder or alias, on its runtime (prepare);
+    model None: the task's default (fill-mask: the shipped encoderlab-fill-mask; the other tasks have none)."""
     if task not in PIPELINES:
         raise InputError(f"unknown pipeline {task!r}; expected one of {', '.join(PIPELINES)}")
     model = model if model is not None else PIPELINES[task].default_model
     if model is None:
         raise InputError(f"pipeline {task!r} has no default model: pass a checkpoint folder or alias")
-    return PIPELINES[task].from_pretrained(model, precision, **options)
+    return prepare(PIPELINES[task].from_pretrained(model, **options), precision, engine, engine_cache, compile)

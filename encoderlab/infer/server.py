@@ -42,8 +42,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.staticfiles import StaticFiles
 
 from encoderlab.errors import EncoderlabError, InputError, MissingHeadError
-from encoderlab.infer.limits import API_KEY_ENV, TASKS, Limits
-from encoderlab.infer.pipelines import Pipeline, pipeline
+from encoderlab.infer.limits import API_KEY_ENV, Limits
+from encoderlab.infer.pipelines import PIPELINES, Pipeline, pipeline
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 from encoderlab.viz.attention import attention_maps
 
@@ -64,74 +64,33 @@ def _not_blank(text: str) -> str:
     return text
 
 
-def request_models(limits: Limits) -> dict[str, type[BaseModel]]:
-    """The request body model of each task, with the limits written into its schema (and so into /docs)."""
-    Text = Annotated[str, Field(min_length=1, max_length=limits.max_text_chars), AfterValidator(_not_blank)]
-    many = {"min_length": 1, "max_length": limits.max_batch}
-
-    def request(name: str, **fields: Any) -> type[BaseModel]:
-        return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
-
-    texts = (list[Text], Field(description=f"1 to {limits.max_batch} non-blank texts", **many))
-    pairs = Annotated[list[Text], Field(min_length=2, max_length=2)]
-    qa_item = request("QAItem", question=(Text, Field(description="the question")), context=(Text, Field(
-        description="the passage to answer from; long ones are read in windows")))
-    return {"embed": request("EmbedRequest", texts=texts, dimensions=(int | None, Field(None, ge=1, description=(
-                "keep each vector's first N dimensions, normalised again where the model normalises (a model "
-                "trained with finetune embed --matryoshka); default: all")))),
-            "classify": request("ClassifyRequest", texts=(list[Text | pairs], Field(
-                description="texts, or [text, pair] items (all of one kind)", **many))),
-            "fill-mask": request("FillMaskRequest", texts=(list[Text], Field(
-                description="texts with one or more [MASK] (or <mask>) tokens", **many)),
-                top_k=(int, Field(5, ge=1, le=100, description="predictions per mask"))),
-            "ner": request("NERRequest", texts=texts),
-            "qa": request("QARequest", items=(list[qa_item], Field(description="question and context pairs", **many))),
-            "rerank": request("RerankRequest", items=(list[request("RerankItem", query=(Text, Field(
-                description="what the passages are ranked for")), passages=(list[Text], Field(
-                description=f"1 to {limits.max_batch} passages", **many)))], Field(
-                description="queries, each with its passages", **many)),
-                top_k=(int | None, Field(None, ge=1, description="the best K passages of each query (default: all)"))),
-            "attention": request("AttentionRequest", text=(Text, ...), layer=(int, -1), head=(int | None, Field(
-                None, description="one head, or every head of the layer")), task=(str | None, Field(
-                None, description="the endpoint whose model to look into (default: the first served)")))}
+def request_model(pipeline: type[Pipeline], limits: Limits) -> type[BaseModel]:
+    """The request body model of a pipeline (its `request` fields), with the limits written into its schema (and so
+    into /docs)."""
+    fields = pipeline.request(text(limits), {"min_length": 1, "max_length": limits.max_batch}, strict)
+    return strict(f"{pipeline.__name__}Request", **fields)
 
 
-# Result models, one per task, built as tables of (type, Field) per key; their descriptions show in /docs.
-EmbedResult = create_model("EmbedResult", embedding=(list[float], Field(
-    description="the sentence vector (L2-normalized when the model says so)")))
-ClassifyResult = create_model(
-    "ClassifyResult", label=(str | None, Field(None, description="the most probable class (absent for regression "
-                                                                 "and multilabel)")),
-    labels=(list[str] | None, Field(None, description="multilabel: every class whose probability passes 0.5")),
-    score=(float | None, Field(None, description="its probability, or the regression value")),
-    scores=(dict[str, float] | None, Field(None, description="every class's probability")))
-Prediction = create_model("Prediction", token=str, id=int, score=(float, Field(description="probability")))
-MaskResult = create_model("MaskResult", position=(int, Field(description="token position of the mask")),
-                          predictions=list[Prediction])
-FillMaskResult = create_model(
-    "FillMaskResult", text=str, masks=(list[MaskResult], Field(description="one entry per mask, in text order")),
-    filled=(str, Field(description="the text with each mask replaced by its top token")))
-Entity = create_model("Entity", entity=(str, Field(description="entity type, e.g. PER")),
-                      start=(int, Field(description="character offset in the text")), end=int, text=str,
-                      score=(float, Field(description="mean probability of the entity's word tags")))
-NERResult = create_model("NERResult", text=str, entities=list[Entity])
-QAResult = create_model("QAResult", answer=(str, Field(description="the answer span ('' when none was found)")),
-                        start=(int, Field(description="character offset in the context")), end=int, score=float)
-
-Ranked = create_model("Ranked", index=(int, Field(description="the passage's position in the request")),
-                      score=(float, Field(description="its relevance (the sigmoid of the cross-encoder's logit)")),
-                      passage=str)
-RerankResult = create_model("RerankResult", ranking=(list[Ranked], Field(description="best first")))
-
-RESULTS: dict[str, type[BaseModel]] = {"embed": EmbedResult, "classify": ClassifyResult,
-                                       "fill-mask": FillMaskResult, "ner": NERResult, "qa": QAResult,
-                                       "rerank": RerankResult}
+def text(limits: Limits) -> Any:
+    """A request's text: non-blank, at most max_text_chars characters."""
+    return Annotated[str, Field(min_length=1, max_length=limits.max_text_chars), AfterValidator(_not_blank)]
 
 
-def response_model(task: str) -> type[BaseModel]:
-    """{"results": [one result per input, in input order]} for the task."""
-    item = RESULTS[task]
-    return create_model(f"{item.__name__}s", results=list[item])
+def strict(name: str, **fields: Any) -> type[BaseModel]:
+    """A request model that refuses keys it does not name."""
+    return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
+
+
+def attention_request(limits: Limits) -> type[BaseModel]:
+    """POST /attention's body."""
+    return strict("AttentionRequest", text=(text(limits), ...), layer=(int, -1), head=(int | None, Field(
+        None, description="one head, or every head of the layer")), task=(str | None, Field(
+        None, description="the endpoint whose model to look into (default: the first served)")))
+
+
+def response_model(pipeline: type[Pipeline]) -> type[BaseModel]:
+    """{"results": [one result per input, in input order]} for the pipeline."""
+    return create_model(f"{pipeline.result.__name__}s", results=list[pipeline.result])
 
 
 class Health(BaseModel):
@@ -244,13 +203,9 @@ class Batcher:
 
 
 def pipeline_runner(pipe: Pipeline) -> Callable[[list[Any], Hashable], list[dict[str, Any]]]:
-    """(items, key) -> results: fill-mask's and rerank's key is their top_k, embed's its dimensions; other pipelines
-    take the items alone."""
-    if pipe.task in ("fill-mask", "rerank"):
-        return lambda items, key: pipe(items, top_k=key[1])
-    if pipe.task == "embed":
-        return lambda items, key: pipe(items) if key[1] is None else pipe(items, dimensions=key[1])
-    return lambda items, key: pipe(items)
+    """(items, key) -> results: the key's options (request_items) go to the pipeline's call, those not given left
+    to its defaults."""
+    return lambda items, key: pipe(items, **{name: value for name, value in key[0] if value is not None})
 
 
 # ---- the app ----------------------------------------------------------------------------------------
@@ -380,15 +335,13 @@ def _replay(body: bytes, receive: Callable) -> Callable:
     return replay
 
 
-def _key(task: str, body: BaseModel) -> Hashable:
-    """What must match for two requests to share a pipeline call."""
-    if task in ("fill-mask", "rerank"):
-        return ("top_k", body.top_k)
-    if task == "embed":
-        return ("dimensions", body.dimensions)
-    if task == "classify":
-        return ("pairs", tuple(sorted({isinstance(item, list) for item in body.texts})))
-    return task
+def request_items(body: BaseModel) -> tuple[list[Any], Hashable]:
+    """A request's inputs (its first field) and what must match for two requests to share a pipeline call: the
+    options (its other fields) and the kinds of input (classify refuses texts and pairs mixed in one call)."""
+    field, *options = type(body).model_fields
+    items = [item.model_dump() if isinstance(item, BaseModel) else item for item in getattr(body, field)]
+    kinds = tuple(sorted({type(item).__name__ for item in items}))
+    return items, (tuple((name, getattr(body, name)) for name in options), kinds)
 
 
 def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
@@ -397,9 +350,9 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
     """The FastAPI app serving these pipelines (task -> pipeline) and the playground page at /; `unavailable`
     says why others are missing; with an api_key, every other request must carry it (KeyCheck); loopback_only:
     answer only requests addressed to localhost (HostCheck)."""
-    unknown = sorted(set(pipelines) - set(TASKS))
+    unknown = sorted(set(pipelines) - set(PIPELINES))
     if unknown:
-        raise InputError(f"no endpoint for task(s) {', '.join(unknown)}; expected some of {', '.join(TASKS)}")
+        raise InputError(f"no endpoint for task(s) {', '.join(unknown)}; expected some of {', '.join(PIPELINES)}")
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")  # one model, one thread: no contention
     batchers: dict[str, Batcher] = {}
     started = time.monotonic()
@@ -440,13 +393,12 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
                 "uptime_s": round(time.monotonic() - started, 3),
                 "stats": {t: dict(b.stats) for t, b in batchers.items()}, "limits": asdict(limits)}
 
-    requests = request_models(limits)
-    for task in TASKS:
+    for task, kind in PIPELINES.items():
         if task in pipelines:
-            _add_endpoint(app, task, requests[task], batchers, pipelines[task])
+            _add_endpoint(app, task, request_model(kind, limits), batchers, pipelines[task])
         else:
             _add_missing(app, task, (unavailable or {}).get(task, "not loaded"), model)
-    _add_attention(app, requests["attention"], pipelines, executor)
+    _add_attention(app, attention_request(limits), pipelines, executor)
     return app
 
 
@@ -474,9 +426,9 @@ def _add_endpoint(app: FastAPI, task: str, request: type[BaseModel], batchers: d
     """POST /{task}: validate, queue for the batcher, answer the results or a short error."""
     async def endpoint(body: BaseModel) -> Any:
         batcher = batchers[task]
-        items = [item.model_dump() for item in body.items] if "items" in type(body).model_fields else list(body.texts)
+        items, key = request_items(body)
         try:
-            return {"results": await batcher.submit(items, _key(task, body))}
+            return {"results": await batcher.submit(items, key)}
         except InputError as err:
             batcher.stats["errors"] += 1
             return JSONResponse({"detail": str(err)}, status_code=422)
@@ -488,7 +440,7 @@ def _add_endpoint(app: FastAPI, task: str, request: type[BaseModel], batchers: d
 
     endpoint.__annotations__["body"] = request  # the real model: FastAPI reads it to parse and document the body
     doc = type(pipe).__doc__.splitlines()[0] if type(pipe).__doc__ else task
-    app.post(f"/{task}", response_model=response_model(task), summary=doc, name=task,
+    app.post(f"/{task}", response_model=response_model(PIPELINES[task]), summary=doc, name=task,
              response_model_exclude_unset=True,  # a result has the fields its pipeline gives (multilabel: labels)
              responses={413: {"description": "body too large"}, 422: {"description": "invalid request"}})(endpoint)
 
@@ -531,11 +483,11 @@ def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = 
                    fill_mask_model: str | None = None, **options: Any) -> tuple[dict[str, Pipeline], dict[str, str]]:
     """The pipelines this checkpoint loads as (of `tasks`, default all), and why each other one does not.
     fill_mask_model: serves /fill-mask where `model` has no masked-LM head (serve: the shipped default)."""
-    wanted = list(tasks or TASKS)
-    unknown = [t for t in wanted if t not in TASKS]
+    wanted = list(tasks or PIPELINES)
+    unknown = [t for t in wanted if t not in PIPELINES]
     if unknown:
-        raise InputError(f"--tasks {', '.join(unknown)}: expected some of {', '.join(TASKS)}")
-    loaded, reasons = {}, {t: "not asked for (--tasks)" for t in TASKS if t not in wanted}
+        raise InputError(f"--tasks {', '.join(unknown)}: expected some of {', '.join(PIPELINES)}")
+    loaded, reasons = {}, {t: "not asked for (--tasks)" for t in PIPELINES if t not in wanted}
     for task in wanted:
         try:
             loaded[task] = pipeline(task, model, precision, **options)

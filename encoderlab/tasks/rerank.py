@@ -14,18 +14,21 @@ reports MRR@10, nDCG@10 and hit@1 (Manning et al., Introduction to Information R
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from pydantic import Field, create_model
 from torch import nn
 
 from encoderlab.choices import split_names
-from encoderlab.engine import encode, forward
+from encoderlab.engine import Pipeline, encode, forward
 from encoderlab.errors import InputError
 from encoderlab.nn.model import SequenceClassifier
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.readers import TextExample, read_texts
 from encoderlab.tasks.spec import TaskSpec, register_task
+from encoderlab.tokenizer import Tokenizer
 
 CUTOFF = 10  # MRR@10 and nDCG@10: what a reader of a result list looks at (MS MARCO's passage ranking measure)
 
@@ -113,3 +116,62 @@ register_task(TaskSpec(
     restore=lambda model, given, info, tokenizer, max_length, common: RerankTask(tokenizer, max_length, **common),
     models=(SequenceClassifier,), model_kind="classify",
     model_options=lambda task, head: {"num_labels": 1, "multilabel": True}))
+
+
+# ---- the `rerank` pipeline (registered in encoderlab.infer.pipelines.PIPELINES) -----------------------------------
+class Rerank(Pipeline):
+    """{"query", "passages"} items -> the passages ordered by a cross-encoder's relevance score, best first.
+
+    Each (query, passage) pair is read together, truncated to the window."""
+
+    task = "rerank"
+    model_class, needs = SequenceClassifier, "a one-score cross-encoder (encoderlab finetune rerank)"
+    result = create_model("RerankResult", ranking=(list[create_model(
+        "Ranked", index=(int, Field(description="the passage's position in the request")),
+        score=(float, Field(description="its relevance (the sigmoid of the cross-encoder's logit)")),
+        passage=str)], Field(description="best first")))
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, **options: Any) -> None:
+        super().__init__(model, tokenizer, **options)
+        if model.num_outputs != 1:
+            raise InputError(f"rerank needs {self.needs}; this classifier has {model.num_outputs} classes")
+        self.regression = model.regression  # a score as it is (an STS cross-encoder); else a sigmoid's relevance
+
+    @classmethod
+    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
+        item = model("RerankItem", query=(text, Field(description="what the passages are ranked for")),
+                     passages=(list[text], Field(description=f"1 to {many['max_length']} passages", **many)))
+        return {"items": (list[item], Field(description="queries, each with its passages", **many)),
+                "top_k": (int | None, Field(None, ge=1, description="the best K passages of each query (default: all)"))}
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        return "\n".join(f"{row['score']:.4f}  [{row['index']}] {row['passage']}" for row in result["ranking"])
+
+    def __call__(self, inputs: Sequence[dict[str, Any]], top_k: int | None = None) -> list[dict[str, Any]]:
+        queries, passages = rerank_inputs(inputs)
+        pairs = [(q, p) for q, ps in zip(queries, passages) for p in ps]
+        items = self.engine.encode([q for q, _ in pairs], [p for _, p in pairs])
+        logits = self.engine.rows(items, lambda batch: self.logits(batch).float())[:, 0] if pairs else torch.zeros(0)
+        scores = (logits if self.regression else logits.sigmoid()).tolist()
+        results, start = [], 0
+        for ps in passages:
+            own = scores[start:start + len(ps)]
+            start += len(ps)
+            order = sorted(range(len(ps)), key=lambda i: -own[i])[:top_k]
+            results.append({"ranking": [{"index": i, "score": round(own[i], 6), "passage": ps[i]} for i in order]})
+        return results
+
+
+def rerank_inputs(inputs: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The queries and each one's passages; InputError naming the item at fault."""
+    queries, passages = [], []
+    for i, item in enumerate(inputs):
+        if not isinstance(item, dict) or not isinstance(item.get("query"), str) or not item["query"].strip():
+            raise InputError(f"input {i}: expected {{\"query\": text, \"passages\": [text, ...]}} with a non-empty query")
+        given = item.get("passages")
+        if not isinstance(given, list) or not given or not all(isinstance(p, str) and p.strip() for p in given):
+            raise InputError(f"input {i}: \"passages\" must be a non-empty list of non-empty texts")
+        queries.append(item["query"])
+        passages.append(given)
+    return queries, passages
