@@ -273,9 +273,9 @@ class Engine:
 
 # ---- pipelines -------------------------------------------------------------------------------------------------
 class Pipeline:
-    """What a capability does with a loaded model: inputs in, one plain dict (JSON-ready) per input out, in input
-    order. A subclass declares, beside __call__, what the server and the command line need: `request` (the body's
-    fields: the inputs first, then the keyword options of __call__), `result` (the model of one result) and `show`
+    """What a capability does with a loaded model: its __call__ takes a list of inputs and keyword options and returns
+    one plain dict (JSON-ready) per input, in input order. A subclass declares beside it what the server and the
+    command line need: `request` (the body's fields), `result` (the model of one result) and `show(result) -> str`
     (how the command line prints one). encoderlab.infer.pipelines registers them and puts one on a runtime."""
 
     task: ClassVar[str]
@@ -315,13 +315,7 @@ class Pipeline:
     @classmethod
     def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
         """The server's request fields as pydantic (type, Field) pairs: the inputs first, then __call__'s options.
-        text: a non-blank text within the server's limits; many: a list's length limits; model(name, **fields): a
-        nested request model (extra keys refused)."""
-        raise NotImplementedError
-
-    @staticmethod
-    def show(result: dict[str, Any]) -> str:
-        """One result as the command line prints it."""
+        text: a text within the server's limits; many: a list's length limits; model(name, **fields): a nested model."""
         raise NotImplementedError
 
     def _forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ModelOutput:
@@ -339,9 +333,6 @@ class Pipeline:
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """This pipeline's model's logits on a padded batch."""
         return self._forward(self.model, batch).logits
-
-    def __call__(self, inputs: Sequence[Any], **options: Any) -> list[dict[str, Any]]:
-        raise NotImplementedError
 
     def _windowing(self, stride: int | None, combine: str | None) -> None:
         """How a text longer than the window is read: whole, in windows sharing `stride` tokens, or (None) truncated;

@@ -134,3 +134,17 @@ def test_a_tiny_model_learns_label_sets_saves_evaluates_and_serves(tmp_path, tin
     served = pipeline("classify", out)(texts)  # the pipeline decides as evaluate did
     assert [r["labels"] for r in served] == predicted
     assert set(served[0]["scores"]) == {"mood", "place"} and "label" not in served[0]
+
+
+def test_the_classify_command_prints_a_multilabel_models_label_sets(tmp_path, capsys):
+    tokenizer = Tokenizer.train_from_iterator("wordpiece", ["a calm day in a busy city"] * 3, vocab_size=60,
+                                              min_frequency=1)
+    config = tiny_config(vocab_size=tokenizer.vocab_size, id2label={0: "mood", 1: "place"})
+    model = SequenceClassifier(config, 2, multilabel=True).eval()
+    with torch.no_grad():
+        model.head.out.bias.copy_(torch.tensor([10.0, -10.0]))  # every text: mood, never place
+    save_pretrained(model, tmp_path, tokenizer)
+    from encoderlab.cli import main
+
+    assert main(["classify", "--model", str(tmp_path), "a calm day", "a busy city"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["mood", "mood"]

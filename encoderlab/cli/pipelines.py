@@ -27,17 +27,6 @@ if TYPE_CHECKING:
     from encoderlab.viz.attention import AttentionMaps
 
 
-def add_pipeline_options(parser: argparse.ArgumentParser, inputs: bool = True, help: str = MODEL_HELP,
-                         default_model: str | None = None) -> None:
-    """--model (required unless default_model), the inference options and --json (and TEXT.../--input)."""
-    add_model(parser, help, default=default_model)
-    if inputs:
-        parser.add_argument("texts", nargs="*", metavar="TEXT", help="input texts (or use --input)")
-        parser.add_argument("--input", metavar="FILE", help="UTF-8 file with one input text per line")
-    add_inference_options(parser)
-    add_json(parser)
-
-
 def read_inputs(args: argparse.Namespace) -> list[str]:
     """TEXT arguments, or the lines of --input (blank lines skipped); InputError when there are none."""
     if args.texts and args.input:
@@ -46,17 +35,6 @@ def read_inputs(args: argparse.Namespace) -> list[str]:
     if not texts:
         raise InputError("no input texts: pass them as arguments or with --input FILE")
     return check_texts(texts)  # before any model loads
-
-
-def emit(args: argparse.Namespace, results: list[dict[str, Any]], show: Callable[[dict], str]) -> list[dict[str, Any]]:
-    """Print the results as JSON or as `show` writes each one; returns them."""
-    if args.json:
-        json.dump(results, sys.stdout, indent=2, ensure_ascii=False)
-        print()
-    else:
-        for result in results:
-            print(show(result))
-    return results
 
 
 # ---- the commands ------------------------------------------------------------------------------------
@@ -70,33 +48,29 @@ class Command:
     help: str
     description: str
     inputs: Callable[[argparse.Namespace], list] = read_inputs
-    arguments: tuple[tuple[str, dict[str, Any]], ...] = ()
-    """(flag, argparse keywords) of each option of its own."""
-    load: tuple[str, ...] = ()
-    """Options that go to the pipeline's constructor."""
-    call: tuple[str, ...] = ()
-    """Options that go to each call."""
-    texts: bool = True
-    """It reads TEXT arguments or --input lines."""
-    window: bool = False
-    """It reads a long text in windows (--stride, --combine)."""
+    arguments: tuple[tuple[str, dict[str, Any]], ...] = ()  # (flag, argparse keywords) of its own options
+    load: tuple[str, ...] = ()  # the options that go to the pipeline's constructor
+    call: tuple[str, ...] = ()  # ... and to each call (a --top-k is checked before the model loads)
+    texts: bool = True  # it reads TEXT arguments or --input lines
+    window: bool = False  # it reads a long text in windows (--stride, --combine)
     model_help: str = MODEL_HELP
     default_model: str | None = None
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Check the inputs, load the pipeline, print its results (or JSON); returns them."""
+    """Check the inputs, load the pipeline, print each result as the pipeline shows it (or one JSON document)."""
     command = args.command_card
     items = command.inputs(args)
+    if getattr(args, "top_k", None) is not None:
+        check_top_k(args.top_k)
     pipe = load_pipeline(command.name, args, **{name: getattr(args, name) for name in command.load})
-    return emit(args, pipe(items, **{name: getattr(args, name) for name in command.call}), pipe.show)
-
-
-def fill_mask_inputs(args: argparse.Namespace) -> list[str]:
-    """The texts, and --top-k checked."""
-    texts = read_inputs(args)
-    check_top_k(args.top_k)
-    return texts
+    results = pipe(items, **{name: getattr(args, name) for name in command.call})
+    if args.json:
+        json.dump(results, sys.stdout, indent=2, ensure_ascii=False)
+        print()
+    for result in [] if args.json else results:
+        print(pipe.show(result))
+    return results
 
 
 def classify_inputs(args: argparse.Namespace) -> list[Any]:
@@ -126,8 +100,6 @@ def qa_items(args: argparse.Namespace) -> list[dict[str, str]]:
 
 def rerank_items(args: argparse.Namespace) -> list[dict[str, Any]]:
     """One {"query", "passages"} item: --query and the texts."""
-    if args.top_k is not None:
-        check_top_k(args.top_k)
     if not args.query.strip():
         raise InputError("rerank: --query is empty or only whitespace (expected some words)")
     return [{"query": args.query, "passages": read_inputs(args)}]
@@ -135,7 +107,7 @@ def rerank_items(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 COMMANDS = (
     Command("fill-mask", "top-k tokens for each [MASK]",
-            "Predict the tokens behind [MASK] (several per text allowed): top-k with probabilities.", fill_mask_inputs,
+            "Predict the tokens behind [MASK] (several per text allowed): top-k with probabilities.", read_inputs,
             (("--top-k", {"type": int, "default": 5, "metavar": "K", "help": "predictions per mask (default: 5)"}),),
             call=("top_k",), model_help="masked-LM checkpoint folder, or the name of a shipped model",
             default_model=DEFAULT_FILL_MASK_MODEL),
@@ -219,7 +191,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """The pipeline commands (COMMANDS), then attention."""
     for command in COMMANDS:
         parser = subparsers.add_parser(command.name, help=command.help, description=command.description)
-        add_pipeline_options(parser, command.texts, command.model_help, command.default_model)
+        add_model(parser, command.model_help, default=command.default_model)
+        if command.texts:
+            parser.add_argument("texts", nargs="*", metavar="TEXT", help="input texts (or use --input)")
+            parser.add_argument("--input", metavar="FILE", help="UTF-8 file with one input text per line")
+        add_inference_options(parser)
+        add_json(parser)
         if command.window:
             add_window_options(parser)
         for flag, keywords in command.arguments:

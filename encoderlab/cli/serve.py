@@ -12,8 +12,8 @@ from encoderlab.cli.pipelines import COMMANDS
 from encoderlab.errors import InputError
 from encoderlab.infer.limits import API_KEY_ENV, Limits
 
-# The endpoints --tasks offers, named before torch loads: embed (whose commands are encoderlab.cli.models') and each
-# pipeline command's; the server serves encoderlab.infer.pipelines.PIPELINES, which tests/test_server.py pins equal.
+# The endpoints --tasks offers before torch loads: embed (its commands are cli.models') and each pipeline command's;
+# tests/test_server.py pins them to the server's encoderlab.infer.pipelines.PIPELINES.
 TASKS = ("embed", *(command.name for command in COMMANDS))
 
 

@@ -51,7 +51,8 @@ def prepare(pipe: Pipeline, precision: str = "fp32", engine: str = "torch", engi
     if compile and engine != "torch":
         raise ConfigError(f"--compile compiles torch's encoder; --engine {engine} runs another runtime")
     pipe.model, pipe.precision, pipe.engine_name = backends.resolve(
-        pipe.model, engine, precision, pipe.probe, pipe.device, pipe.tokenizer, pipe.max_length, pipe.task, engine_cache)
+        pipe.model, engine, precision, pipe.probe, pipe.device, pipe.tokenizer, pipe.max_length, pipe.task,
+        engine_cache)
     pipe.compiled = compile
     if compile:
         compile_encoders(pipe.model, pipe.probe)
@@ -85,8 +86,9 @@ class FillMask(Pipeline):
 
     @staticmethod
     def show(result: dict[str, Any]) -> str:
-        return "\n".join([result["text"], *(f"  [MASK] {number}: " + "  ".join(
-            f"{p['token']} {p['score']:.3f}" for p in mask["predictions"]) for number, mask in enumerate(result["masks"], 1))])
+        return "\n".join([result["text"], *(f"  [MASK] {n}: " + "  ".join(f"{p['token']} {p['score']:.3f}" for p in
+                                                                        mask["predictions"])
+                                            for n, mask in enumerate(result["masks"], 1))])
 
     @classmethod
     def from_pretrained(cls, name: str | Path = DEFAULT_FILL_MASK_MODEL, **options: Any) -> Pipeline:

@@ -203,8 +203,7 @@ class Batcher:
 
 
 def pipeline_runner(pipe: Pipeline) -> Callable[[list[Any], Hashable], list[dict[str, Any]]]:
-    """(items, key) -> results: the key's options (request_items) go to the pipeline's call, those not given left
-    to its defaults."""
+    """(items, key) -> results: the key's options (request_items) go to the call; those not given, to its defaults."""
     return lambda items, key: pipe(items, **{name: value for name, value in key[0] if value is not None})
 
 

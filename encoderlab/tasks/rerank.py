@@ -142,7 +142,8 @@ class Rerank(Pipeline):
         item = model("RerankItem", query=(text, Field(description="what the passages are ranked for")),
                      passages=(list[text], Field(description=f"1 to {many['max_length']} passages", **many)))
         return {"items": (list[item], Field(description="queries, each with its passages", **many)),
-                "top_k": (int | None, Field(None, ge=1, description="the best K passages of each query (default: all)"))}
+                "top_k": (int | None, Field(None, ge=1, description="the best K passages of each query (default: "
+                                                                    "all)"))}
 
     @staticmethod
     def show(result: dict[str, Any]) -> str:
