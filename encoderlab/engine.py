@@ -274,9 +274,10 @@ class Engine:
 # ---- pipelines -------------------------------------------------------------------------------------------------
 class Pipeline:
     """What a capability does with a loaded model: its __call__ takes a list of inputs and keyword options and returns
-    one plain dict (JSON-ready) per input, in input order. A subclass declares beside it what the server and the
-    command line need: `request` (the body's fields), `result` (the model of one result) and `show(result) -> str`
-    (how the command line prints one). encoderlab.infer.pipelines registers them and puts one on a runtime."""
+    one plain dict (JSON-ready) per input, in input order. Beside it a subclass declares what the server and the
+    command line need: `result`, the pydantic model of one result; `request`, the request body's fields; `show`, the
+    line(s) the command line prints for a result. encoderlab.infer.pipelines registers each and puts one on a runtime
+    (prepare)."""
 
     task: ClassVar[str]
     model_kind: ClassVar[str | None] = None  # the kind load_model is asked for; None: what the folder holds
@@ -313,10 +314,11 @@ class Pipeline:
         return load_model(folder, kind=cls.model_kind)
 
     @classmethod
-    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
-        """The server's request fields as pydantic (type, Field) pairs: the inputs first, then __call__'s options.
-        text: a text within the server's limits; many: a list's length limits; model(name, **fields): a nested model."""
-        raise NotImplementedError
+    def request(cls, text: Any, many: Callable[..., Any], model: Callable[..., type]) -> dict[str, Any]:
+        """The server's request fields as pydantic (type, Field) pairs, the inputs first, then __call__'s options (by
+        default: texts alone). text: a text within the server's limits; many(description): the Field of a list within
+        them ("{}" in the description: the most items); model(name, **fields): a nested model."""
+        return {"texts": (list[text], many())}
 
     def _forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ModelOutput:
         """The model's output on a padded batch."""

@@ -322,7 +322,7 @@ class Shout(Pipeline):
 
     @classmethod
     def request(cls, text, many, model):
-        return {"texts": (list[text], Field(**many)), "marks": (int, Field(1, ge=1, le=3))}
+        return {"texts": (list[text], many()), "marks": (int, Field(1, ge=1, le=3))}
 
     @staticmethod
     def show(result):

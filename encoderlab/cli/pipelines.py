@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.json:
         json.dump(results, sys.stdout, indent=2, ensure_ascii=False)
         print()
-    for result in [] if args.json else results:
-        print(pipe.show(result))
+    else:
+        print("\n".join(pipe.show(result) for result in results))
     return results
 
 

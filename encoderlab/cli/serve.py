@@ -12,8 +12,7 @@ from encoderlab.cli.pipelines import COMMANDS
 from encoderlab.errors import InputError
 from encoderlab.infer.limits import API_KEY_ENV, Limits
 
-# The endpoints --tasks offers before torch loads: embed (its commands are cli.models') and each pipeline command's;
-# tests/test_server.py pins them to the server's encoderlab.infer.pipelines.PIPELINES.
+# --tasks, before torch loads: embed (cli.models' commands) and each pipeline command; test_server pins it to PIPELINES
 TASKS = ("embed", *(command.name for command in COMMANDS))
 
 

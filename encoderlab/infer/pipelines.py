@@ -59,11 +59,6 @@ def prepare(pipe: Pipeline, precision: str = "fp32", engine: str = "torch", engi
     return pipe
 
 
-def texts_field(text: Any, many: dict[str, int], description: str = "") -> tuple:
-    """A request's list of texts (the server's limits in its schema)."""
-    return list[text], Field(description=description or f"1 to {many['max_length']} non-blank texts", **many)
-
-
 # ---- fill-mask ---------------------------------------------------------------------------------------
 class FillMask(Pipeline):
     """Texts with one or more mask tokens -> the top-k tokens for each mask, with probabilities."""
@@ -80,8 +75,8 @@ class FillMask(Pipeline):
         description="the text with each mask replaced by its top token")))
 
     @classmethod
-    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
-        return {"texts": texts_field(text, many, "texts with one or more [MASK] (or <mask>) tokens"),
+    def request(cls, text: Any, many: Callable[..., Any], model: Callable[..., type]) -> dict[str, Any]:
+        return {"texts": (list[text], many("texts with one or more [MASK] (or <mask>) tokens")),
                 "top_k": (int, Field(5, ge=1, le=100, description="predictions per mask"))}
 
     @staticmethod
@@ -166,8 +161,8 @@ class Embed(Pipeline):
         description="the sentence vector (L2-normalized when the model says so)")))
 
     @classmethod
-    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
-        return {"texts": texts_field(text, many), "dimensions": (int | None, Field(None, ge=1, description=(
+    def request(cls, text: Any, many: Callable[..., Any], model: Callable[..., type]) -> dict[str, Any]:
+        return {"texts": (list[text], many()), "dimensions": (int | None, Field(None, ge=1, description=(
             "keep each vector's first N dimensions, normalised again where the model normalises (a model trained "
             "with finetune embed --matryoshka); default: all")))}
 
@@ -180,11 +175,9 @@ class Embed(Pipeline):
         if pooling and isinstance(model, SentenceEmbedder):
             model.pooling = pooling  # before the model is converted or copied: the embedder pools as asked
         if isinstance(model, SentenceEmbedder) and model.pooler is not None:
-            # Vectors pool token states: the [CLS] pooler's dense + tanh, a strided (B, H) matmul per batch, went
-            # unused. With it gone, and the engine's encode no longer padding then unpadding, our pipeline's own
-            # time around OpenVINO's forward passes on 320 SST-2 sentences fell from 36-47 ms to 20-31 ms, against
-            # 18-22 ms for the bench's bare loop (Ice Lake, 2 cores, 2026-11-25). A copy runs without it; the
-            # caller's model keeps its pooler.
+            # Vectors pool token states: the [CLS] pooler (dense + tanh) goes unused; without it, and with encode no
+            # longer padding then unpadding, our time around OpenVINO's passes on 320 SST-2 sentences fell from 36-47
+            # ms to 20-31 ms (Ice Lake, 2026-11-25). A copy runs without it; the caller's model keeps its pooler.
             model = copy.copy(model)
             model._modules = dict(model._modules)
             model.pooler = None
@@ -250,9 +243,9 @@ class Classify(Pipeline):
         scores=(dict[str, float] | None, Field(None, description="every class's probability")))
 
     @classmethod
-    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
+    def request(cls, text: Any, many: Callable[..., Any], model: Callable[..., type]) -> dict[str, Any]:
         pair = Annotated[list[text], Field(min_length=2, max_length=2)]
-        return {"texts": texts_field(text | pair, many, "texts, or [text, pair] items (all of one kind)")}
+        return {"texts": (list[text | pair], many("texts, or [text, pair] items (all of one kind)"))}
 
     @staticmethod
     def show(result: dict[str, Any]) -> str:
@@ -323,10 +316,6 @@ class NER(Pipeline):
         "Entity", entity=(str, Field(description="entity type, e.g. PER")),
         start=(int, Field(description="character offset in the text")), end=int, text=str,
         score=(float, Field(description="mean probability of the entity's word tags")))])
-
-    @classmethod
-    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
-        return {"texts": texts_field(text, many)}
 
     @staticmethod
     def show(result: dict[str, Any]) -> str:
@@ -420,10 +409,10 @@ class QA(Pipeline):
                           start=(int, Field(description="character offset in the context")), end=int, score=float)
 
     @classmethod
-    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
+    def request(cls, text: Any, many: Callable[..., Any], model: Callable[..., type]) -> dict[str, Any]:
         item = model("QAItem", question=(text, Field(description="the question")), context=(text, Field(
             description="the passage to answer from; long ones are read in windows")))
-        return {"items": (list[item], Field(description="question and context pairs", **many))}
+        return {"items": (list[item], many("question and context pairs"))}
 
     @staticmethod
     def show(result: dict[str, Any]) -> str:
@@ -463,7 +452,7 @@ class QA(Pipeline):
 PIPELINES: dict[str, type[Pipeline]] = {cls.task: cls for cls in (Embed, Classify, FillMask, NER, QA, Rerank)}
 
 
-def pipeline(task: str, model: str | Path | None = None, precision: str = "fp32", engine: str = "torch",
+def pipeline(task: str, model: str | Path | None = None, precision: str = "fp32", *, engine: str = "torch",
              engine_cache: str | Path | None = None, compile: bool = False, **options: Any) -> Pipeline:
     """A ready pipeline for `task` (one of PIPELINES) on a checkpoint folder or alias, on its runtime (prepare);
     model None: the task's default (fill-mask: the shipped encoderlab-fill-mask; the other tasks have none)."""

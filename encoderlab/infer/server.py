@@ -65,13 +65,14 @@ def _not_blank(text: str) -> str:
 
 
 def request_model(pipeline: type[Pipeline], limits: Limits) -> type[BaseModel]:
-    """The request body model of a pipeline (its `request` fields), with the limits written into its schema (and so
-    into /docs)."""
-    fields = pipeline.request(text(limits), {"min_length": 1, "max_length": limits.max_batch}, strict)
-    return strict(f"{pipeline.__name__}Request", **fields)
+    """A pipeline's request body model (its `request` fields), the limits written into its schema (and /docs)."""
+    def many(description: str = "1 to {} non-blank texts") -> Any:
+        return Field(description=description.format(limits.max_batch), min_length=1, max_length=limits.max_batch)
+
+    return strict(f"{pipeline.__name__}Request", **pipeline.request(limited_text(limits), many, strict))
 
 
-def text(limits: Limits) -> Any:
+def limited_text(limits: Limits) -> Any:
     """A request's text: non-blank, at most max_text_chars characters."""
     return Annotated[str, Field(min_length=1, max_length=limits.max_text_chars), AfterValidator(_not_blank)]
 
@@ -83,7 +84,7 @@ def strict(name: str, **fields: Any) -> type[BaseModel]:
 
 def attention_request(limits: Limits) -> type[BaseModel]:
     """POST /attention's body."""
-    return strict("AttentionRequest", text=(text(limits), ...), layer=(int, -1), head=(int | None, Field(
+    return strict("AttentionRequest", text=(limited_text(limits), ...), layer=(int, -1), head=(int | None, Field(
         None, description="one head, or every head of the layer")), task=(str | None, Field(
         None, description="the endpoint whose model to look into (default: the first served)")))
 
@@ -122,7 +123,7 @@ class Job:
 class Batcher:
     """Collects jobs for one pipeline and runs them together on the model thread."""
 
-    run: Callable[[list[Any], Hashable], list[dict[str, Any]]]  # (items, key) -> one result per item
+    pipe: Callable[..., list[dict[str, Any]]]  # (items, **options) -> one result per item
     executor: ThreadPoolExecutor
     max_items: int
     wait_s: float
@@ -166,6 +167,10 @@ class Batcher:
             except TimeoutError:
                 return
 
+    def run(self, items: list[Any], key: Hashable) -> list[dict[str, Any]]:
+        """The pipeline on the items, with the options of their key (request_items; those not given: its defaults)."""
+        return self.pipe(items, **{name: value for name, value in key[0] if value is not None})
+
     def _take(self) -> list[Job]:
         """Pending jobs up to max_items texts (at least one job), skipping those whose client left."""
         jobs, count = [], 0
@@ -200,11 +205,6 @@ class Batcher:
                 results = results[len(job.items):]
             self.stats["requests"] += len(group)
             self.stats["texts"] += sum(len(job.items) for job in group)
-
-
-def pipeline_runner(pipe: Pipeline) -> Callable[[list[Any], Hashable], list[dict[str, Any]]]:
-    """(items, key) -> results: the key's options (request_items) go to the call; those not given, to its defaults."""
-    return lambda items, key: pipe(items, **{name: value for name, value in key[0] if value is not None})
 
 
 # ---- the app ----------------------------------------------------------------------------------------
@@ -359,7 +359,7 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         for task, pipe in pipelines.items():
-            batchers[task] = Batcher(pipeline_runner(pipe), executor, limits.max_batch, limits.batch_wait_ms / 1e3)
+            batchers[task] = Batcher(pipe, executor, limits.max_batch, limits.batch_wait_ms / 1e3)
         workers = [asyncio.create_task(b.work(), name=f"batch-{t}") for t, b in batchers.items()]
         yield
         for worker in workers:

@@ -138,10 +138,10 @@ class Rerank(Pipeline):
         self.regression = model.regression  # a score as it is (an STS cross-encoder); else a sigmoid's relevance
 
     @classmethod
-    def request(cls, text: Any, many: dict[str, int], model: Callable[..., type]) -> dict[str, Any]:
+    def request(cls, text: Any, many: Callable[..., Any], model: Callable[..., type]) -> dict[str, Any]:
         item = model("RerankItem", query=(text, Field(description="what the passages are ranked for")),
-                     passages=(list[text], Field(description=f"1 to {many['max_length']} passages", **many)))
-        return {"items": (list[item], Field(description="queries, each with its passages", **many)),
+                     passages=(list[text], many("1 to {} passages")))
+        return {"items": (list[item], many("queries, each with its passages")),
                 "top_k": (int | None, Field(None, ge=1, description="the best K passages of each query (default: "
                                                                     "all)"))}
 
