@@ -1,6 +1,7 @@
 """The one inference engine: encode once, cut length-sorted index batches, pad each batch once, forward, and put
 the results back in input order. Every pipeline, task, `embed`, `serve`, the ONNX runner and `compare` run
-through it and read a folder's settings from `folder.settings`, so all give the same answer for an input.
+through it and read a folder's settings from `folder.settings`, so all give the same answer for an input. Pipeline,
+the base of every capability's inference side, lives here, below the task modules that declare one.
 
     engine = Engine(tokenizer, max_length=256, batch_size=32)
     vectors = engine.rows(engine.encode(texts), lambda batch: sentence_vectors(

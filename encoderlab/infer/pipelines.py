@@ -279,12 +279,11 @@ class Classify(Pipeline):
             return {"score": round(float(logits[0]), 6)}
         probs = (logits.sigmoid() if self.multilabel else logits.softmax(-1)).tolist()
         names = self.labels if len(self.labels) == len(probs) else [str(i) for i in range(len(probs))]
+        scores = {name: round(p, 6) for name, p in zip(names, probs)}
         if self.multilabel:  # each class on its own: every one whose probability passes a half
-            return {"labels": [name for name, p in zip(names, probs) if p >= 0.5],
-                    "scores": {name: round(p, 6) for name, p in zip(names, probs)}}
+            return {"labels": [name for name, p in zip(names, probs) if p >= 0.5], "scores": scores}
         best = max(range(len(probs)), key=probs.__getitem__)
-        return {"label": names[best], "score": round(probs[best], 6),
-                "scores": {name: round(p, 6) for name, p in zip(names, probs)}}
+        return {"label": names[best], "score": round(probs[best], 6), "scores": scores}
 
 
 def split_pairs(inputs: Sequence[str | Sequence[str]]) -> tuple[list[str], list[str] | None]:
