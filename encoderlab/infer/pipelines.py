@@ -6,7 +6,7 @@ inference engine (encoderlab.engine), registered in PIPELINES for pipeline(), `s
     fill(["Paris is the [MASK] of France."])[0]["masks"][0]["predictions"][0]["token"]
 
 Every pipeline takes a list of inputs and returns one plain dict (JSON-ready) per input, in input order.
-A pipeline loaded from a folder runs as the folder says (encoderlab.engine.settings: window, pooling,
+A pipeline loaded from a folder runs as the folder says (encoderlab.folder.settings: window, pooling,
 normalisation, QA decoding); keyword options override it. Texts longer than the model's window are truncated
 with one warning per call (fill-mask, embed, classify, ner) or split into overlapping windows (qa); they never
 crash.

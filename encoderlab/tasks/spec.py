@@ -5,8 +5,9 @@ the specs instead of comparing task names.
 A new task is one module under tasks/ that defines its Task and registers its spec, plus its name in the import line
 of encoderlab.tasks.finetune and its card in encoderlab.choices.TASK_CARDS (what the command line shows before torch
 loads); its pipeline (an encoderlab.engine.Pipeline in the same module, as rerank's) is one line in
-encoderlab.infer.pipelines.PIPELINES, its command one Command card in encoderlab.cli.pipelines. A variant of a task (classify's multilabel) registers under the task's name with its `variant`: the
-command line's --task-type picks it, and task.json records it for evaluate."""
+encoderlab.infer.pipelines.PIPELINES, its command one Command card in encoderlab.cli.pipelines. A variant of a task
+(classify's multilabel) registers under the task's name with its `variant`: the command line's --task-type picks it,
+and task.json records it for evaluate."""
 
 from __future__ import annotations
 
