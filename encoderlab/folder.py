@@ -18,8 +18,7 @@ TASK_FILE = "task.json"  # what encoderlab needs beyond config.json: task, colum
 
 def read_task_info(name: str | os.PathLike) -> dict:
     """task.json of a fine-tuned folder, or {} for a plain checkpoint."""
-    path = resolve_model_path(name) / TASK_FILE
-    return read_json_file(path) if path.is_file() else {}
+    return _optional_json(resolve_model_path(name) / TASK_FILE, dict) or {}
 
 
 def is_embedder(folder: Path) -> bool:
