@@ -3,11 +3,15 @@
 Each SQuAD question was written about one paragraph of a Wikipedia article; the task is to find that paragraph among
 all the paragraphs of its article (about 43 on average in part A). The bi-encoder (minilm's sentence vectors,
 cosine) ranks them all; the cross-encoder, minilm's encoder under a new one-logit head fine-tuned on other articles'
-questions (each with its paragraph, the bi-encoder's two best wrong ones as hard negatives and a paragraph of another
-article), re-orders the bi-encoder's top 10, as a retrieve-then-rerank system does (MRR@10 and nDCG@10 look no
+questions, re-orders the bi-encoder's top 10, as a retrieve-then-rerank system does (MRR@10 and nDCG@10 look no
 further). Both are scored by MRR@10, nDCG@10 and hit@1 on the same held-out questions.
 
-    python bench/rerank.py            # 600 training questions of 8 articles, 2 epochs, 200 held out (about 25 min)
+Each training question comes with its paragraph and 3 wrong paragraphs drawn from the bi-encoder's top 10 (the hard
+negatives a reranker meets), so `finetune rerank` trains listwise (a softmax over the question's 4 paragraphs, as
+Gao et al. 2021 train rerankers on a retriever's results). 100 other questions of the training articles are the
+dev set that picks the best checkpoint; the held-out articles are never seen before the final scoring.
+
+    python bench/rerank.py            # 3,000 training questions of 23 articles, 1 epoch, 400 held out (about 1 h)
     python bench/rerank.py --quick    # 32 / 16 from 2 articles each: that it runs, not a measurement
     python bench/rerank.py --smoke    # a tiny random model on synthetic articles (make test)
 
@@ -38,12 +42,15 @@ from encoderlab.tasks.objective import TrainOptions  # noqa: E402
 from encoderlab.tasks.rerank import ranking_metrics  # noqa: E402
 
 SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad_v1.1" / "dev-v1.1.part-a.json"
-# questions to train on and to hold out, the bi-encoder's top passages reranked, tokens per pair, and the most
-# training and held-out articles they come from
-SIZES = {"full": (600, 200, 10, 160, (8, None)), "quick": (32, 16, 5, 128, (2, 2)), "smoke": (24, 12, 4, 32, (None, None))}
+# questions to train on, to pick the checkpoint with and to hold out, the bi-encoder's top passages reranked, tokens
+# per pair, and the most training and held-out articles they come from
+SIZES = {"full": (3000, 100, 400, 10, 256, (None, None)), "quick": (32, 8, 16, 5, 128, (2, 2)),
+         "smoke": (24, 6, 12, 4, 32, (None, None))}
 LR = {"full": 5e-5, "quick": 5e-5, "smoke": 1e-3}  # the top of BERT's fine-tuning grid (Devlin et al. 2019, A.3)
-EPOCHS = {"full": 2.0, "quick": 1.0, "smoke": 1.0}
-HARD, EASY = 2, 1  # negatives per training question: the bi-encoder's best wrong paragraphs, and one of another article
+EPOCHS = {"full": 1.0, "quick": 1.0, "smoke": 1.0}
+EVAL_EVERY = {"full": 250, "quick": 0, "smoke": 0}  # steps between dev scorings (0: at the end only)
+HARD = 3  # negatives per training question, drawn from the bi-encoder's top 10 without its paragraph
+BATCH = 4  # questions per step: 16 (question, paragraph) pairs
 
 
 def articles_of_squad() -> list[tuple[str, list[str], list[tuple[str, int]]]]:
@@ -104,12 +111,14 @@ def main() -> None:
     cli = parser(__doc__, "32 training and 16 held-out questions from 2 articles each: that it runs, not a measurement")
     args = cli.parse_args()
     mode = size(args)
-    train_count, held_count, top, max_length, most = SIZES[mode]
+    train_count, dev_count, held_count, top, max_length, most = SIZES[mode]
     if mode != "smoke" and not SQUAD.is_file():
         raise SystemExit(f"{SQUAD} is absent: this bench needs SQuAD (run --smoke for the synthetic check)")
     articles = synthetic_articles() if mode == "smoke" else articles_of_squad()
     rng = random.Random(0)
-    training, testing = pick(articles, False, train_count, rng, most[0]), pick(articles, True, held_count, rng, most[1])
+    training = pick(articles, False, train_count + dev_count, rng, most[0])
+    training, dev = training[:train_count], training[train_count:]
+    testing = pick(articles, True, held_count, rng, most[1])
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         model = str(tiny_model(folder / "tiny")) if mode == "smoke" else "minilm"
@@ -121,28 +130,33 @@ def main() -> None:
         bi = ranking_metrics([[float(i == gold) for i in ranked] for (_, _, gold), ranked in zip(testing, test_ranks)])
         train_ranks = bi_encoder_rankings(as_vectors, articles, training)
         rows = []
-        others = sorted({a for a, _, _ in training})
         for (a, q, gold), ranked in zip(training, train_ranks):
             paragraphs = articles[a][1]
             rows.append((q, paragraphs[gold], 1))
-            rows += [(q, paragraphs[i], 0) for i in [i for i in ranked if i != gold][:HARD]]
-            for other in rng.sample([o for o in others if o != a] or [a], EASY):
-                rows.append((q, rng.choice(articles[other][1]), 0))
+            wrong = [i for i in ranked[:top] if i != gold]
+            rows += [(q, paragraphs[i], 0) for i in rng.sample(wrong, min(HARD, len(wrong)))]
         train = pairs_file(folder / "train.tsv", rows)
-        # held-out: the bi-encoder's top `top` of each question, in its order, for the cross-encoder to re-order
-        test = pairs_file(folder / "test.tsv", [(q, articles[a][1][i], int(i == gold)) for (a, q, gold), ranked
-                                                 in zip(testing, test_ranks) for i in ranked[:top]])
-        options = TrainOptions(lr=LR[mode], epochs=EPOCHS[mode], batch_size=16,
+        # dev and held-out: the bi-encoder's top `top` of each question, in its order, for the cross-encoder to re-order
+        reranked = lambda picked, ranks: [(q, articles[a][1][i], int(i == gold))  # noqa: E731
+                                          for (a, q, gold), ranked in zip(picked, ranks) for i in ranked[:top]]
+        dev_file = pairs_file(folder / "dev.tsv", reranked(dev, bi_encoder_rankings(as_vectors, articles, dev)))
+        test = pairs_file(folder / "test.tsv", reranked(testing, test_ranks))
+        options = TrainOptions(lr=LR[mode], epochs=EPOCHS[mode], batch_size=BATCH, eval_every=EVAL_EVERY[mode],
                                precision=training_precision(), progress=mode == "full")
         start = time.perf_counter()
-        finetune(FinetuneJob("rerank", model, str(train), folder / "cross", options, max_length=max_length))
+        summary = finetune(FinetuneJob("rerank", model, str(train), folder / "cross", options, eval=str(dev_file),
+                                       max_length=max_length, keep_state=False))
         train_seconds = time.perf_counter() - start
         start = time.perf_counter()
         cross = evaluate(EvaluateJob("rerank", str(folder / "cross"), str(test), max_length=max_length))["metrics"]
         rerank_seconds = time.perf_counter() - start
     recall = sum(gold in ranked[:top] for (_, _, gold), ranked in zip(testing, test_ranks)) / len(testing)
-    figures = {"model": model, "lr": LR[mode], "epochs": EPOCHS[mode], "negatives": {"hard": HARD, "other_article": EASY},
-               "train_questions": len(training), "train_pairs": len(rows),
+    figures = {"model": model, "lr": LR[mode], "epochs": EPOCHS[mode], "loss": "listwise",
+               "questions_per_step": BATCH, "hard_negatives_from_the_bi_encoder_top": HARD,
+               "train_questions": len(training), "train_pairs": len(rows), "dev_questions": len(dev),
+               "dev_mrr_at_10_by_step": {row["step"]: round(row["eval_mrr_at_10"], 4) for row in summary["history"]
+                                         if "eval_mrr_at_10" in row},
+               "best_step": summary["best"].get("step"),
                "train_articles": len({a for a, _, _ in training}), "held_out_articles": len({a for a, _, _ in testing}),
                "held_out_questions": len(testing), "reranked_top": top, "max_length": max_length,
                "mean_paragraphs_per_article": round(sum(len(p) for _, p, _ in articles) / len(articles), 1),

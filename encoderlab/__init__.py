@@ -22,11 +22,7 @@ _LAZY = {  # name -> the module that defines it (each of these imports torch)
         "SentenceEmbedder", "SequenceClassifier", "SpanExtractor", "TokenClassifier")},
 }
 
-__all__ = [
-    "BiLSTMClassifier", "CheckpointError", "ConfigError", "EncoderConfig", "EncoderModel", "EncoderlabError",
-    "InputError", "MaskedLMModel", "ModelOutput", "PreTrainingModel", "ReplacedTokenDetector", "SentenceEmbedder",
-    "SequenceClassifier", "SpanExtractor", "TokenClassifier", "load_model", "resolve_model_path", "save_pretrained",
-]
+__all__ = ["CheckpointError", "ConfigError", "EncoderConfig", "EncoderlabError", "InputError", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -307,9 +307,8 @@ def init_from(model: nn.Module, name: str | os.PathLike) -> list[str]:
                               f"{model.config.model_type} model")
     stored = stored_kind(folder, raw)
     hf_state = _without_head(spec, normalize_hf_state(spec, read_weights(folder)), stored)
-    rules = spec.weight_map
     new = [key for key in model.state_dict() if not key.startswith("encoder.")
-           and any(n not in hf_state for n in _sources(rules, key))]
+           and any(n not in hf_state for n in _sources(spec.weight_map, key))]
     model.load_state_dict(hf_to_ours(spec, hf_state, model, str(folder), fresh=True))
     return new
 

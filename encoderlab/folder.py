@@ -8,7 +8,6 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from encoderlab.io import atomic_write_text, read_json_file
 from encoderlab.paths import resolve_model_path
@@ -18,8 +17,7 @@ TASK_FILE = "task.json"  # what encoderlab needs beyond config.json: task, colum
 
 def read_task_info(name: str | os.PathLike) -> dict:
     """task.json of a fine-tuned folder, or {} for a plain checkpoint."""
-    path = resolve_model_path(name) / TASK_FILE
-    return read_json_file(path) if path.is_file() else {}
+    return read_json_file(resolve_model_path(name) / TASK_FILE, optional=True)
 
 
 def is_embedder(folder: Path) -> bool:
@@ -58,20 +56,15 @@ def settings(folder: str | Path) -> Settings:
     """The settings of a checkpoint folder or alias: task.json first, then the sentence-transformers files."""
     folder = resolve_model_path(folder)
     info = read_task_info(folder)
-    bert = _optional_json(folder / "sentence_bert_config.json", dict) or {}
-    pooling_file = _optional_json(folder / "1_Pooling" / "config.json", dict) or {}
-    modules = _optional_json(folder / "modules.json", list) or []
+    bert = read_json_file(folder / "sentence_bert_config.json", optional=True)
+    pooling_file = read_json_file(folder / "1_Pooling" / "config.json", optional=True)
+    modules = read_json_file(folder / "modules.json", list, optional=True)
     options = {k: info[k] for k in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "allow_null",
                                     "stride", "combine") if info.get(k) is not None}
     return Settings(max_length=info.get("max_length") or bert.get("max_seq_length"),
                     pooling=info.get("pooling") or ("cls" if pooling_file.get("pooling_mode_cls_token") else "mean"),
                     normalize=any(str(m.get("type", "")).endswith("Normalize") for m in modules if isinstance(m, dict)),
                     **options)
-
-
-def _optional_json(path: Path, kind: type) -> Any:
-    """A folder's JSON file, or None where there is none."""
-    return read_json_file(path, kind) if path.is_file() else None
 
 
 def write_sentence_transformers(folder: Path, hidden_size: int, pooling: str, max_length: int) -> None:

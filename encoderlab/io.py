@@ -134,9 +134,12 @@ def read_lines(path: str | os.PathLike, allow_empty_lines: bool = False) -> list
     return out
 
 
-def read_json_file(path: Path, kind: type = dict, error: type[Exception] = CheckpointError) -> Any:
+def read_json_file(path: Path, kind: type = dict, error: type[Exception] = CheckpointError,
+                   optional: bool = False) -> Any:
     """A JSON file whose top level is a `kind` (dict or list); `error` (a checkpoint folder's files: CheckpointError)
-    naming it when it is missing, not UTF-8 JSON or of another kind."""
+    naming it when it is missing (optional: an empty `kind` then), not UTF-8 JSON or of another kind."""
+    if optional and not path.is_file():
+        return kind()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -82,7 +82,7 @@ def _losses(run: Path) -> list[float]:
 def _first_batch(cfg, tokenizer: Tokenizer) -> dict[str, torch.Tensor]:
     """The batch the run's first step trains on, from the same data code (its masks seeded by position)."""
     examples = PretrainingExamples(TokenShards(cfg.data, "train"), "mlm", cfg.max_length, cfg.seed, cfg.short_seq_prob)
-    batches = Batches(examples, masking_collator(cfg, tokenizer), cfg.seed, tokenizer.pad_id)
+    batches = Batches(examples, masking_collator(cfg, tokenizer), cfg.seed)
     return PretrainingData(batches, cfg.batch_size, cfg.batch_size).next_step(0, 1, 1)[0]
 
 

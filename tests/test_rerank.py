@@ -23,7 +23,9 @@ from encoderlab.errors import InputError
 from encoderlab.infer.limits import Limits
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.infer.server import create_app, load_pipelines
-from encoderlab.tasks.rerank import ranking_metrics
+from encoderlab.tasks.rerank import RerankTask, listwise, ranking_metrics
+from encoderlab.tasks.readers import TextExample
+from encoderlab.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
@@ -56,14 +58,15 @@ def queries(rng: random.Random, count: int) -> list[tuple[str, str, int]]:
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory, minilm_path):
     """all-MiniLM-L6-v2's encoder under a new one-logit head, fine-tuned briefly (a random tiny encoder does not
-    learn to match words across the pair in a test's time)."""
+    learn to match words across the pair in a test's time). Every query has its 4 passages, one relevant: it trains
+    listwise, 4 queries (16 pairs) a step."""
     folder = tmp_path_factory.mktemp("rerank")
     rng = random.Random(0)
     for name, count in (("train", 80), ("dev", 20)):
         rows = queries(rng, count)
         (folder / f"{name}.tsv").write_text("query\tpassage\tlabel\n" + "".join(f"{q}\t{p}\t{y}\n" for q, p, y in rows))
     summary = run("finetune", "rerank", "--model", minilm_path, "--train", folder / "train.tsv", "--eval",
-                  folder / "dev.tsv", "--out", folder / "run", "--lr", "1e-4", "--epochs", "1", "--batch-size", "16",
+                  folder / "dev.tsv", "--out", folder / "run", "--lr", "1e-4", "--epochs", "1", "--batch-size", "4",
                   "--max-length", "32", "--no-progress")
     return folder, summary
 
@@ -123,3 +126,37 @@ def test_bad_input_is_refused(tmp_path, tiny_model, reranker):  # noqa: F811
         load_model(folder / "run").config.to_hf_dict("BertForSequenceClassification")), 3)
     with pytest.raises(InputError, match="this classifier has 3 classes"):
         type(rerank)(classifier, rerank.tokenizer)
+
+
+def rows_as_examples(rows: list[tuple[str, str, float]]) -> list[TextExample]:
+    return [TextExample((q, p), float(y), f"line {i + 2}") for i, (q, p, y) in enumerate(rows)]
+
+
+def test_listwise_when_every_query_has_a_relevant_passage_and_another():
+    grouped = rows_as_examples([("a", "x", 1), ("a", "y", 0), ("b", "z", 0), ("b", "w", 1), ("b", "v", 0)])
+    assert listwise(grouped)
+    assert not listwise(grouped[:4] + rows_as_examples([("c", "u", 1)]))  # a query with one passage
+    assert not listwise(rows_as_examples([("a", "x", 0), ("a", "y", 0.2)]))  # no relevant passage
+    assert not listwise([])
+
+
+def test_the_listwise_loss_is_a_softmax_cross_entropy_per_query(minilm_path):
+    """Queries of 2 and 3 passages in one batch: the loss is the sum over queries of the cross-entropy of the softmax
+    over that query's passages, computed here query by query; `sequences` counts queries."""
+    tokenizer = Tokenizer.from_pretrained(minilm_path)
+    task = RerankTask(tokenizer, 32, listwise=True)
+    examples = rows_as_examples([("who is anna ?", "anna lives in rome", 1), ("who is anna ?", "peter is here", 0),
+                                 ("where is oslo ?", "paris is big", 0), ("where is oslo ?", "oslo is north", 1),
+                                 ("where is oslo ?", "a city", 0)])
+    features = task.features(examples)
+    assert [len(f["group"]) for f in features] == [2, 3]
+    batch = task.collate(features)
+    model = load_model(minilm_path, kind="classify", num_labels=1, multilabel=True)
+    got = task.loss(model, batch)
+    logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits[:, 0]
+    want = (torch.nn.functional.cross_entropy(logits[None, :2], torch.tensor([0]), reduction="sum")
+            + torch.nn.functional.cross_entropy(logits[None, 2:], torch.tensor([1]), reduction="sum"))
+    assert_close(got, want)
+    assert task.counts(batch)["sequences"] == 2 and task.counts(batch)["tokens"] == batch["attention_mask"].sum()
+    pointwise = RerankTask(tokenizer, 32)
+    assert len(pointwise.features(examples)) == 5 and "labels" in pointwise.collate(pointwise.features(examples))

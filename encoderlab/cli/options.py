@@ -25,6 +25,10 @@ MODEL_HELP = "checkpoint folder, or the alias 'minilm' (all-MiniLM-L6-v2 from it
 PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic per-token quantization of the "
                   "linear layers), or auto: the fastest of those, timed at load; the runtime engines run "
                   "fp32 or int8 (default: fp32)")
+TRAINING_PRECISION_HELP = ("fp32, or bf16 mixed precision: fp32 weights, the forward pass under bf16 autocast "
+                           "(default: fp32)")
+SCORING_PRECISION_HELP = ("fp32, or bf16: the model's weights converted to bf16, as classify, ner, qa and embed's "
+                          "--precision bf16 run it (default: fp32)")
 ENGINE_HELP = ("what runs the encoder's forward pass: torch, onnxruntime, ctranslate2 or openvino (extra "
                "'engines'), or auto: the fastest within cosine 0.99 of torch fp32, timed once at load, of every engine "
                "at --precision (auto: every combination) (default: torch)")
@@ -66,16 +70,9 @@ def add_threads(parser: argparse.ArgumentParser, default: int | None = None) -> 
 def add_precision(parser: argparse.ArgumentParser, training: bool = False, scoring: bool = False) -> None:
     """--precision: the four inference precisions; for training fp32 or bf16 autocast (mixed precision); for
     scoring (evaluate) fp32 or bf16 weights, as the pipelines convert them (docs/finetuning.md, "Precision")."""
-    if scoring:
-        parser.add_argument("--precision", choices=TRAINING_PRECISIONS, default="fp32",
-                            help="fp32, or bf16: the model's weights converted to bf16, as classify, ner, qa and "
-                                 "embed's --precision bf16 run it (default: fp32)")
-    elif training:
-        parser.add_argument("--precision", choices=TRAINING_PRECISIONS, default="fp32",
-                            help="fp32, or bf16 mixed precision: fp32 weights, the forward pass under bf16 autocast "
-                                 "(default: fp32)")
-    else:
-        parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="fp32", help=PRECISION_HELP)
+    help = SCORING_PRECISION_HELP if scoring else TRAINING_PRECISION_HELP if training else PRECISION_HELP
+    choices = TRAINING_PRECISIONS if scoring or training else INFERENCE_PRECISIONS
+    parser.add_argument("--precision", choices=choices, default="fp32", help=help)
 
 
 def add_inference_options(parser: argparse.ArgumentParser) -> None:

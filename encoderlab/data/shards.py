@@ -24,7 +24,7 @@ from typing import BinaryIO
 import numpy as np
 
 from encoderlab.errors import InputError
-from encoderlab.io import atomic_write_text
+from encoderlab.io import atomic_write_text, read_json_file
 
 FORMAT = "encoderlab-token-shards"
 VERSION = 1
@@ -160,14 +160,10 @@ def read_meta(folder: str | os.PathLike) -> dict:
     path = Path(folder) / "meta.json"
     if not path.is_file():
         raise InputError(f"{folder}: no meta.json; not a prepared corpus (run `encoderlab prepare` first)")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise InputError(f"{path}: corrupted meta.json ({err})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise InputError(f"{path}: expected format {FORMAT!r} version {VERSION}, got "
-                         f"{meta.get('format') if isinstance(meta, dict) else meta!r} "
-                         f"version {meta.get('version') if isinstance(meta, dict) else None}")
+    meta = read_json_file(path, dict, InputError)
+    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise InputError(f"{path}: expected format {FORMAT!r} version {VERSION}, got {meta.get('format')} "
+                         f"version {meta.get('version')}")
     return meta
 
 

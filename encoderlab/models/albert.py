@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from encoderlab.models.bert import preset, task_heads
+from encoderlab.models.bert import backbone_map, preset, task_heads
 from encoderlab.models.family import FamilySpec
 
 _LAYER = "encoder.albert_layer_groups.0.albert_layers.{i}."
@@ -20,10 +20,7 @@ SPEC = FamilySpec(
     architectures={"base": "AlbertModel", "mlm": "AlbertForMaskedLM", "pretraining": "AlbertForPreTraining"},
     base_prefix="albert.",
     weight_map=(
-        ("encoder.embeddings.word.", ("embeddings.word_embeddings.",)),
-        ("encoder.embeddings.position.", ("embeddings.position_embeddings.",)),
-        ("encoder.embeddings.segment.", ("embeddings.token_type_embeddings.",)),
-        ("encoder.embeddings.norm.", ("embeddings.LayerNorm.",)),
+        *backbone_map()[:4],  # BERT's embedding tables and LayerNorm
         ("encoder.project.", ("encoder.embedding_hidden_mapping_in.",)),
         ("encoder.layers.{i}.attn.qkv.", tuple(f"{_LAYER}attention.{p}." for p in ("query", "key", "value"))),
         ("encoder.layers.{i}.attn.out.", (f"{_LAYER}attention.dense.",)),

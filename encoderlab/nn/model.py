@@ -243,7 +243,6 @@ class SequenceClassifier(Model):
         return _with_labels(super().hf_config(architecture), self.num_outputs)  # problem_type is the config's
 
 
-
 class TokenClassifier(Model):
     """Token vectors (B, T, H) -> [transform] -> dropout -> linear -> logits (B, T, L)."""
 

@@ -29,6 +29,14 @@ class Objective(nn.Module):
 
     unused_parameters = False  # whether forward may leave some parameters without a gradient (DDP must know)
     new_tensors: list[str] = []  # with init_from: the tensors the checkpoint did not hold (start_from's answer)
+    frozen: tuple[str, ...] = ()  # attributes holding frozen models (an anchor, a teacher), None where absent
+
+    def train(self, mode: bool = True) -> Objective:
+        super().train(mode)
+        for model in (getattr(self, name) for name in self.frozen):
+            if model is not None:
+                model.eval()  # a frozen model's dropout stays off: its targets must not be noisy
+        return self
 
     def counts(self, batch: dict[str, torch.Tensor]) -> Counts:
         """This micro-batch's share of the step's counts (the loop sums them over micro-batches and ranks)."""

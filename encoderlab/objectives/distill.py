@@ -68,16 +68,13 @@ class DistillOptions:
 class Distillation(Objective):
     """A student MaskedLMModel and a frozen teacher MaskedLMModel (kept in eval mode, never given gradients)."""
 
+    frozen = ("teacher",)
+
     def __init__(self, student: MaskedLMModel, teacher: MaskedLMModel, temperature: float = 2.0,
                  alpha_ce: float = 5.0, alpha_mlm: float = 2.0, alpha_cos: float = 1.0) -> None:
         super().__init__()
         self.student, self.teacher = student, teacher.requires_grad_(False).eval()
         self.temperature, self.alpha_ce, self.alpha_mlm, self.alpha_cos = temperature, alpha_ce, alpha_mlm, alpha_cos
-
-    def train(self, mode: bool = True) -> "Distillation":
-        super().train(mode)
-        self.teacher.eval()  # the teacher's dropout stays off: its targets must not be noisy
-        return self
 
     def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         input_ids, attention_mask, token_type_ids, labels = (batch[k] for k in ("input_ids", "attention_mask",

@@ -68,17 +68,13 @@ def mlm_metrics(sums: dict[str, float], counts: dict[str, float]) -> dict[str, f
 class MaskedLanguageModeling(Objective):
     """MLM (MaskedLMModel) or MLM + NSP/SOP (PreTrainingModel), one model; optionally a frozen anchor encoder."""
 
+    frozen = ("anchor",)
+
     def __init__(self, model: MaskedLMModel | PreTrainingModel, anchor: EncoderModel | None = None,
                  anchor_weight: float = 1.0, anchor_layers: str = "last") -> None:
         super().__init__()
         self.model, self.anchor_weight, self.anchor_all = model, anchor_weight, anchor_layers == "all"
         self.anchor = None if anchor is None else anchor.requires_grad_(False).eval()
-
-    def train(self, mode: bool = True) -> "MaskedLanguageModeling":
-        super().train(mode)
-        if self.anchor is not None:
-            self.anchor.eval()  # its dropout stays off: the target must not be noisy
-        return self
 
     def counts(self, batch: dict[str, torch.Tensor]) -> Counts:
         out = super().counts(batch)

@@ -3,10 +3,16 @@ passages of a query by one score per pair read together by the encoder (Nogueira
 Re-ranking with BERT", arXiv:1901.04085): slower than comparing sentence vectors, and more exact, so it reorders the
 few passages a bi-encoder (`similarity`) or a keyword search brought up.
 
-The model is a SequenceClassifier with one logit; its sigmoid is the relevance, trained with the model's own binary
-cross-entropy (multilabel with one class) on labels 0/1 or scores in [0, 1], as sentence-transformers' CrossEncoder
-trains one label. transformers loads the folder
+The model is a SequenceClassifier with one logit; its sigmoid is the relevance score. transformers loads the folder
 as XForSequenceClassification (num_labels 1, problem_type multi_label_classification: a sigmoid of the one logit).
+How it trains depends on the file:
+- listwise, when every query has a relevant passage (label >= 0.5) and at least one other: the passages of a query
+  form one group, and the loss is the cross-entropy of the softmax over the group's logits against its relevance
+  (the localized contrastive estimation of Gao, Dai and Callan 2021, "Rethink Training of BERT Rerankers in
+  Multi-Stage Retrieval Pipeline", arXiv:2101.08751, where it beats the pointwise loss with a retriever's hard
+  negatives). --batch-size then counts queries, each with all its passages;
+- pointwise otherwise: the model's own binary cross-entropy on each row's label 0/1 or score in [0, 1], as
+  sentence-transformers' CrossEncoder trains one label.
 
 Scoring groups the rows of an evaluation file by query (the passages of one query, relevant ones labelled 1) and
 reports MRR@10, nDCG@10 and hit@1 (Manning et al., Introduction to Information Retrieval, sections 8.4 and 8.5)."""
@@ -64,11 +70,22 @@ def ranking_metrics(gains: list[list[float]]) -> dict[str, float]:
     return {"mrr_at_10": mrr / n, "ndcg_at_10": ndcg / n, "hit_at_1": hits / n}
 
 
+def listwise(examples: list[TextExample]) -> bool:
+    """Whether every query has a relevant passage and another one: a file of groups to train listwise."""
+    groups = by_query(examples).values()
+    return bool(groups) and all(len(rows) > 1 and any(relevance(examples[i]) >= 0.5 for i in rows)
+                                for rows in groups)
+
+
 class RerankTask(Task):
     """Score (query, passage) pairs; rank the passages of each query by their scores."""
 
     name = "rerank"
     metrics = ("mrr_at_10", "ndcg_at_10", "hit_at_1")
+
+    def __init__(self, *args: Any, listwise: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.listwise = listwise
 
     def validate(self, examples: list[TextExample]) -> None:
         for example in examples:
@@ -79,8 +96,15 @@ class RerankTask(Task):
     def features(self, examples: list[TextExample]) -> list[dict[str, Any]]:
         self.validate(examples)
         items = self.encode(examples)
-        return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "label": relevance(x)}
+        rows = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "label": relevance(x)}
                 for e, x in zip(items, examples)]
+        if not self.listwise:
+            return rows
+        return [{"group": [rows[i] for i in group]} for group in by_query(examples).values()]
+
+    def feature_length(self, feature: dict[str, Any]) -> int:
+        return max(len(row["input_ids"]) for row in feature["group"]) if "group" in feature else \
+            len(feature["input_ids"])
 
     def encode(self, examples: list[TextExample]) -> list:
         """The token ids of each (query, passage) pair, cut to the window."""
@@ -88,10 +112,36 @@ class RerankTask(Task):
                       self.max_length, "query-passage pairs")
 
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = pad_features(features, self.tokenizer.pad_id)
-        if "label" in features[0]:
-            batch["labels"] = torch.tensor([[f["label"]] for f in features], dtype=torch.float32)  # (B, 1)
+        if "group" not in features[0]:
+            batch = pad_features(features, self.tokenizer.pad_id)
+            if "label" in features[0]:
+                batch["labels"] = torch.tensor([[f["label"]] for f in features], dtype=torch.float32)  # (B, 1)
+            return batch
+        # listwise: every passage of the batch's queries, in order; each query's relevance on one row of `targets`
+        batch = pad_features([row for f in features for row in f["group"]], self.tokenizer.pad_id)
+        size = max(len(f["group"]) for f in features)
+        targets = torch.zeros(len(features), size)  # (Q, G) zero where a query has fewer passages
+        present = torch.zeros(len(features), size, dtype=torch.bool)  # (Q, G)
+        for q, f in enumerate(features):
+            targets[q, :len(f["group"])] = torch.tensor([row["label"] for row in f["group"]])
+            present[q, :len(f["group"])] = True
+        batch["targets"], batch["present"] = targets / targets.sum(-1, keepdim=True), present
         return batch
+
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        if "targets" not in batch:
+            return super().loss(model, batch)
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits[:, 0].float()
+        present = batch["present"]
+        grid = logits.new_full(present.shape, float("-inf")).masked_scatter(present, logits)  # (Q, G)
+        return -(batch["targets"] * grid.log_softmax(-1).masked_fill(~present, 0.0)).sum()
+
+    def counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Listwise, the loss is per query: `sequences` counts the queries."""
+        counts = super().counts(batch)
+        if "present" in batch:
+            counts["sequences"] = torch.tensor(batch["present"].shape[0], device=batch["present"].device)
+        return counts
 
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[float]:
         """Each pair's relevance score (the sigmoid of its logit)."""
@@ -112,7 +162,8 @@ def read_pairs(path: str, reading, info: dict, head) -> list[TextExample]:
 
 register_task(TaskSpec(
     "rerank", read_pairs,
-    build=lambda head, tokenizer, train, max_length, common: RerankTask(tokenizer, max_length, **common),
+    build=lambda head, tokenizer, train, max_length, common: RerankTask(tokenizer, max_length, **common,
+                                                                       listwise=listwise(train)),
     restore=lambda model, given, info, tokenizer, max_length, common: RerankTask(tokenizer, max_length, **common),
     models=(SequenceClassifier,), model_kind="classify",
     model_options=lambda task, head: {"num_labels": 1, "multilabel": True}))

@@ -22,7 +22,7 @@ Loaded = tuple[RustTokenizer, str, int, str, SpecialTokens | None, str | None]
 def load(name_or_path: str | os.PathLike) -> Loaded:
     """The Tokenizer arguments of a saved tokenizer: backend, kind, model_max_length, source, specials, class."""
     path = _tokenizer_file(_resolve(name_or_path))
-    config = _read_json_object(path.parent / "tokenizer_config.json")
+    config = read_json_file(path.parent / "tokenizer_config.json", dict, InputError, optional=True)
     max_length = int(config.get("model_max_length") or DEFAULT_MODEL_MAX_LENGTH)
     max_length = min(max_length, 1 << 20)  # transformers writes 1e30 for "no limit"
     hf_class = config.get("tokenizer_class") if isinstance(config.get("tokenizer_class"), str) else None
@@ -30,7 +30,8 @@ def load(name_or_path: str | os.PathLike) -> Loaded:
         backend = _read_tokenizer_json(path)
         kind = type(backend.model).__name__.lower()
         require_kind(kind, str(path))
-        given = configured_specials(_read_json_object(path.parent / "special_tokens_map.json"), config)
+        token_map = read_json_file(path.parent / "special_tokens_map.json", dict, InputError, optional=True)
+        given = configured_specials(token_map, config)
         specials = choose_specials(backend.get_vocab(), kind, given, str(path))
         return backend, kind, max_length, str(path), specials, hf_class
     vocab = _read_vocab(path)
@@ -72,11 +73,6 @@ def _read_tokenizer_json(path: Path) -> RustTokenizer:
     except Exception as err:  # the Rust side raises a bare Exception, with no line number that is reliable
         read_json_file(path, dict, InputError)  # so broken JSON is reported by Python's parser, with its line
         raise InputError(f"{path}: not a valid tokenizer.json ({err})") from None
-
-
-def _read_json_object(path: Path) -> dict:
-    """A JSON config file (tokenizer_config.json, special_tokens_map.json) as a dict; {} when absent."""
-    return read_json_file(path, dict, InputError) if path.is_file() else {}
 
 
 def _read_vocab(path: Path) -> dict[str, int]:

@@ -38,9 +38,7 @@ class PretrainConfig:
     model: ModelChoice = field(default_factory=ModelChoice)
     """The model trained: keys preset, init_from, model (EncoderConfig overrides) and pad_vocab_multiple."""
     objective: str = "mlm"
-    """mlm (packed sequences, RoBERTa-style), mlm+nsp (BERT segment pairs), mlm+sop (ALBERT sentence order),
-    rtd (ELECTRA and DeBERTa-v3 replaced-token detection, packed sequences) or distill (DistilBERT, packed
-    sequences): a name in encoderlab.objectives.OBJECTIVES."""
+    """mlm, mlm+nsp, mlm+sop, rtd or distill: a name in encoderlab.objectives.OBJECTIVES (its docstring says each)."""
     options: Any = field(default_factory=MLMOptions)
     """The objective's own options, of its ObjectiveSpec's type (MLMOptions, RTDOptions, DistillOptions)."""
     loop: LoopOptions = field(default_factory=LoopOptions)

@@ -257,7 +257,7 @@ def run_loop(objective: Objective, data: StepData, optimizer: torch.optim.Optimi
             if saving:
                 _save(Path(run_dir), step, time.time() - started, objective, optimizer, scheduler, data, evaluation,
                       options.keep_checkpoints)
-                watch.saved(step)
+                watch.checkpoint = step
             dist.barrier()
             if stopping:
                 logger.note(f"interrupted at step {step}" + ("" if run_dir is None else
@@ -367,9 +367,6 @@ class Watch:
         self.tokens.zero_()
         self.read_at, self.last_finite = now, (step, metrics["loss"])
         return metrics
-
-    def saved(self, step: int) -> None:
-        self.checkpoint = step
 
     def compiled_graphs(self) -> str:
         """How many graphs torch.compile made in this run, and how many of them after its first step."""

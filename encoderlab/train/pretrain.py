@@ -72,7 +72,6 @@ class Batches:
     examples: PretrainingExamples
     collator: MaskingCollator
     seed: int
-    pad_id: int
     length: int | None = None  # pad every batch to this many tokens (one shape for a compiled step); None: the longest
 
     def make(self, positions: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
@@ -197,8 +196,8 @@ def training_data(cfg: PretrainConfig, tokenizer: Tokenizer, micro: int,
     the batches are the same whichever."""
     examples = PretrainingExamples(TokenShards(cfg.data, "train"), OBJECTIVES[cfg.objective].examples,
                                    cfg.max_length, cfg.seed, cfg.short_seq_prob)
-    data = PretrainingData(Batches(examples, masking_collator(cfg, tokenizer), cfg.seed, tokenizer.pad_id,
-                                   fixed_length(cfg)), cfg.batch_size, micro)
+    data = PretrainingData(Batches(examples, masking_collator(cfg, tokenizer), cfg.seed, fixed_length(cfg)),
+                           cfg.batch_size, micro)
     workers = cfg.data_workers if cfg.data_workers >= 0 else default_workers(dist.device, dist.world_size)
     if not workers:
         return data
@@ -245,7 +244,7 @@ def heldout_batches(cfg: PretrainConfig, tokenizer: Tokenizer) -> Batches | None
         return None
     examples = PretrainingExamples(shards, OBJECTIVES[cfg.objective].examples, cfg.max_length, HELDOUT_SEED,
                                    cfg.short_seq_prob)
-    return Batches(examples, masking_collator(cfg, tokenizer), HELDOUT_SEED, tokenizer.pad_id, fixed_length(cfg))
+    return Batches(examples, masking_collator(cfg, tokenizer), HELDOUT_SEED, fixed_length(cfg))
 
 
 def _export_final(run_dir: Path, model: Objective, tokenizer: Tokenizer) -> None:

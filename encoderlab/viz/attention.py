@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # matplotlib is imported only when a picture is drawn
     from matplotlib.figure import Figure
 
 
-
 @dataclass
 class AttentionMaps:
     """The attention of one input: probs[i] is model layer layers[i], (heads, T, T), query rows x key columns."""
