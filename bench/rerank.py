@@ -11,7 +11,9 @@ negatives a reranker meets), so `finetune rerank` trains listwise (a softmax ove
 Gao et al. 2021 train rerankers on a retriever's results). 100 other questions of the training articles are the
 dev set that picks the best checkpoint; the held-out articles are never seen before the final scoring.
 
-    python bench/rerank.py            # 3,000 training questions of 23 articles, 1 epoch, 400 held out (about 1 h)
+    python bench/rerank.py            # 1,600 training questions of 23 articles, 1 epoch, 400 held out (about 1 h)
+    python bench/rerank.py --save runs/rerank-1   # ... and keep the cross-encoder
+    python bench/rerank.py --init runs/rerank-1 --save runs/rerank-2   # 1 more epoch on the next 1,600 questions
     python bench/rerank.py --quick    # 32 / 16 from 2 articles each: that it runs, not a measurement
     python bench/rerank.py --smoke    # a tiny random model on synthetic articles (make test)
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -44,11 +47,11 @@ from encoderlab.tasks.rerank import ranking_metrics  # noqa: E402
 SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad_v1.1" / "dev-v1.1.part-a.json"
 # questions to train on, to pick the checkpoint with and to hold out, the bi-encoder's top passages reranked, tokens
 # per pair, and the most training and held-out articles they come from
-SIZES = {"full": (3000, 100, 400, 10, 256, (None, None)), "quick": (32, 8, 16, 5, 128, (2, 2)),
+SIZES = {"full": (1600, 100, 400, 10, 256, (None, None)), "quick": (32, 8, 16, 5, 128, (2, 2)),
          "smoke": (24, 6, 12, 4, 32, (None, None))}
 LR = {"full": 5e-5, "quick": 5e-5, "smoke": 1e-3}  # the top of BERT's fine-tuning grid (Devlin et al. 2019, A.3)
 EPOCHS = {"full": 1.0, "quick": 1.0, "smoke": 1.0}
-EVAL_EVERY = {"full": 250, "quick": 0, "smoke": 0}  # steps between dev scorings (0: at the end only)
+EVAL_EVERY = {"full": 100, "quick": 0, "smoke": 0}  # steps between dev scorings (0: at the end only)
 HARD = 3  # negatives per training question, drawn from the bi-encoder's top 10 without its paragraph
 BATCH = 4  # questions per step: 16 (question, paragraph) pairs
 
@@ -109,6 +112,9 @@ def pick(articles, held: bool, count: int, rng: random.Random, most: int | None)
 
 def main() -> None:
     cli = parser(__doc__, "32 training and 16 held-out questions from 2 articles each: that it runs, not a measurement")
+    cli.add_argument("--init", metavar="FOLDER", help="continue from this cross-encoder (a folder --save wrote) on the "
+                     "next training questions, none of those of the first run; results in rerank_continued.json")
+    cli.add_argument("--save", metavar="FOLDER", help="keep the fine-tuned cross-encoder in FOLDER")
     args = cli.parse_args()
     mode = size(args)
     train_count, dev_count, held_count, top, max_length, most = SIZES[mode]
@@ -119,10 +125,14 @@ def main() -> None:
     training = pick(articles, False, train_count + dev_count, rng, most[0])
     training, dev = training[:train_count], training[train_count:]
     testing = pick(articles, True, held_count, rng, most[1])
+    if args.init:  # the same dev and held-out questions; training questions the first run did not see
+        seen = set(training + dev)
+        training = [x for x in pick(articles, False, len(articles) * 10**4, rng, most[0]) if x not in seen][:train_count]
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        model = str(tiny_model(folder / "tiny")) if mode == "smoke" else "minilm"
-        embed = pipeline("embed", model, batch_size=64)
+        base = str(tiny_model(folder / "tiny")) if mode == "smoke" else "minilm"
+        model = args.init or base  # where the cross-encoder starts
+        embed = pipeline("embed", base, batch_size=64)
         as_vectors = lambda texts: [r["embedding"] for r in embed(texts)]  # noqa: E731
         start = time.perf_counter()
         test_ranks = bi_encoder_rankings(as_vectors, articles, testing)
@@ -147,11 +157,14 @@ def main() -> None:
         summary = finetune(FinetuneJob("rerank", model, str(train), folder / "cross", options, eval=str(dev_file),
                                        max_length=max_length, keep_state=False))
         train_seconds = time.perf_counter() - start
+        if args.save:
+            shutil.copytree(folder / "cross", args.save, dirs_exist_ok=True)
         start = time.perf_counter()
         cross = evaluate(EvaluateJob("rerank", str(folder / "cross"), str(test), max_length=max_length))["metrics"]
         rerank_seconds = time.perf_counter() - start
     recall = sum(gold in ranked[:top] for (_, _, gold), ranked in zip(testing, test_ranks)) / len(testing)
-    figures = {"model": model, "lr": LR[mode], "epochs": EPOCHS[mode], "loss": "listwise",
+    figures = {"model": base, "cross_encoder_starts_from": args.init or f"{base}'s encoder under a new one-logit head",
+               "lr": LR[mode], "epochs": EPOCHS[mode], "loss": "listwise",
                "questions_per_step": BATCH, "hard_negatives_from_the_bi_encoder_top": HARD,
                "train_questions": len(training), "train_pairs": len(rows), "dev_questions": len(dev),
                "dev_mrr_at_10_by_step": {row["step"]: round(row["eval_mrr_at_10"], 4) for row in summary["history"]
@@ -167,7 +180,7 @@ def main() -> None:
                            "cross_encoder_reranking": round(rerank_seconds, 1)}}
     goals = [goal("cross-encoder MRR@10 minus the bi-encoder's, on the same held-out questions (points)",
                   100 * (cross["mrr_at_10"] - bi["mrr_at_10"]), 0.0)]
-    path = write_results(args, "rerank", figures, goals)
+    path = write_results(args, "rerank_continued" if args.init else "rerank", figures, goals)
     print(f"MRR@10: bi-encoder {bi['mrr_at_10']:.4f}, cross-encoder reranking its top {top} "
           f"{cross['mrr_at_10']:.4f} ({len(testing)} held-out questions); wrote {path}")
 
