@@ -82,7 +82,7 @@ def old_build(batches: Batches, positions: list[tuple[int, int]]) -> dict[str, t
     for epoch, index in positions:
         generator.manual_seed(_mix(batches.seed, epoch, index))
         rows.append(batches.collator([batches.examples.get(epoch, index)], generator))
-    fill = {"input_ids": batches.pad_id, "labels": IGNORE_INDEX}
+    fill = {"input_ids": batches.collator.pad_id, "labels": IGNORE_INDEX}
     return {key: pad([r[key][0].tolist() for r in rows], fill.get(key, 0), multiple_of=8) if rows[0][key].ndim == 2
             else torch.cat([r[key] for r in rows]) for key in rows[0]}
 
