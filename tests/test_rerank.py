@@ -77,6 +77,7 @@ def test_a_tiny_cross_encoder_learns_to_rank_and_evaluates_the_same(reranker):
     assert summary["metric"] == "mrr_at_10" and summary["best"]["eval_mrr_at_10"] >= 0.9
     model = load_model(folder / "run")
     assert isinstance(model, SequenceClassifier) and model.num_outputs == 1
+    assert json.loads((folder / "run" / "task.json").read_text())["loss"] == "listwise"
     result = run("evaluate", "rerank", "--model", folder / "run", "--data", folder / "dev.tsv")
     assert result["metrics"]["mrr_at_10"] == pytest.approx(summary["best"]["eval_mrr_at_10"])
     assert result["metrics"]["queries"] == 20

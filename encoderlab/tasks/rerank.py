@@ -143,6 +143,9 @@ class RerankTask(Task):
             counts["sequences"] = torch.tensor(batch["present"].shape[0], device=batch["present"].device)
         return counts
 
+    def info(self) -> dict[str, Any]:
+        return super().info() | {"loss": "listwise" if self.listwise else "pointwise"}
+
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[float]:
         """Each pair's relevance score (the sigmoid of its logit)."""
         rows = self.engine(model).rows(self.encode(examples), lambda batch: forward(model, batch).logits.float())
