@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import common  # noqa: E402
 from common import SMOKE_RECIPE, encoderlab, goal, smoke_shards, training_precision, write_results  # noqa: E402

@@ -47,7 +47,7 @@ import torch
 from safetensors import safe_open
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import common  # noqa: E402
 from common import goal, results_path, smoke_data, tiny_model, training_precision, write_results  # noqa: E402

@@ -43,7 +43,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
 from common import SMOKE_RECIPE, goal, parser, size, smoke_data, smoke_shards, write_results  # noqa: E402
 
@@ -263,7 +263,7 @@ def stop_and_resume(data: Path, run: Path, device: str, kind: str, seconds: int)
 # ---- helpers ---------------------------------------------------------------------------------------------------
 def _encoderlab(argv: list[str], timeout: int | None = None) -> subprocess.CompletedProcess:
     """`python -m encoderlab ARGV` from the repository, under `timeout -s TERM` when given."""
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, "-m", "encoderlab", *argv]
     if timeout is not None:
         command = ["timeout", "-s", "TERM", str(timeout), *command]

@@ -1,4 +1,4 @@
-"""ModernBERT's local layers on long inputs (encoderlab/nn/window.py): the encoder's forward with the window as a
+"""ModernBERT's local layers on long inputs (src/encoderlab/nn/window.py): the encoder's forward with the window as a
 dense band mask, in blocks (banded), as chosen automatically, and transformers' ModernBertModel (its default
 attention) on the same weights and inputs.
 

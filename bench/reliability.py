@@ -48,7 +48,7 @@ from common import goal, tiny_model, write_results  # noqa: E402
 from serve_load import free_port, peak_rss_mib, sentences, start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+ENV = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
 SEED = 0
 
 

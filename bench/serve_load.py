@@ -61,7 +61,7 @@ def start_server(port: int, threads: int, max_batch: int, options: tuple[str, ..
     # a file, not a pipe: an unread pipe fills up with access-log lines and blocks the server
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 -- it lives as long as the server
     process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
-                               env=os.environ | {"PYTHONPATH": str(ROOT)})
+                               env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -1,4 +1,4 @@
-"""Unpadding on CPU (encoderlab/nn/packing.py): the encoder's forward with padding kept, with the real tokens packed,
+"""Unpadding on CPU (src/encoderlab/nn/packing.py): the encoder's forward with padding kept, with the real tokens packed,
 and as chosen automatically, on batches of real sentence lengths.
 
 Setups, batch 32, random weights, minilm's vocabulary and tokenizer for the lengths:

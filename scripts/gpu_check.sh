@@ -10,5 +10,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 DATA=${DATA:-gpu-data}
-[ -f "$DATA/wiki/meta.json" ] || PYTHONPATH="$PWD" "$PY" bench/gpu.py --prepare "$DATA"
-PYTHONPATH="$PWD" "$PY" bench/gpu.py --data "$DATA" "$@"
+[ -f "$DATA/wiki/meta.json" ] || PYTHONPATH="$PWD/src" "$PY" bench/gpu.py --prepare "$DATA"
+PYTHONPATH="$PWD/src" "$PY" bench/gpu.py --data "$DATA" "$@"

@@ -18,7 +18,7 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
 from encoderlab.train.config import load_recipe  # noqa: E402
 from encoderlab.train.flops import gpu_peak, mlm_flops_per_token  # noqa: E402

@@ -24,7 +24,7 @@ CELL_TIMEOUT_S = 600
 
 def kernel_environment(small: bool, out: Path | None = None) -> dict[str, str]:
     """Variables for the kernel: the checkout importable first, the lesson's size, and where its files go."""
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
     env[SMALL_VARIABLE] = "1" if small else "0"
     if out is not None:
         env["ENCODERLAB_NOTEBOOK_OUT"] = str(out)

@@ -42,7 +42,7 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
 from encoderlab.checkpoint import load_model, save_pretrained  # noqa: E402
 from encoderlab.data.shards import read_meta  # noqa: E402

@@ -670,7 +670,7 @@ def test_the_scan_passes_safe_calls(line: str) -> None:
 
 def test_no_code_path_executes_configuration_as_code() -> None:
     found = []
-    for path in sorted((ROOT / "encoderlab").rglob("*.py")):
+    for path in sorted((ROOT / "src" / "encoderlab").rglob("*.py")):
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             code = line.split("#", 1)[0]
             found += [f"{path.relative_to(ROOT)}:{number}: {what}: {line.strip()}"

@@ -29,7 +29,7 @@ def _snapshot(folder: Path) -> dict[str, str]:
 
 def _smoke(script: str, results: Path, *options: str) -> subprocess.CompletedProcess:
     """bench/`script` --smoke, its results under `results`, the repository importable."""
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke", *options, "--results-dir",
                            str(results)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
 

@@ -207,7 +207,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_result(glue, tiny_model, t
     argv = ["benchmark", "glue", "--model", str(tiny_model), "--data", str(glue), "--tasks", "sst2", "--epochs", "3",
             "--batch-size", "2", "--lr", "1e-3", "--no-progress", "--threads", "1"]
     whole = bench(*argv[1:], "--out", tmp_path / "whole")
-    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = os.environ | {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "encoderlab", *argv, "--out", str(tmp_path / "cut")], cwd=ROOT,
                             env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

@@ -122,14 +122,14 @@ def test_threads_below_one_is_refused_the_same_way_everywhere(command, capsys):
 def test_argparse_lives_only_in_the_cli_package():
     """Library functions take typed arguments; only encoderlab/cli/ turns a command line into them."""
     pattern = re.compile(r"^\s*(import argparse|from argparse import)", re.M)
-    library = [p for p in (ROOT / "encoderlab").rglob("*.py") if p.relative_to(ROOT / "encoderlab").parts[0] != "cli"]
+    library = [p for p in (ROOT / "src" / "encoderlab").rglob("*.py") if p.relative_to(ROOT / "src" / "encoderlab").parts[0] != "cli"]
     assert [str(p) for p in library if pattern.search(p.read_text(encoding="utf-8"))] == []
 
 
 def test_runtime_never_imports_the_oracles():
     """transformers and sentence-transformers are test oracles: no encoderlab module may import them."""
     pattern = re.compile(r"^\s*(import|from)\s+(transformers|sentence_transformers)\b", re.M)
-    offenders = [str(p) for p in (ROOT / "encoderlab").rglob("*.py") if pattern.search(p.read_text(encoding="utf-8"))]
+    offenders = [str(p) for p in (ROOT / "src" / "encoderlab").rglob("*.py") if pattern.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
     probe = ("import sys, encoderlab.cli as c; c.main(['similarity', '--model', 'minilm', 'a cat', 'a dog']); "
              "bad = [m for m in sys.modules if m.split('.')[0] in ('transformers', 'sentence_transformers')]; "

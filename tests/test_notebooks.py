@@ -78,7 +78,7 @@ def test_notebook_runs(path: Path, tmp_path: Path):
     executed = runner.execute(lesson, path.parent, env)  # raises CellExecutionError naming the cell that failed
     python, package = json.loads(executed.cells[0].outputs[0]["text"])
     assert Path(python).resolve() == Path(sys.executable).resolve(), "the kernel runs another Python than the tests"
-    assert Path(package).resolve() == (ROOT / "encoderlab" / "__init__.py").resolve(), (
+    assert Path(package).resolve() == (ROOT / "src" / "encoderlab" / "__init__.py").resolve(), (
         f"the kernel imported encoderlab from {package}, not from this checkout")
     errors = [o for cell in executed.cells if cell.cell_type == "code" for o in cell.outputs
               if o.output_type == "error"]

@@ -126,7 +126,7 @@ def serve_command(*extra: str) -> list[str]:
 
 
 def test_cli_refuses_a_public_address_without_a_key():
-    env = {k: v for k, v in os.environ.items() if k != "ENCODERLAB_API_KEY"} | {"PYTHONPATH": str(ROOT)}
+    env = {k: v for k, v in os.environ.items() if k != "ENCODERLAB_API_KEY"} | {"PYTHONPATH": str(ROOT / "src")}
     started = time.monotonic()
     done = subprocess.run(serve_command("--host", "0.0.0.0"), cwd=ROOT, capture_output=True, text=True, env=env,
                           timeout=120)
@@ -148,7 +148,7 @@ def served(env: dict[str, str], *extra: str) -> Iterator[str]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     process = subprocess.Popen(serve_command("--port", str(port), *extra), cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env=os.environ | {"PYTHONPATH": str(ROOT),
+                               stderr=subprocess.DEVNULL, env=os.environ | {"PYTHONPATH": str(ROOT / "src"),
                                                                            "OMP_NUM_THREADS": "1"} | env)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -253,7 +253,7 @@ def test_cli_serves_over_a_subprocess(minilm_path):
     command = [sys.executable, "-m", "encoderlab", "serve", "--model", str(minilm_path), "--port", str(port),
                "--threads", "1", "--max-batch", "8", "--tasks", "embed"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env=os.environ | {"PYTHONPATH": str(ROOT)})
+                               env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
     try:
         health = wait_for_health(f"http://127.0.0.1:{port}", process)
         assert health["tasks"] == ["embed"] and health["limits"]["max_batch"] == 8

@@ -39,7 +39,7 @@ def server() -> Iterator[tuple[str, int]]:
                "--threads", "1", "--tasks", "embed", "--body-timeout-s", str(BODY_TIMEOUT_S)]
     with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: an unread pipe fills up and blocks the server
         process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                   env=os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+                                   env=os.environ | {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"})
         try:
             wait_for_health(f"http://127.0.0.1:{port}", process)
             yield f"http://127.0.0.1:{port}", process.pid

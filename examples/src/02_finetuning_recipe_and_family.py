@@ -88,7 +88,7 @@ plt.show()
 # %% [markdown]
 # ## The recipe at work
 #
-# The same pieces that `encoderlab finetune` puts together (its loop is `encoderlab/train/loop.py`), written out:
+# The same pieces that `encoderlab finetune` puts together (its loop is `src/encoderlab/train/loop.py`), written out:
 # AdamW over the two groups, the schedule, and gradients clipped to norm 1 so one odd batch cannot take a huge step.
 # Here minilm with a new head learns a dozen labelled sentences; lesson 5 does it for real on SST-2.
 

