@@ -10,11 +10,18 @@ does not depend on which rank, micro-batch or restart built it). `seeded` builds
 each example's numbers exactly as `__call__` on that example alone would (the same calls on the same generator
 state), then pads and masks the whole batch with array operations; the result is bit for bit what masking the
 examples one by one and padding them gives, about 10x faster (`python bench/data_pipeline.py`).
+
+An example of L real tokens carries at most `MaskBudget.per_row(L)` predictions (1.5 x the expected count, plus 8):
+the rare draw above that keeps its first ones, so a batch's predictions fit a size known from its shape alone and
+the MLM head runs on a fixed number of rows, with no host synchronisation and no graph break (BERT caps its
+predictions the same way, max_predictions_per_seq in google-research/bert's create_pretraining_data.py).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,6 +33,26 @@ from encoderlab.errors import ConfigError
 from encoderlab.nn.output import IGNORE_INDEX
 
 MASK_FRACTION, RANDOM_FRACTION = 0.8, 0.1  # of the chosen tokens; the remaining 0.1 stay unchanged
+# The per-example cap on predictions is BUDGET_FACTOR x the expected count + BUDGET_SLACK: at p = 0.15 a row of 128
+# tokens may hold 37 against 19.2 expected, about 4 standard deviations of token-level draws above the mean.
+BUDGET_FACTOR, BUDGET_SLACK = 1.5, 8
+
+
+@dataclass(frozen=True)
+class MaskBudget:
+    """How many predicted positions an example, and so a batch, may hold at a masking probability."""
+
+    probability: float
+
+    def per_row(self, lengths: torch.Tensor) -> torch.Tensor:
+        """(B,) real lengths -> (B,) the most predictions each row keeps: min(L, ceil(1.5 p L) + 8)."""
+        budget = torch.ceil(lengths.double() * (BUDGET_FACTOR * self.probability)).long() + BUDGET_SLACK
+        return torch.minimum(budget, lengths.long())
+
+    def positions(self, batch_size: int, length: int) -> int:
+        """The predicted positions a (batch_size, length) batch may hold: a bound from its shape alone, in plain
+        Python (no tensor, so nothing to synchronise); float64 as per_row, so the two agree to the token."""
+        return batch_size * min(length, math.ceil(length * (BUDGET_FACTOR * self.probability)) + BUDGET_SLACK)
 
 
 class MaskingCollator:
@@ -43,6 +70,7 @@ class MaskingCollator:
             raise ConfigError(f"special ids {special} must lie in [0, vocab_size={vocab_size})")
         self.vocab_size, self.mask_id, self.pad_id = vocab_size, mask_id, pad_id
         self.mlm_probability, self.whole_word, self.pad_to_multiple_of = mlm_probability, whole_word, pad_to_multiple_of
+        self.budget = MaskBudget(mlm_probability)
         self.special_ids = torch.tensor(special, dtype=torch.long)
         ordinary = torch.ones(vocab_size, dtype=torch.bool)
         ordinary[self.special_ids] = False
@@ -122,15 +150,24 @@ class MaskingCollator:
         replace = torch.randint(len(self.random_ids), input_ids.shape, generator=generator)
         return self.apply(input_ids, attention_mask, word_starts, draws, action, replace)
 
+    def within_budget(self, chosen: torch.Tensor, attention_mask: torch.Tensor,
+                      words: torch.Tensor | None) -> torch.Tensor:
+        """(B, T) chosen tokens cut to each row's first ones (whole words, given words) within its budget."""
+        count = chosen.long().cumsum(1)  # (B, T) chosen so far
+        if words is not None:  # a word is kept whole or dropped whole: compare the count at its last token
+            count = torch.zeros_like(count).scatter_reduce(1, words, count, "amax").gather(1, words)
+        return chosen & (count <= self.budget.per_row(attention_mask.sum(1))[:, None])
+
     def apply(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, word_starts: torch.Tensor,
               draws: torch.Tensor, action: torch.Tensor, replace: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mask (B, T) ids with given uniform draws (choice, 80/10/10 action) and replacement indices (B, T)."""
         maskable = attention_mask.bool() & ~torch.isin(input_ids, self.special_ids)  # (B, T)
         if self.whole_word:
-            words = word_starts.long().cumsum(1) - 1  # (B, T) index of each token's word; a row has <= T words
-            chosen = (draws < self.mlm_probability).gather(1, words.clamp(min=0)) & maskable
+            words = (word_starts.long().cumsum(1) - 1).clamp(min=0)  # (B, T) each token's word; a row has <= T words
+            chosen = (draws < self.mlm_probability).gather(1, words) & maskable
         else:
-            chosen = (draws < self.mlm_probability) & maskable
+            words, chosen = None, (draws < self.mlm_probability) & maskable
+        chosen = self.within_budget(chosen, attention_mask, words)
         labels = torch.where(chosen, input_ids, IGNORE_INDEX)
         replacements = self.random_ids[replace]
         masked = torch.where(chosen & (action < MASK_FRACTION), self.mask_id, input_ids)

@@ -116,20 +116,33 @@ class MaskedLMModel(Model):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> ModelOutput:
+                output_hidden_states: bool = False, masked_budget: int | None = None) -> ModelOutput:
         hidden = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
-        return _mlm_output(self, hidden, labels)
+        return _mlm_output(self, hidden, labels, masked_budget)
 
 
-def _mlm_output(model: MaskedLMModel | PreTrainingModel, hidden: ModelOutput,
-                labels: torch.Tensor | None) -> ModelOutput:
-    """Full logits (B, T, V) without labels; with labels, logits (N, V) of the labelled positions and their loss."""
+def _mlm_output(model: MaskedLMModel | PreTrainingModel, hidden: ModelOutput, labels: torch.Tensor | None,
+                masked_budget: int | None = None) -> ModelOutput:
+    """Full logits (B, T, V) without labels; with labels, logits (N, V) of the labelled positions and their loss.
+    Given masked_budget (at least the labelled count), N is that fixed number: the labelled positions, then
+    unlabelled ones whose targets are IGNORE_INDEX, so the shapes never depend on the data (no host sync)."""
     word_embeddings = model.encoder.embeddings.word.weight
     if labels is None:
         return replace(hidden, logits=model.mlm(hidden.last_hidden_state, word_embeddings))
-    selected = labels != IGNORE_INDEX  # (B, T)
-    logits, targets = model.mlm(hidden.last_hidden_state[selected], word_embeddings), labels[selected]
+    states = hidden.last_hidden_state.flatten(0, 1)  # (B*T, H)
+    if masked_budget is None:
+        positions = (labels != IGNORE_INDEX).flatten().nonzero().squeeze(1)  # (N,): a data-dependent size
+    else:
+        positions = labelled_first(labels, masked_budget)  # (N,) = (masked_budget,)
+    logits, targets = model.mlm(states[positions], word_embeddings), labels.flatten()[positions]
     return replace(hidden, logits=logits, targets=targets, terms={"mlm": lambda: cross_entropy_sum(logits, targets)})
+
+
+def labelled_first(labels: torch.Tensor, budget: int) -> torch.Tensor:
+    """(B, T) labels -> (budget,) flat positions: every labelled one (there must be at most budget) before any
+    other; a top-k of the label mask, whose size is fixed."""
+    labelled = (labels != IGNORE_INDEX).flatten().to(torch.int32)  # (B*T,)
+    return torch.topk(labelled, min(budget, labelled.numel()), sorted=True).indices
 
 
 def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> Sum:
@@ -150,9 +163,10 @@ class PreTrainingModel(Model):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                next_sentence_label: torch.Tensor | None = None, output_hidden_states: bool = False) -> ModelOutput:
+                next_sentence_label: torch.Tensor | None = None, output_hidden_states: bool = False,
+                masked_budget: int | None = None) -> ModelOutput:
         hidden = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states=output_hidden_states)
-        out = _mlm_output(self, hidden, labels)
+        out = _mlm_output(self, hidden, labels, masked_budget)
         out.nsp_logits = nsp_logits = self.nsp(hidden.pooled)  # (B, 2)
         if next_sentence_label is not None:
             out.terms["nsp"] = lambda: cross_entropy_sum(nsp_logits, next_sentence_label)

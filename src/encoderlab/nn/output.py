@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import torch
 
@@ -33,17 +32,24 @@ class ModelOutput:
     embedding: torch.Tensor | None = None  # (B, H) float32 sentence vectors, SentenceEmbedder
     targets: torch.Tensor | None = None  # (N,) the labels of a masked LM's N labelled positions, given labels
 
-    @cached_property
+    # A plain field, not functools.cached_property: Python 3.11's takes a lock, which torch.compile cannot trace
+    # (a graph break in every training step).
+    _sums: dict[str, Sum] | None = field(default=None, repr=False, init=False)
+
+    @property
     def sums(self) -> dict[str, Sum]:
-        """Each loss term by name ("mlm", "nsp", ...) as (summed loss, count); empty without labels."""
-        return {name: term() for name, term in self.terms.items()}
+        """Each loss term by name ("mlm", "nsp", ...) as (summed loss, count), computed when first read; empty
+        without labels."""
+        if self._sums is None:
+            self._sums = {name: term() for name, term in self.terms.items()}
+        return self._sums
 
     @property
     def losses(self) -> dict[str, torch.Tensor]:
         """Each loss term's mean, its sum / count."""
         return {name: total / count for name, (total, count) in self.sums.items()}
 
-    @cached_property
+    @property
     def loss(self) -> torch.Tensor | None:
         """The sum of the terms' means (transformers' loss), or None when no labels were given."""
         return sum(self.losses.values()) if self.sums else None

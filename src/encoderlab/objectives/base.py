@@ -13,6 +13,7 @@ from torch import nn
 
 from encoderlab.checkpoint import init_from, load_weights, read_config, save_pretrained
 from encoderlab.config import EncoderConfig
+from encoderlab.data.collate import MaskBudget
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.models import FAMILIES
 from encoderlab.nn.model import IGNORE_INDEX
@@ -30,6 +31,9 @@ class Objective(nn.Module):
     unused_parameters = False  # whether forward may leave some parameters without a gradient (DDP must know)
     new_tensors: list[str] = []  # with init_from: the tensors the checkpoint did not hold (start_from's answer)
     frozen: tuple[str, ...] = ()  # attributes holding frozen models (an anchor, a teacher), None where absent
+    mask_budget: MaskBudget | None = None
+    """The collator's cap on predictions (pretrain sets it from the recipe's mlm_probability): an objective whose
+    model predicts masked tokens runs its MLM head on that fixed count, with no host sync; None: on the exact count."""
 
     def train(self, mode: bool = True) -> Objective:
         super().train(mode)

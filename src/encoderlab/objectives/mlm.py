@@ -87,6 +87,8 @@ class MaskedLanguageModeling(Objective):
         flags = {} if pair_labels is None else {"next_sentence_label": pair_labels}
         if self.anchor is not None and self.anchor_all:
             flags["output_hidden_states"] = True
+        if self.mask_budget is not None:
+            flags["masked_budget"] = self.mask_budget.positions(*labels.shape)
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels, **flags)
         mlm_sum = out.sums["mlm"][0]
         loss = mlm_sum / counts["masked"]
@@ -102,8 +104,8 @@ class MaskedLanguageModeling(Objective):
                                             output_hidden_states=self.anchor_all)
             pairs = (zip(out.hidden_states, target.hidden_states) if self.anchor_all else
                      [(out.last_hidden_state, target.last_hidden_state)])
-            kept = batch["attention_mask"].bool() & (labels == IGNORE_INDEX)
-            cos_sums = [(1 - F.cosine_similarity(ours[kept].float(), theirs[kept].float(), dim=-1)).sum()
+            kept = batch["attention_mask"].bool() & (labels == IGNORE_INDEX)  # (B, T): weights, not an index (no sync)
+            cos_sums = [((1 - F.cosine_similarity(ours.float(), theirs.float(), dim=-1)) * kept).sum()
                         for ours, theirs in pairs]
             cos_sum = sum(cos_sums) / len(cos_sums)
             loss = loss + self.anchor_weight * cos_sum / counts["anchored"]

@@ -181,7 +181,9 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
 
 def build_objective(cfg: PretrainConfig, tokenizer: Tokenizer) -> Objective:
     """The recipe's objective (encoderlab.objectives.build_objective) over its data's tokenizer."""
-    return build(cfg.objective, cfg.options, cfg.model, tokenizer, cfg.data, cfg.max_length)
+    objective = build(cfg.objective, cfg.options, cfg.model, tokenizer, cfg.data, cfg.max_length)
+    objective.mask_budget = masking_collator(cfg, tokenizer).budget  # the collator's cap: a fixed MLM head size
+    return objective
 
 
 def fixed_length(cfg: PretrainConfig) -> int | None:
