@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 TORCH  := torch==2.13.0
 
-.PHONY: demo test chromium bench clean
+.PHONY: demo test test-fast chromium bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +26,13 @@ $(VENV)/.deps-test: pyproject.toml | $(PY)
 demo: $(VENV)/.deps-run
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/demo.sh
 
-# About 13 min on a quiet 2-core AMD EPYC (AVX2), 32 min with another job on it (issue 37).
+# Every test, a pytest-xdist worker per core (-n auto); worksteal balances the long tests between the workers.
 test: $(VENV)/.deps-test chromium
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist worksteal
+
+# The tests not marked slow, for iterating on a change (tests/conftest.py keeps each of them under 5 CPU seconds).
+test-fast: $(VENV)/.deps-test
+	$(PY) -m pytest -n auto --dist worksteal -m "not slow"
 
 # The playground's browser tests drive the system Chromium (Playwright's own browser download needs the network):
 # installed from the system's packages when absent and permitted (root and apt-get); otherwise those tests skip and

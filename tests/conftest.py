@@ -17,6 +17,45 @@ SHARED_DATA = Path(os.environ.get("ENCODERLAB_DATA", ROOT.parent / "shared" / "d
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# One torch thread per test process (`make test` runs a pytest-xdist worker per core): two workers of two threads
+# each on two cores wait on each other far more than they compute, and one thread makes CPU time a test's work.
+# Set before torch is imported; a test that needs more threads asks for them.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+# An unmarked test may compute for this many CPU seconds (its process's and the subprocesses it waited for, setup
+# and teardown aside); above it, it must carry @pytest.mark.slow, so that `make test-fast` stays fast. CPU time,
+# not wall time: a busy machine slows a test's clock, not its work. ENCODERLAB_FAST_LIMIT_S=0 turns the check off.
+FAST_LIMIT_S = float(os.environ.get("ENCODERLAB_FAST_LIMIT_S", "5"))
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU time, all its threads, plus its children's that have been waited for."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    started = _cpu_seconds()
+    yield
+    item.stash[CPU_SECONDS] = _cpu_seconds() - started
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    spent = item.stash.get(CPU_SECONDS, 0.0)
+    if (call.when == "call" and report.passed and FAST_LIMIT_S and spent > FAST_LIMIT_S
+            and item.get_closest_marker("slow") is None):
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} computed for {spent:.1f} CPU s, over the {FAST_LIMIT_S:g} s an unmarked "
+                           f"test may take: mark it @pytest.mark.slow (or make it faster)")
+
+
+CPU_SECONDS = pytest.StashKey[float]()
+
 
 def shared_file(relative: str) -> Path:
     """A file under ../shared/data, or skip the test with the reason when it is absent."""
