@@ -334,7 +334,7 @@ def encoderlab_onnx(int8: bool) -> Callable[[Setting], Embedder]:
 
     def load(setting: Setting) -> Embedder:
         require("onnxruntime")
-        path = setting.work / "encoderlab-onnx" / f"model{'-int8' if int8 else ''}.onnx"
+        path = setting.work / "encoderlab-onnx" / f"model{'-int8' if int8 else ''}"  # an export folder
         once(path, lambda p: export_onnx(setting.folder, p, int8=int8))
         runner = OnnxRunner(path, threads=setting.threads)
         return lambda texts, batch_size: runner.embed(texts, batch_size=batch_size)

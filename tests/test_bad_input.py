@@ -458,12 +458,12 @@ simple_case("ckpt-shard-index-names-absent-file", lambda t, f: info(damaged_copy
                                               '{"weight_map": {"a": "model-1.safetensors"}}')))),
             "model-1.safetensors")
 simple_case("export-truncated", lambda t, f: ["export", "onnx", "--model", damaged_copy(
-    f.base, t, truncate("model.safetensors")), "--out", t / "m.onnx"], "model.safetensors", "truncated")
+    f.base, t, truncate("model.safetensors")), "--out", t / "m"], "model.safetensors", "truncated")
 simple_case("export-task-head-wrong-shape", lambda t, f: ["export", "onnx", "--model", damaged_copy(
-    f.classify, t, edit_tensors(lambda s: s.update({"classifier.weight": torch.zeros(2, 31)}))), "--out", t / "m.onnx"],
+    f.classify, t, edit_tensors(lambda s: s.update({"classifier.weight": torch.zeros(2, 31)}))), "--out", t / "m"],
             "classifier.weight", "(2, 31)")
 simple_case("export-corrupt-task-json", lambda t, f: ["export", "onnx", "--model", damaged_copy(
-    f.classify, t, lambda d: write(d, "task.json", "{")), "--out", t / "m.onnx"], "task.json", "JSON")
+    f.classify, t, lambda d: write(d, "task.json", "{")), "--out", t / "m"], "task.json", "JSON")
 
 
 @case("ckpt-pickle-with-code")

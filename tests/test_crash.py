@@ -433,5 +433,6 @@ def test_finetune_fresh_run_discards_an_old_training_state(classify, finetuned, 
     run = tmp_path / "run"
     assert main([*argv, "--out", str(run), "--epochs", "1"]) == 0
     assert latest_step(run) == 20
-    assert main([*argv, "--out", str(run)]) == 0  # without --resume: starts again, not from step 20
+    assert main([*argv, "--out", str(run)]) == 2  # a finished run is not replaced unasked (issue 42)
+    assert main([*argv, "--out", str(run), "--overwrite"]) == 0  # starts again, not from step 20
     assert_same_finetuning(run, finetuned)

@@ -84,7 +84,7 @@ def test_a_plain_folder_has_the_defaults(tmp_path):
 # ---- the same vectors from every command ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def minilm_onnx(tmp_path_factory, minilm_path) -> Path:
-    out = tmp_path_factory.mktemp("onnx") / "minilm.onnx"
+    out = tmp_path_factory.mktemp("onnx") / "minilm"
     export_onnx(minilm_path, out)
     return out
 
@@ -199,7 +199,7 @@ def windows_everywhere(folder: Path, tmp_path: Path, capsys, text: str, flag: in
         assert main(["attention", "--model", str(folder), text, "--head", "0", "--out", str(tmp_path / "a.png"),
                      "--json"]) == 0
         found["attention cli"] = len(json.loads(capsys.readouterr().out)["tokens"])
-        found["onnx"] = export_onnx(folder, tmp_path / "m.onnx")["max_length"]
+        found["onnx"] = export_onnx(folder, tmp_path / "m")["max_length"]
     return found
 
 

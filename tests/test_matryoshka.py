@@ -134,6 +134,7 @@ def test_finetune_refuses_bad_matryoshka_options(tiny, tmp_path, capsys):
               "--no-progress", "--threads", "1", "--matryoshka"]
     assert main(common + ["64,16"]) == 2
     assert "--matryoshka 64: above the model's hidden size 32" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused from config.json, before training wrote anything
     assert main(common + ["16,0"]) == 2
     assert "expected distinct positive dimensions" in capsys.readouterr().err
     with pytest.raises(SystemExit):

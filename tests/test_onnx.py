@@ -13,6 +13,7 @@ from torch.testing import assert_close
 from hf_oracle import randomize
 
 from encoderlab import CheckpointError, ConfigError, EncoderConfig, EncoderModel, MaskedLMModel
+from encoderlab.errors import InputError
 from encoderlab.checkpoint import load_model
 from encoderlab.infer.pipelines import Embed, pipeline
 from encoderlab.cli import main
@@ -68,10 +69,10 @@ def onnx_outputs(runner: OnnxRunner, inputs: dict[str, torch.Tensor]) -> dict[st
 
 # ---- parity on a tiny random encoder ----------------------------------------------------------------------------
 def test_encoder_parity_on_shapes_the_export_never_saw(tmp_path, tiny_folder):
-    result = export_onnx(tiny_folder, tmp_path / "tiny.onnx")
+    result = export_onnx(tiny_folder, tmp_path / "tiny")
     assert result["outputs"] == ["last_hidden_state", "pooled"] and result["max_abs_diff"] < 1e-4
     model = load_model(tiny_folder)
-    runner = OnnxRunner(tmp_path / "tiny.onnx", threads=1)
+    runner = OnnxRunner(tmp_path / "tiny", threads=1)
     assert [i.shape for i in runner.session.get_inputs()] == [["batch", "sequence"]] * 3
     for batch, length in ((5, 13), (1, 3), (7, 64)):  # the export traced (2, 8)
         inputs = padded_batch(model.config.vocab_size, batch, length, seed=length)
@@ -84,8 +85,8 @@ def test_encoder_parity_on_shapes_the_export_never_saw(tmp_path, tiny_folder):
 
 
 def test_runner_embed_matches_torch_in_input_order(tmp_path, tiny_folder):
-    export_onnx(tiny_folder, tmp_path / "tiny.onnx")
-    runner = OnnxRunner(tmp_path / "tiny.onnx", threads=1)
+    export_onnx(tiny_folder, tmp_path / "tiny")
+    runner = OnnxRunner(tmp_path / "tiny", threads=1)
     model, tokenizer = load_model(tiny_folder, kind="embed"), Tokenizer.from_pretrained(tiny_folder)
     for pooling, normalize in (("mean", False), ("cls", True)):
         expected = Embed(model, tokenizer, pooling=pooling, normalize=normalize).embed(SENTENCES)
@@ -99,15 +100,15 @@ def test_masked_lm_logits_and_a_checkpoint_without_the_head(tmp_path, tokenizer)
     randomize(mlm, seed=1)
     save_pretrained(mlm, tmp_path / "mlm")
     tokenizer.save(tmp_path / "mlm")
-    result = export_onnx(tmp_path / "mlm", tmp_path / "out" / "mlm.onnx", kind="mlm")
+    result = export_onnx(tmp_path / "mlm", tmp_path / "out" / "mlm", kind="mlm")
     assert result["task"] == "fill-mask" and result["outputs"] == ["logits"]
     inputs = padded_batch(tokenizer.vocab_size, 3, 10, seed=2)
-    got = onnx_outputs(OnnxRunner(tmp_path / "out" / "mlm.onnx", threads=1), inputs)["logits"]
+    got = onnx_outputs(OnnxRunner(tmp_path / "out" / "mlm", threads=1), inputs)["logits"]
     with torch.no_grad():
         assert_close(got, mlm.eval()(**inputs).logits, **FP32)
     save_pretrained(EncoderModel(tiny_config(tokenizer)), tmp_path / "bare")
     with pytest.raises(CheckpointError, match="missing tensors"):
-        export_onnx(tmp_path / "bare", tmp_path / "bare.onnx", kind="mlm")
+        export_onnx(tmp_path / "bare", tmp_path / "bare-export", kind="mlm")
 
 
 # ---- fine-tuned task folders ------------------------------------------------------------------------------------
@@ -124,27 +125,27 @@ def test_task_folder_exports_its_logits(tmp_path, tokenizer, task):
     model = build(tiny_config(tokenizer, labels=labels)).eval()
     randomize(model, seed=3)
     save_pretrained(model, tmp_path / "model", tokenizer, {"task": task, "max_length": 48, "labels": labels})
-    result = export_onnx(tmp_path / "model", tmp_path / f"{task}.onnx")
-    sidecar = json.loads(sidecar_path(tmp_path / f"{task}.onnx").read_text())
+    result = export_onnx(tmp_path / "model", tmp_path / task)
+    sidecar = json.loads(sidecar_path(tmp_path / task / "model.onnx").read_text())
     assert (sidecar["task"], sidecar["outputs"], sidecar["max_length"]) == (task, outputs, 48)
     assert sidecar.get("labels") == labels and result["max_abs_diff"] < 1e-4
     inputs = padded_batch(tokenizer.vocab_size, 4, 11, seed=4)
-    got = onnx_outputs(OnnxRunner(tmp_path / f"{task}.onnx", threads=1), inputs)
+    got = onnx_outputs(OnnxRunner(tmp_path / task, threads=1), inputs)
     with torch.no_grad():
         out = model(**inputs)
     expected = (out.start_logits, out.end_logits) if task == "qa" else (out.logits,)
     for name, tensor in zip(outputs, expected):
         assert_close(got[name], tensor, **FP32)
     with pytest.raises(ConfigError, match="no MLM head"):
-        export_onnx(tmp_path / "model", tmp_path / "mlm.onnx", kind="mlm")
+        export_onnx(tmp_path / "model", tmp_path / "mlm", kind="mlm")
 
 
 def test_embed_folder_keeps_its_pooling(tmp_path, tokenizer):
     model = SentenceEmbedder(tiny_config(tokenizer), pooling="cls")
     randomize(model, seed=5)
     save_pretrained(model, tmp_path / "model", tokenizer, {"task": "embed", "max_length": 32, "pooling": "cls"})
-    export_onnx(tmp_path / "model", tmp_path / "embed.onnx")
-    runner = OnnxRunner(tmp_path / "embed.onnx", threads=1)
+    export_onnx(tmp_path / "model", tmp_path / "embed")
+    runner = OnnxRunner(tmp_path / "embed", threads=1)
     assert runner.info["pooling"] == "cls" and runner.max_length == 32
     with torch.no_grad():
         batch = tokenizer.encode_batch(SENTENCES)
@@ -155,8 +156,8 @@ def test_embed_folder_keeps_its_pooling(tmp_path, tokenizer):
 def test_roberta_export_records_its_512_usable_positions(tmp_path, roberta_window_path, long_text):
     """Issue 36: a RoBERTa-family folder (514 positions, starting at pad_token_id + 1) used to record 514, and the
     runner then fed a text 514 tokens into a table that holds 512; it records the pipelines' window."""
-    export_onnx(roberta_window_path, tmp_path / "roberta.onnx")
-    runner = OnnxRunner(tmp_path / "roberta.onnx", threads=1)
+    export_onnx(roberta_window_path, tmp_path / "roberta")
+    runner = OnnxRunner(tmp_path / "roberta", threads=1)
     embed = pipeline("embed", roberta_window_path)
     assert runner.info["max_length"] == runner.max_length == embed.max_length == 512
     assert_close(torch.from_numpy(runner.embed([long_text])), torch.from_numpy(embed.embed([long_text])), **FP32)
@@ -166,9 +167,9 @@ def test_roberta_export_records_its_512_usable_positions(tmp_path, roberta_windo
 @pytest.fixture(scope="module")
 def minilm_exports(tmp_path_factory, minilm_path) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("minilm_onnx")
-    export_onnx(minilm_path, folder / "minilm.onnx")
-    export_onnx(minilm_path, folder / "minilm.int8.onnx", int8=True)
-    return folder / "minilm.onnx", folder / "minilm.int8.onnx"
+    export_onnx(minilm_path, folder / "minilm")
+    export_onnx(minilm_path, folder / "minilm-int8", int8=True)
+    return folder / "minilm" / "model.onnx", folder / "minilm-int8" / "model.onnx"
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -195,36 +196,44 @@ def test_minilm_int8_is_small_and_close(minilm_exports, minilm_path, sst2_dev_se
 
 
 # ---- CLI and bad input --------------------------------------------------------------------------------------------
-def test_cli_writes_model_sidecar_and_tokenizer(tmp_path, tiny_folder, capsys):
-    out = tmp_path / "export" / "tiny.onnx"
+def test_cli_writes_one_self_contained_folder(tmp_path, tiny_folder, capsys):
+    out = tmp_path / "export" / "tiny"
     assert main(["export", "onnx", "--model", str(tiny_folder), "--out", str(out), "--int8"]) == 0
     printed = capsys.readouterr().out
-    assert f"wrote {out}" in printed and "MB" in printed and "of fp32" in printed
-    assert out.is_file() and sidecar_path(out).is_file() and (out.parent / "tokenizer.json").is_file()
+    assert f"wrote {out / 'model.onnx'}" in printed and "MB" in printed and "of fp32" in printed
+    assert {"model.onnx", "model.onnx.json", "config.json", "tokenizer.json"} <= {p.name for p in out.iterdir()}
     assert not [p.name for p in out.parent.iterdir() if p.name.startswith(".")]  # no temporary files left
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
     assert OnnxRunner(out).embed(["a good film"]).shape == (1, 32)
 
 
+def test_an_out_ending_in_onnx_is_refused_with_a_hint(tmp_path, tiny_folder, capsys):
+    assert main(["export", "onnx", "--model", str(tiny_folder), "--out", str(tmp_path / "m.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert "--out is a folder" in err and f"try --out {tmp_path / 'm'}" in err and err.count("\n") == 1
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_cli_refuses_an_absent_model_with_one_line(tmp_path, capsys):
-    assert main(["export", "onnx", "--model", str(tmp_path / "absent"), "--out", str(tmp_path / "x.onnx")]) == 2
+    assert main(["export", "onnx", "--model", str(tmp_path / "absent"), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "absent" in err and err.count("\n") == 1
-    assert not (tmp_path / "x.onnx").exists()
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("changes, match", [({"kind": "encoder"}, "unknown export kind"),
                                             ({"opset": 11}, "opset 11"),
-                                            ({"out_path": "model.bin"}, "ending in .onnx")])
+                                            ({"out_dir": "model.onnx"}, "--out is a folder")])
 def test_bad_arguments_are_refused(tmp_path, tiny_folder, changes, match):
-    arguments = {"model_name_or_path": tiny_folder, "out_path": tmp_path / "m.onnx"} | changes
-    with pytest.raises(ConfigError, match=match):
+    arguments = {"model_name_or_path": tiny_folder, "out_dir": tmp_path / "m"} | changes
+    with pytest.raises((ConfigError, InputError), match=match):
         export_onnx(**arguments)
 
 
 def test_runner_refuses_a_file_that_is_not_onnx(tmp_path):
-    (tmp_path / "junk.onnx").write_bytes(b"not a protobuf")
+    (tmp_path / "junk").write_bytes(b"not a protobuf")
     with pytest.raises(CheckpointError, match="onnxruntime cannot load"):
-        OnnxRunner(tmp_path / "junk.onnx")
+        OnnxRunner(tmp_path / "junk")
 
 
 # ---- every family ------------------------------------------------------------------------------------------------
@@ -248,9 +257,9 @@ def test_every_family_exports_with_parity(tmp_path, family):
     model = EncoderModel(config).eval()
     randomize(model, seed=1)
     save_pretrained(model, tmp_path / "model")
-    result = export_onnx(tmp_path / "model", tmp_path / "model.onnx")
+    result = export_onnx(tmp_path / "model", tmp_path / "export")
     assert result["max_abs_diff"] < 1e-4
-    runner = OnnxRunner(tmp_path / "model.onnx", threads=1)
+    runner = OnnxRunner(tmp_path / "export", threads=1)
     inputs = padded_batch(config.vocab_size, 4, 20, seed=2)
     real = inputs["attention_mask"].bool()
     inputs["input_ids"] = torch.where(real, inputs["input_ids"].clamp(min=2), config.pad_token_id)
@@ -268,8 +277,8 @@ def test_every_family_exports_to_int8_close_to_fp32(tmp_path, family):
     model = EncoderModel(config).eval()
     randomize(model, seed=1)
     save_pretrained(model, tmp_path / "model")
-    export_onnx(tmp_path / "model", tmp_path / "model.int8.onnx", int8=True)
-    runner = OnnxRunner(tmp_path / "model.int8.onnx", threads=1)
+    export_onnx(tmp_path / "model", tmp_path / "model-int8", int8=True)
+    runner = OnnxRunner(tmp_path / "model-int8", threads=1)
     inputs = padded_batch(config.vocab_size, 4, 20, seed=2)
     real = inputs["attention_mask"].bool()
     inputs["input_ids"] = torch.where(real, inputs["input_ids"].clamp(min=2), config.pad_token_id)

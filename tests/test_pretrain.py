@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,8 +92,16 @@ def test_every_recipe_loads_to_the_run_it_describes(tmp_path):
 def test_unknown_yaml_key_names_the_key_and_the_file(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("preset: bert-tiny\nclip_norms: 0.5\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"r\.yaml: unknown key 'clip_norms'"):
+    with pytest.raises(ConfigError, match=r"unknown key 'clip_norms' in \S*r\.yaml; did you mean: clip_norm\?$"):
         load_recipe(recipe)
+
+
+@pytest.mark.parametrize("key, hint", [("lr_rate", "did you mean: lr?"), ("warmup", "did you mean: warmup_steps"),
+                                       ("zzzz", "see docs/pretraining.md")])
+def test_unknown_key_names_the_closest_keys_not_all_of_them(key, hint):
+    with pytest.raises(ConfigError, match=re.escape(hint)) as caught:
+        load_recipe(None, [f"{key}=1"])
+    assert "max_steps" not in str(caught.value)  # not the whole list
 
 
 def test_unknown_yaml_key_is_named(tmp_path):

@@ -318,7 +318,8 @@ def _class_options(cls: type[nn.Module], spec: FamilySpec, hf_state: dict[str, t
     """The constructor arguments: what the checkpoint fixes (pooler, head size, pooling), then `options` not None."""
     given = {k: v for k, v in options.items() if v is not None}
     if cls.kind in ("base", "embed"):
-        pooling = {"pooling": settings(folder).pooling}
+        given_settings = settings(folder)
+        pooling = {"pooling": given_settings.pooling, "normalize": given_settings.normalize}
         # A pooler only where the checkpoint holds one (an MLM-only BERT checkpoint has none).
         pooler = spec.pooler and all(n in hf_state for n in _sources(spec.weight_map, "pooler.dense.weight"))
         return {"pooler": pooler} | (pooling if cls.kind == "embed" else {}) | given
@@ -353,7 +354,7 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, tokenizer=None,
         atomic_write_text(folder / TASK_FILE, json.dumps(info, indent=2) + "\n")
     if model.kind == "embed":
         write_sentence_transformers(folder, model.config.hidden_size, model.pooling,
-                                    (info or {}).get("max_length", 256))
+                                    (info or {}).get("max_length", 256), model.normalize)
 
 
 def load_weights(model: nn.Module, name: str | os.PathLike) -> None:

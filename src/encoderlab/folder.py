@@ -67,10 +67,15 @@ def settings(folder: str | Path) -> Settings:
                     **options)
 
 
-def write_sentence_transformers(folder: Path, hidden_size: int, pooling: str, max_length: int) -> None:
-    """modules.json, sentence_bert_config.json and 1_Pooling/config.json: sentence-transformers loads the folder."""
+def write_sentence_transformers(folder: Path, hidden_size: int, pooling: str, max_length: int,
+                                normalize: bool = False) -> None:
+    """modules.json, sentence_bert_config.json and 1_Pooling/config.json: sentence-transformers loads the folder;
+    normalize: modules.json ends in Normalize (2_Normalize/), as minilm's does, so both give unit vectors."""
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (folder / "2_Normalize").mkdir(parents=True, exist_ok=True)
     pooling_file = {"word_embedding_dimension": hidden_size, "pooling_mode_cls_token": pooling == "cls",
                     "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
                     "pooling_mode_mean_sqrt_len_tokens": False}

@@ -46,6 +46,58 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     fsync_folder(path.parent)
 
 
+# ---- output folders: nothing a user made is lost (docs/reliability.md) --------------------------------------------
+ONNX_FILE = "model.onnx"  # the graph in an export folder (infer.onnx), beside model.onnx.json
+RESUMABLE = ("checkpoints",)  # a run's own resumable state: what pretrain and finetune may find in their --out
+
+
+def check_out_folder(out: str | os.PathLike, overwrite: bool, resume: bool | None = None,
+                     own: Sequence[str] = (), inputs: Sequence[str | os.PathLike] = ()) -> None:
+    """Refuse (InputError, one line) an --out that is a file, that holds or lies in one of `inputs`, or a folder holding
+    anything but `own` (the command's resumable state), unless `overwrite` (or `resume`; None: the command does not
+    resume). An absent or empty folder is fine. Reads nothing but folder listings: the CLI calls it before any model
+    loads."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: is a file, expected a folder")
+    if overwrite and resume:
+        raise InputError("--overwrite and --resume: give one (--overwrite starts afresh, --resume continues)")
+    for given in inputs:
+        model = Path(given).resolve()
+        if Path(given).is_dir() and (out.resolve() == model or out.resolve() in model.parents):
+            raise InputError(f"--out {out} holds the input {given}: write to another folder")
+    found = sorted(p.name for p in out.iterdir() if p.name not in own) if out.is_dir() else []
+    if found and not (overwrite or resume):
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        also = ", or --resume to continue the run there" if resume is not None else ""
+        raise InputError(f"--out {out} holds files this command did not make ({shown}): pass --overwrite to replace "
+                         f"them{also}, or choose another folder")
+
+
+def check_export_folder(out: str | os.PathLike, overwrite: bool, model: str | os.PathLike) -> None:
+    """`export`'s --out: a folder (a name ending in .onnx is refused with a hint), checked as check_out_folder does."""
+    if Path(out).suffix == ".onnx":
+        raise InputError(f"--out {out}: --out is a folder now (it gets {ONNX_FILE}, its settings, config.json and the "
+                         f"tokenizer files); try --out {Path(out).with_suffix('')}")
+    check_out_folder(out, overwrite, inputs=[model])
+
+
+def remove_folder(folder: Path) -> None:
+    """Rename a folder to a temporary name beside it, then delete it: a kill part way leaves nothing under its name."""
+    folder = Path(folder)
+    doomed = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", suffix=TEMP_SUFFIX, dir=folder.parent))
+    folder.rename(doomed / folder.name)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def clear_folder(folder: str | os.PathLike) -> None:
+    """--overwrite: empty `folder` (remove_folder, then an empty one in its place) just before a command writes."""
+    folder = Path(folder)
+    if folder.is_dir():
+        remove_folder(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+
+
 def write_error(path: Path, err: Exception) -> OSError:
     """An OSError naming `path` for a failed write; torch.save and safetensors report a full disk as their own errors,
     so another error is put down to a full disk when little space is left."""

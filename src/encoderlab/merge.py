@@ -29,7 +29,7 @@ from encoderlab.checkpoint import hf_sources, load_model, normalize_hf_state, re
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.folder import read_task_info
-from encoderlab.io import atomic_write_text
+from encoderlab.io import atomic_write_text, check_out_folder, clear_folder
 from encoderlab.models import FAMILIES
 from encoderlab.paths import resolve_model_path
 from encoderlab.tokenizer import Tokenizer
@@ -186,15 +186,16 @@ def stored_dtype(folder: Path) -> torch.dtype:
 
 
 def merge_to_folder(names: list[str | os.PathLike], out: str | os.PathLike,
-                    weights: list[float] | None = None) -> MergeReport:
+                    weights: list[float] | None = None, overwrite: bool = False) -> MergeReport:
     """Merge `names` and write the result to `out`: weights in the first model's stored dtype, its config, tokenizer
-    and task.json, and merge.json. Refuses to write over one of the inputs."""
+    and task.json, and merge.json. Refuses a folder holding one of the inputs, or other files unless `overwrite`
+    (then emptied just before the merge is written)."""
     out = Path(out)
-    inputs = [resolve_model_path(n).resolve() for n in names]
-    if out.resolve() in inputs:
-        raise InputError(f"--out {out} is one of the models being merged: write the merge to a new folder")
+    check_out_folder(out, overwrite, inputs=names)
     model, report = merge(names, weights)
-    first = inputs[0]
+    first = resolve_model_path(names[0])
+    if overwrite:
+        clear_folder(out)
     tokenizer = _tokenizer(first)
     info = read_task_info(first) or None
     save_pretrained(model.to(stored_dtype(first)), out, tokenizer, info)

@@ -1,4 +1,4 @@
-"""`encoderlab export onnx`: a checkpoint or fine-tuned folder as an ONNX file for onnxruntime."""
+"""`encoderlab export onnx`: a checkpoint or fine-tuned folder as one self-contained ONNX folder for onnxruntime."""
 
 from __future__ import annotations
 
@@ -8,14 +8,18 @@ from pathlib import Path
 
 from encoderlab.choices import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET
 from encoderlab.choices import ONNX_KINDS as KINDS
-from encoderlab.cli.options import add_json, add_model
+from encoderlab.cli.options import add_json, add_model, add_overwrite
+from encoderlab.io import check_export_folder
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> None:
-    """Export a checkpoint or fine-tuned folder to ONNX, with its tokenizer and a JSON sidecar beside it."""
+    """Export a checkpoint or fine-tuned folder to one ONNX folder: model.onnx, its settings (model.onnx.json),
+    config.json and the tokenizer files."""
+    check_export_folder(args.out, args.overwrite, args.model)  # before torch loads
     from encoderlab.infer.onnx import export_onnx
 
-    result = export_onnx(args.model, args.out, int8=args.int8, kind=args.kind, opset=args.opset)
+    result = export_onnx(args.model, args.out, int8=args.int8, kind=args.kind, opset=args.opset,
+                         overwrite=args.overwrite)
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -25,8 +29,8 @@ def cmd_export_onnx(args: argparse.Namespace) -> None:
     check = "" if result["max_abs_diff"] is None else f"; max |torch - onnxruntime| {result['max_abs_diff']:.1e}"
     print(f"wrote {result['path']} ({size}); {result['task']} outputs {', '.join(result['outputs'])}; "
           f"opset {result['opset']}{check}")
-    print(f"wrote {result['sidecar']}" + (f" and the tokenizer files in {Path(result['path']).parent}"
-                                          if result["tokenizer"] else " (no tokenizer: the source has none)"))
+    print(f"wrote {Path(result['sidecar']).name}, config.json" + (" and the tokenizer files" if result["tokenizer"]
+          else " (no tokenizer: the source has none)") + f" in {Path(result['path']).parent}")
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -36,8 +40,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     formats = export.add_subparsers(dest="format", required=True, metavar="FORMAT")
     onnx = formats.add_parser("onnx", help="ONNX for onnxruntime, optionally int8", description=cmd_export_onnx.__doc__)
     add_model(onnx, "checkpoint folder, alias ('minilm') or fine-tuned folder (classify, ner, qa, embed)")
-    onnx.add_argument("--out", required=True, metavar="FILE.onnx",
-                      help="the ONNX file; FILE.onnx.json and the tokenizer files go beside it")
+    onnx.add_argument("--out", required=True, metavar="DIR",
+                      help="the export folder: DIR/model.onnx, DIR/model.onnx.json (its settings), config.json and the "
+                           "tokenizer files (an absent or empty folder, unless --overwrite)")
+    add_overwrite(onnx)
     onnx.add_argument("--int8", action="store_true",
                       help="dynamic int8 quantization of the linear layers and embeddings (about 1/4 of the size)")
     onnx.add_argument("--kind", choices=KINDS, default="base",

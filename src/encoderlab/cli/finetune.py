@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from encoderlab.choices import BATCH_SIZE, BILSTM, CLASSIFY_TYPES, DATA_HELP, MAX_LENGTH, READS, split_names
 from encoderlab.choices import FINETUNE_TASKS as TASKS
-from encoderlab.cli.options import (DEVICE, MODEL_HELP, add_json, add_model, add_options, add_precision, add_threads,
-                                    add_window_options, apply_threads)
+from encoderlab.cli.options import (DEVICE, MODEL_HELP, add_json, add_model, add_options, add_overwrite, add_precision,
+                                    add_threads, add_window_options, apply_threads)
+from encoderlab.io import RESUMABLE, check_out_folder
 
 if TYPE_CHECKING:
     from encoderlab.tasks.finetune import FinetuneJob, Reading
@@ -52,6 +53,7 @@ def dimension_list(text: str) -> tuple[int, ...]:
 # ---- the commands ---------------------------------------------------------------------------------------------
 def cmd_finetune(args: argparse.Namespace) -> dict[str, Any]:
     """Fine-tune a model on a task; keep the best checkpoint by the eval metric; print the results."""
+    check_out_folder(args.out, args.overwrite, args.resume, RESUMABLE, [args.model])
     apply_threads(args.threads)
     from encoderlab.tasks.finetune import finetune
     from encoderlab.train import distributed
@@ -146,6 +148,7 @@ def _training_options(parser: argparse.ArgumentParser, task: str) -> None:
         KEEP_STATE,
         ("--max-train", int, None, "N", "train on a fixed random subset of N examples (default: all)"),
         ("--max-eval", int, None, "N", "evaluate on a fixed random subset of N examples (default: all)"), DEVICE))
+    add_overwrite(parser)
     add_threads(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_json(parser, "print the results as JSON")

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from encoderlab.choices import COMPARE_QUICK as QUICK
 from encoderlab.choices import FAMILY_PRESETS, REFERENCE
 from encoderlab.choices import CompareSettings as Settings
-from encoderlab.cli.options import (add_inference_options, add_json, add_model, add_options, add_threads, add_window_options,
-                                    load_pipeline)
+from encoderlab.cli.options import (add_inference_options, add_json, add_model, add_options, add_overwrite, add_threads,
+                                    add_window_options, load_pipeline)
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import InputError
-from encoderlab.io import atomic_write, atomic_write_text, check_texts, read_lines
+from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, check_texts, read_lines
 from encoderlab.models import PRESETS
 
 if TYPE_CHECKING:
@@ -136,9 +136,10 @@ def cmd_compare(args: argparse.Namespace) -> None:
 def cmd_merge(args: argparse.Namespace) -> None:
     """Average the weights of models of one architecture (a model soup, checkpoint averaging, or an interpolation
     between a model and the one it started from); the first model gives the class, head, config and tokenizer."""
+    check_out_folder(args.out, args.overwrite, inputs=args.models)  # before torch loads
     from encoderlab.merge import MERGE_FILE, merge_to_folder
 
-    report = merge_to_folder(args.models, args.out, args.weights)
+    report = merge_to_folder(args.models, args.out, args.weights, overwrite=args.overwrite)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
         return
@@ -216,5 +217,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     merge.add_argument("--out", required=True, metavar="DIR", help="the folder to write the merged model to")
     merge.add_argument("--weights", nargs="+", type=float, default=None, metavar="W",
                        help="one weight per model, >= 0, normalised to sum to 1 (default: equal)")
+    add_overwrite(merge)
     add_json(merge, "print merge.json's report instead of the summary")
     merge.set_defaults(func=cmd_merge)

@@ -55,6 +55,13 @@ def add_model(parser: argparse.ArgumentParser, help: str = MODEL_HELP, metavar: 
     parser.add_argument("--model", required=default is None, default=default, metavar=metavar, help=shown)
 
 
+def add_overwrite(parser: argparse.ArgumentParser) -> None:
+    """--overwrite: a command that writes a folder replaces what --out holds (encoderlab.io.check_out_folder)."""
+    parser.add_argument("--overwrite", action="store_true", help="replace what --out holds: it is emptied just "
+                        "before the first file is written (default: refuse a folder holding files this command did "
+                        "not make)")
+
+
 def add_json(parser: argparse.ArgumentParser, help: str = "print one JSON document") -> None:
     """--json: machine-readable output."""
     parser.add_argument("--json", action="store_true", help=help)

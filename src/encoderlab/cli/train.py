@@ -6,8 +6,9 @@ import argparse
 import json
 
 from encoderlab.choices import TOKENIZER_KINDS
-from encoderlab.cli.options import add_json
+from encoderlab.cli.options import add_json, add_overwrite
 from encoderlab.errors import InputError
+from encoderlab.io import RESUMABLE, check_out_folder
 
 
 def cmd_tokenizer_train(args: argparse.Namespace) -> None:
@@ -33,13 +34,14 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 def cmd_pretrain(args: argparse.Namespace) -> None:
     """Pretrain an encoder from prepared shards (MLM, MLM+NSP/SOP, RTD, distillation), from scratch or from a
     checkpoint (--init-from); resumable; DDP under torchrun."""
+    check_out_folder(args.out, args.overwrite, args.resume, RESUMABLE, [args.init_from] if args.init_from else [])
     from encoderlab.train.config import load_recipe  # torch: loaded to run, not for --help
     from encoderlab.train.pretrain import pretrain
 
     cfg = load_recipe(args.config, (args.set or []) + ([f"init_from={args.init_from}"] if args.init_from else []))
     if args.stop_at is not None and args.stop_at < 1:
         raise InputError(f"--stop-at {args.stop_at}: give a step of 1 or more")
-    result = pretrain(cfg, args.out, resume=args.resume, stop_after=args.stop_at)
+    result = pretrain(cfg, args.out, resume=args.resume, stop_after=args.stop_at, overwrite=args.overwrite)
     if result:
         print(json.dumps(result, indent=2))
 
@@ -85,6 +87,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                                                           "folder or alias (the data prepared with its tokenizer)")
     pre.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder: checkpoints, metrics.csv, curves.png")
     pre.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
+    add_overwrite(pre)
     pre.add_argument("--stop-at", type=int, metavar="STEP",
                      help="leave at this step with a checkpoint, the schedule left as max_steps sets it (the "
                           "checkpoint is that of a longer run stopped there; --resume continues it)")

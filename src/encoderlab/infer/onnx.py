@@ -3,8 +3,9 @@
 An exported file takes input_ids, attention_mask, token_type_ids (int64 (B, T), both axes dynamic) and gives: a
 checkpoint's last_hidden_state (B, T, H) and pooled (B, H) with a pooler (with kind="mlm", logits (B, T, V)); a
 fine-tuned folder's logits: classify (B, L), ner (B, T, L), qa start_logits and end_logits (B, T); an embed folder's as
-a checkpoint. Beside FILE.onnx go FILE.onnx.json (task, labels, output names, max_length, pooling, task.json) and the
-tokenizer files, so the folder runs on its own: `OnnxRunner(FILE.onnx)`.
+a checkpoint. An export is one self-contained folder: DIR/model.onnx, DIR/model.onnx.json (task, labels, output names,
+max_length, pooling, normalize, task.json), the source's config.json and its tokenizer files, so it runs on its own
+(`OnnxRunner(DIR)`) and a second export never writes beside the first model's files.
 
 Exporter: TorchScript (`dynamo=False`). On torch 2.13 both give a correct graph with dynamic axes (MiniLM 32 x 40 with
 padding: max |diff| 3e-6, dynamo 4e-6), but dynamo needs onnxscript, took 8 s against 3 s and its graph ran ~15% slower
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -33,7 +35,8 @@ from encoderlab.config import EncoderConfig
 from encoderlab.engine import Engine, check_texts, sentence_vectors, window
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.folder import read_task_info, settings
-from encoderlab.io import atomic_write, atomic_write_text, read_json_file
+from encoderlab.io import ONNX_FILE as MODEL_FILE
+from encoderlab.io import atomic_write, atomic_write_text, check_export_folder, clear_folder, read_json_file
 from encoderlab.nn import model as kinds
 from encoderlab.nn.attention import SelfAttention
 from encoderlab.nn.bilstm import BiLSTMClassifier
@@ -195,7 +198,7 @@ def _folder_tokenizer(folder: Path) -> Tokenizer | None:
 
 def _copy_tokenizer(tokenizer: Tokenizer | None, folder: Path, dest: Path) -> bool:
     """Save the checkpoint's tokenizer files into dest; False when it has none."""
-    if tokenizer is not None and dest.resolve() != folder.resolve():  # into the checkpoint folder: its own files stay
+    if tokenizer is not None:
         tokenizer.save(dest)
     return tokenizer is not None
 
@@ -234,21 +237,24 @@ def export_encoder(encoder: nn.Module, out: Path, int8: bool = False, opset: int
             attention.export_for_openvino = False
 
 
-def export_onnx(model_name_or_path: str | os.PathLike, out_path: str | os.PathLike, int8: bool = False,
-                kind: str = "base", opset: int = DEFAULT_OPSET) -> dict:
-    """Export a checkpoint, alias or fine-tuned folder to ONNX (int8 if asked), plus sidecar and tokenizer, each file
-    atomically; what was written: paths, sizes, outputs and (fp32) the largest |torch - onnxruntime| difference."""
-    out = Path(out_path)
-    if out.suffix != ".onnx" or out.is_dir():
-        raise ConfigError(f"{out}: expected a file name ending in .onnx")
+def export_onnx(model_name_or_path: str | os.PathLike, out_dir: str | os.PathLike, int8: bool = False,
+                kind: str = "base", opset: int = DEFAULT_OPSET, overwrite: bool = False) -> dict:
+    """Export a checkpoint, alias or fine-tuned folder to ONNX (int8 if asked) into the folder `out_dir`: model.onnx,
+    its sidecar, config.json and the tokenizer, each file atomically (overwrite: the folder emptied first, once the
+    model has loaded); what was written: paths, sizes, outputs and (fp32) the largest |torch - onnxruntime| difference."""
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ConfigError(f"opset {opset}: expected {MIN_OPSET} to {MAX_OPSET}")
+    check_export_folder(out_dir, overwrite, model_name_or_path)
     folder = resolve_model_path(model_name_or_path)
     tokenizer = _folder_tokenizer(folder)
     folder, model, fields = _load_for_export(folder, kind, tokenizer)
     module, vocab_size = _graph_module(model), model.config.vocab_size
+    if overwrite:
+        clear_folder(out_dir)
+    out = Path(out_dir) / MODEL_FILE
     fp32_bytes = _write(module, fields, model.config, out, int8, opset)
     copied = _copy_tokenizer(tokenizer, folder, out.parent)
+    atomic_write(out.parent / "config.json", lambda tmp: shutil.copyfile(folder / "config.json", tmp))
     sidecar = {"format": SIDECAR_FORMAT, "source": str(folder), "kind": kind, "inputs": list(INPUT_NAMES),
                "hidden_size": model.config.hidden_size, "opset": opset, "int8": int8, "tokenizer": copied} | fields
     atomic_write_text(sidecar_path(out), json.dumps(sidecar, indent=2) + "\n")
@@ -263,9 +269,10 @@ class OnnxRunner:
     """An exported model in onnxruntime on CPU: numpy in, numpy out; `embed` turns texts into vectors."""
 
     def __init__(self, path: str | os.PathLike, threads: int | None = None) -> None:
+        """path: an export folder (export_onnx), or an ONNX file (the engines' cache: no sidecar, no tokenizer)."""
         import onnxruntime as ort
 
-        self.path = Path(path)
+        self.path = Path(path) / MODEL_FILE if Path(path).is_dir() else Path(path)
         if not self.path.is_file():
             raise InputError(f"{self.path}: no such ONNX file")
         sidecar = sidecar_path(self.path)
@@ -283,7 +290,7 @@ class OnnxRunner:
 
     @property
     def tokenizer(self) -> Tokenizer:
-        """The tokenizer saved beside the ONNX file (loaded on first use)."""
+        """The tokenizer of the export folder (loaded on first use)."""
         if self._tokenizer is None:
             self._tokenizer = Tokenizer.from_pretrained(self.path.parent)
         return self._tokenizer

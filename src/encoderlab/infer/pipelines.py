@@ -249,8 +249,10 @@ class Classify(Pipeline):
 
     @staticmethod
     def show(result: dict[str, Any]) -> str:
-        if "labels" in result:  # multilabel: every class that passes a half
-            return ",".join(result["labels"])
+        if "labels" in result:  # multilabel: every class that passes a half, else the closest ones
+            top = sorted(result["scores"].items(), key=lambda item: -item[1])[:3]
+            return ",".join(result["labels"]) or "no class above 0.5; top: " + ", ".join(
+                f"{name} {score:.4f}" for name, score in top)
         return f"{result['score']:.4f}" if "label" not in result else f"{result['label']}\t{result['score']:.4f}"
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, stride: int | None = None, combine: str | None = None,

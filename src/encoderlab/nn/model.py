@@ -92,10 +92,12 @@ class SentenceEmbedder(EncoderModel):
 
     kind = "embed"
 
-    def __init__(self, config: EncoderConfig, pooling: str = "mean", pooler: bool | None = None) -> None:
-        """pooler: kept as the checkpoint has it, so the folder stays a complete XModel."""
+    def __init__(self, config: EncoderConfig, pooling: str = "mean", pooler: bool | None = None,
+                 normalize: bool = False) -> None:
+        """pooler: kept as the checkpoint has it, so the folder stays a complete XModel. normalize: the folder's
+        vectors are L2-normalised (its modules.json ends in Normalize): saved so, it is applied by the pipelines."""
         super().__init__(config, pooler)
-        self.pooling = pooling
+        self.pooling, self.normalize = pooling, normalize
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, **flags: bool) -> ModelOutput:

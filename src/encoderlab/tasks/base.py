@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from encoderlab.config import EncoderConfig
 from encoderlab.engine import Engine, eval_mode, pad_batch
 from encoderlab.tokenizer import Tokenizer
 
@@ -95,6 +96,9 @@ class Task(ABC):
 
     def validate(self, examples: list) -> None:
         """Raise InputError for an example this task cannot score (checked before training starts)."""
+
+    def check_config(self, config: EncoderConfig) -> None:
+        """Raise ConfigError where the model's config.json does not fit the task's options (before it loads)."""
 
     def evaluate(self, model: nn.Module, examples: list) -> dict[str, float]:
         """Predict, then score; the model is left in the mode it was in."""

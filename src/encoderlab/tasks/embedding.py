@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoderlab.choices import split_names
+from encoderlab.config import EncoderConfig
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.engine import encode, eval_mode, forward, sentence_vectors
 from encoderlab.tasks.base import Task, pad_features
@@ -114,6 +115,9 @@ class EmbedTask(Task):
 
     def validate(self, examples: list[TextExample]) -> None:
         self.check(examples, training=False)
+
+    def check_config(self, config: EncoderConfig) -> None:
+        matryoshka_dims(self.matryoshka, config.hidden_size)  # --matryoshka 512 on a 384-wide model
 
     def features(self, examples: list[TextExample]) -> list[dict[str, Any]]:
         self.check(examples, training=True)

@@ -17,7 +17,7 @@ from encoderlab.choices import BATCH_SIZE, BILSTM, MAX_LENGTH
 from encoderlab.engine import resolve_device as engine_device, window
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.folder import read_task_info, settings
-from encoderlab.io import atomic_write_text
+from encoderlab.io import atomic_write_text, clear_folder
 from encoderlab.checkpoint import load_model, model_config, save_pretrained
 from encoderlab.nn.bilstm import BiLSTMClassifier
 from encoderlab.tasks import classify, embedding, multilabel, qa, rerank, tagging  # noqa: F401 -- each registers its TaskSpec
@@ -51,6 +51,8 @@ class FinetuneJob:
     max_eval: int | None = None
     keep_state: bool = True
     """Keep OUT/checkpoints (the optimizer state --resume continues from, about 3x the model) after a finished run."""
+    overwrite: bool = False
+    """Empty OUT once the data is read and checked, before the first file is written (`--overwrite`)."""
 
 
 @dataclass
@@ -121,9 +123,13 @@ def finetune(job: FinetuneJob) -> dict[str, Any]:
     task = spec.build(job.head, tokenizer, train_set, train_window(job, tokenizer),
                       {"batch_size": job.options.batch_size, "precision": job.options.precision})
     _check_metric(job.metric, task, evaluation)
+    if job.model != BILSTM:
+        task.check_config(model_config(job.model))  # config.json only: a misfit is refused before training starts
     features = task.features(train_set)
     if evaluation is not None:
         task.validate(evaluation)  # an unknown label in the eval file fails now, not after the first epoch
+    if job.overwrite and distributed.is_main_process():
+        clear_folder(out)
     seeds = [job.options.seed + k for k in range(job.seeds)]
     runs = [_one_run(job, spec, task, tokenizer, features, evaluation, seed,
                      out if len(seeds) == 1 else out / f"seed-{seed}", len(train_set)) for seed in seeds]

@@ -11,6 +11,7 @@ YAML is parsed with `yaml.safe_load`: a recipe is data, never code.
 
 from __future__ import annotations
 
+import difflib
 import os
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -158,12 +159,20 @@ def _coerce(name: str, value: Any, kind: Any, source: str) -> Any:
     raise ConfigError(f"{source}: {name} must be {kind.__name__}, got {value!r}")
 
 
+def _close_keys(key: str, keys: list[str]) -> list[str]:
+    """The recipe keys a mistyped one probably meant: spelled alike (difflib), else one of its _-separated words."""
+    words = key.split("_")
+    return difflib.get_close_matches(key, keys, n=3) or [k for k in keys if k in words][:3]
+
+
 def _apply(values: dict[str, Any], base: dict[str, Any], source: str) -> None:
     """Merge `values` into `base`, checking every key and type against the recipe's flat keys."""
     keys = recipe_keys()
     for key, value in values.items():
         if key not in keys:
-            raise ConfigError(f"{source}: unknown key {key!r}; known keys: {', '.join(keys)}")
+            close = _close_keys(key, list(keys))
+            hint = f"did you mean: {', '.join(close)}?" if close else "see docs/pretraining.md for the recipe keys"
+            raise ConfigError(f"unknown key {key!r} in {source}; {hint}")
         base[key] = _coerce(key, value, keys[key][1], source)
 
 

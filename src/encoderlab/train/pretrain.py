@@ -26,7 +26,7 @@ from encoderlab.data.examples import PretrainingExamples
 from encoderlab.data.shards import TokenShards
 from encoderlab.engine import eval_mode
 from encoderlab.errors import InputError
-from encoderlab.io import atomic_write_text
+from encoderlab.io import atomic_write_text, clear_folder
 from encoderlab.models import FAMILIES
 from encoderlab.nn.model import Model
 from encoderlab.objectives import OBJECTIVES, Objective, build_objective as build
@@ -143,10 +143,11 @@ class PretrainingData:
 
 
 def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
-             stop_after: int | None = None, progress: bool = True) -> dict[str, Any]:
+             stop_after: int | None = None, progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
     """Run (or resume) pretraining into run_dir; return the final metrics.
 
     stop_after: leave after that many optimizer steps with a checkpoint (a controlled interruption).
+    overwrite: empty run_dir once the model is built, before the first file is written (`--overwrite`).
     Ctrl-C finishes the current step, saves a checkpoint and raises KeyboardInterrupt.
     """
     run_dir = Path(run_dir)
@@ -155,6 +156,8 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
     tokenizer = Tokenizer.from_pretrained(Path(cfg.data) / "tokenizer")
     _check_tokenizer_kind(cfg, tokenizer)
     model = build_objective(cfg, tokenizer).to(dist.device)
+    if overwrite and dist.is_main:
+        clear_folder(run_dir)
     if cfg.model.init_from and dist.is_main:
         _record_start(run_dir, cfg.model.init_from, model, progress)
     micro = cfg.micro_batch(dist.world_size)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from encoderlab.errors import CheckpointError, Terminated
-from encoderlab.io import TEMP_SUFFIX, atomic_write, atomic_write_text, fsync_folder
+from encoderlab.io import TEMP_SUFFIX, atomic_write, atomic_write_text, fsync_folder, remove_folder
 
 STATE_FILE = "trainer_state.pt"
 
@@ -70,7 +70,7 @@ def save_checkpoint(run_dir: Path, step: int, save_model: Callable[[Path], None]
         save_model(staging)
         atomic_write(staging / STATE_FILE, lambda tmp: torch.save(trainer_state, tmp))
         if final.exists():  # e.g. saved by a run killed before it could update `latest`
-            _remove_folder(final)
+            remove_folder(final)
         staging.rename(final)
         fsync_folder(root)
     except OSError as err:
@@ -83,15 +83,8 @@ def save_checkpoint(run_dir: Path, step: int, save_model: Callable[[Path], None]
     atomic_write_text(root / "latest", final.name + "\n")
     older = sorted(p for p in root.glob("step-*") if p.is_dir() and p != final)
     for old in older[:max(len(older) - max(keep - 1, 0), 0)]:  # `final` is always kept: `latest` names it
-        _remove_folder(old)
+        remove_folder(old)
     return final
-
-
-def _remove_folder(folder: Path) -> None:
-    """Rename a folder to a temporary name, then delete it: a kill part way leaves nothing under its name."""
-    doomed = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", suffix=TEMP_SUFFIX, dir=folder.parent))
-    folder.rename(doomed / folder.name)
-    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def remove_leftovers(run_dir: Path, *folders: Path) -> None:
@@ -108,7 +101,7 @@ def clear_checkpoints(run_dir: Path) -> None:
     """Remove run_dir/checkpoints (a fresh run's old resume state), renaming it away first."""
     root = Path(run_dir) / "checkpoints"
     if root.is_dir():
-        _remove_folder(root)
+        remove_folder(root)
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
