@@ -10,6 +10,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ENCODERLAB_DATA", ROOT.parent / "shared" / "data"))
+# Tests never reach the Hub: a model name that is no folder or alias is looked up in the Hub's cache only (the
+# processes tests start inherit it; tests/test_hub.py's loopback Hub sets its own environment).
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 # A shell that starts a job in the background (`make test &`, nohup) starts it with Ctrl-C ignored, and every process
 # a test spawns would inherit that: the tests that send SIGINT to a training run would see it finish instead. Give

@@ -83,3 +83,44 @@ def write_sentence_transformers(folder: Path, hidden_size: int, pooling: str, ma
     atomic_write_text(folder / "sentence_bert_config.json",
                       json.dumps({"max_seq_length": max_length, "do_lower_case": False}, indent=2) + "\n")
     atomic_write_text(folder / "1_Pooling" / "config.json", json.dumps(pooling_file, indent=2) + "\n")
+
+
+# ---- the model card `encoderlab push` writes --------------------------------------------------------------------
+TRAINING_FILE = "training.json"  # what `encoderlab finetune` recorded: base model, data, options, best evaluation
+PIPELINE_TAGS = {"classify": "text-classification", "ner": "token-classification", "qa": "question-answering",
+                 "embed": "sentence-similarity", "rerank": "text-ranking"}  # the Hub's names for our tasks
+
+
+def model_card(folder: Path, repo_id: str) -> str:
+    """A README.md for the Hub from a folder's config.json, task.json and training.json: YAML metadata, a summary
+    table, and how to load it."""
+    config, info = read_json_file(folder / "config.json"), read_task_info(folder)
+    task, training = info.get("task"), read_json_file(folder / TRAINING_FILE, optional=True)
+    masked_lm = any("MaskedLM" in str(a) for a in config.get("architectures") or [])
+    tag = PIPELINE_TAGS.get(task, "fill-mask" if masked_lm else "feature-extraction")
+    table = "\n".join(f"| {key} | {value} |" for key, value in _card_rows(config, info, training))
+    use = task or ("fill-mask" if masked_lm else "embed")
+    return (f"---\nlibrary_name: encoderlab\npipeline_tag: {tag}\ntags:\n- encoderlab\n- {config.get('model_type', 'bert')}"
+            f"\n---\n\n# {repo_id.split('/')[-1]}\n\nA {config.get('model_type', 'BERT-family')} encoder made with "
+            f"encoderlab{f' (fine-tuned for {task})' if task else ''}.\n\n| | |\n|---|---|\n{table}\n\n"
+            f"Use it with `encoderlab {use} --model {repo_id} ...`, or in Python `pipeline(\"{use}\", "
+            f"\"{repo_id}\")` (`from encoderlab.infer.pipelines import pipeline`).\n")
+
+
+def _card_rows(config: dict, info: dict, training: dict) -> list[tuple[str, str]]:
+    """The card's table: architecture, then what task.json and training.json record where they exist."""
+    rows = [("architecture", f"{config.get('model_type', '?')}, {config.get('num_hidden_layers', '?')} layers, "
+                             f"hidden {config.get('hidden_size', '?')}, {config.get('num_attention_heads', '?')} heads")]
+    if info.get("labels"):
+        rows.append(("labels", ", ".join(map(str, info["labels"]))))
+    if info.get("max_length"):
+        rows.append(("max length", f"{info['max_length']} tokens"))
+    for key, label in (("model", "fine-tuned from"), ("train", "training data"), ("eval", "evaluation data")):
+        if training.get(key):
+            rows.append((label, f"`{training[key]}`"))
+    best = training.get("best") or {}
+    metrics = {k: v for k, v in best.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if metrics:
+        rows.append((f"best evaluation (by {training.get('metric') or 'the first metric'})",
+                     ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())))
+    return rows

