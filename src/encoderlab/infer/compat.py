@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, WrapValidator, create_model
 from pydantic_core import PydanticCustomError
 
@@ -178,7 +179,7 @@ def add_openai_routes(app: FastAPI, batchers: dict[str, Batcher], pipelines: dic
     """POST /v1/embeddings and GET /v1/models (hidden from /docs: OpenAI's API reference documents them)."""
     pipe, created = pipelines.get("embed"), int(time.time())
 
-    async def embeddings(body: BaseModel) -> dict[str, Any]:
+    async def embeddings(body: BaseModel) -> JSONResponse:
         if pipe is None:
             raise openai_error(404, f"this server's model ({model}) has no embed endpoint", "model_not_found")
         texts = openai_texts(body.input, pipe.tokenizer)
@@ -186,8 +187,9 @@ def add_openai_routes(app: FastAPI, batchers: dict[str, Batcher], pipelines: dic
         vectors = await answered(embed_vectors(batchers["embed"], texts, body.dimensions), openai_error)
         data = [{"object": "embedding", "index": i, "embedding": openai_vector(vector, body.encoding_format)}
                 for i, vector in enumerate(vectors)]
-        return {"object": "list", "data": data, "model": model,
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        # a JSONResponse: json.dumps in C, where FastAPI's jsonable_encoder would walk every float in Python
+        return JSONResponse({"object": "list", "data": data, "model": model,
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     embeddings.__annotations__["body"] = openai_request(text, limits, getattr(pipe, "hidden_size", None))
     app.post("/v1/embeddings", include_in_schema=False)(embeddings)
