@@ -1,9 +1,13 @@
-"""Load test of `encoderlab serve`: N concurrent clients post /embed requests to a MiniLM server on loopback.
+"""Load test of `encoderlab serve`: N concurrent clients post /embed requests, then OpenAI's /v1/embeddings on the same
+texts, to a MiniLM server on loopback.
 
 The server runs as its own process (`python -m encoderlab serve --model minilm`), so its peak RSS is its own
 and the clients' CPU is not counted as its memory. Each client sends, one after another, batches of 1-8
 SST-2 dev sentences (synthetic text when ../shared/data/sst2/dev.tsv is absent) for a fixed time, and every
-answer is checked: status 200 and one vector per text. Latency is per request, as the client sees it.
+answer is checked: status 200 and one vector per text. Latency is per request, as the client sees it. Each server
+takes the load on /embed, then the same load (same seeds, same texts) on /v1/embeddings ({"input": texts,
+"encoding_format": "float"}: the same JSON floats as /embed): the goals are 0 errors on both and /v1/embeddings at
+0.95x /embed's texts/s or better.
 
 Each server set-up in --servers gets the same load in turn, one server at a time. A set-up is ENGINE:PRECISION
 (`serve --engine ENGINE --precision PRECISION`), with "+compile" for `serve --compile`; a bare PRECISION means
@@ -11,8 +15,8 @@ torch. By default fp32 on torch against auto:auto, the best mode as bench/infere
 --precision auto`: measured at start-up, so the bench follows the machine); what auto picked is read from the
 server's /health and recorded.
 
-    python bench/serve_load.py            # 32 clients for 60 s, against torch:fp32 then auto:auto
-    python bench/serve_load.py --quick    # 32 clients for 10 s against each: about a minute with the starts
+    python bench/serve_load.py            # 32 clients for 60 s a route, against torch:fp32 then auto:auto
+    python bench/serve_load.py --quick    # 32 clients for 10 s a route against each: about two minutes
     python bench/serve_load.py --smoke    # 2 clients for 1 s against a tiny random model (make test)
 """
 
@@ -87,16 +91,23 @@ def peak_rss_mib(pid: int) -> float | None:
     return None
 
 
-async def client(http: httpx.AsyncClient, texts: list[str], seed: int, until: float,
+# route: (its body for a batch of texts, how many vectors its answer holds)
+ROUTES = {"/embed": (lambda batch: {"texts": batch}, lambda answer: len(answer["results"])),
+          "/v1/embeddings": (lambda batch: {"input": batch, "model": "minilm", "encoding_format": "float"},
+                             lambda answer: len(answer["data"]))}
+
+
+async def client(http: httpx.AsyncClient, route: str, texts: list[str], seed: int, until: float,
                  latencies: list[float], errors: list[str]) -> int:
-    """Post batches of 1-8 texts until `until` (a perf_counter time); returns how many texts were sent."""
+    """Post batches of 1-8 texts to `route` until `until` (a perf_counter time); returns how many texts were sent."""
     rng, sent = random.Random(seed), 0
+    body, count = ROUTES[route]
     while time.perf_counter() < until:
         batch = rng.sample(texts, rng.randint(1, 8))
         started = time.perf_counter()
         try:
-            response = await http.post("/embed", json={"texts": batch})
-            ok = response.status_code == 200 and len(response.json()["results"]) == len(batch)
+            response = await http.post(route, json=body(batch))
+            ok = response.status_code == 200 and count(response.json()) == len(batch)
             if not ok:
                 errors.append(f"{response.status_code}: {response.text[:200]}")
         except httpx.HTTPError as err:
@@ -106,16 +117,16 @@ async def client(http: httpx.AsyncClient, texts: list[str], seed: int, until: fl
     return sent
 
 
-async def load(url: str, texts: list[str], clients: int, seconds: float) -> dict[str, object]:
-    """Run the clients for `seconds`; requests, texts, rates, latency percentiles and errors."""
+async def load(url: str, route: str, texts: list[str], clients: int, seconds: float) -> dict[str, object]:
+    """Run the clients on `route` for `seconds`; requests, texts, rates, latency percentiles and errors."""
     latencies: list[float] = []
     errors: list[str] = []
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
         for _ in range(3):  # warm-up: first-call costs are not the server's steady state
-            await http.post("/embed", json={"texts": texts[:8]})
+            await http.post(route, json=ROUTES[route][0](texts[:8]))
         started = time.perf_counter()
-        sent = await asyncio.gather(*(client(http, texts, SEED + n, started + seconds, latencies, errors)
+        sent = await asyncio.gather(*(client(http, route, texts, SEED + n, started + seconds, latencies, errors)
                                       for n in range(clients)))
         wall = time.perf_counter() - started
     cuts = statistics.quantiles(latencies, n=100)
@@ -157,14 +168,17 @@ def run_server(spec: str, texts: list[str], args: argparse.Namespace, seconds: f
                           args.model)
     startup_s = time.perf_counter() - started
     try:
-        figures = asyncio.run(load(f"http://127.0.0.1:{port}", texts, args.clients, seconds))
+        routes = {route: asyncio.run(load(f"http://127.0.0.1:{port}", route, texts, args.clients, seconds))
+                  for route in ROUTES}
         health = httpx.get(f"http://127.0.0.1:{port}/health").json()
         rss = peak_rss_mib(server.pid)
     finally:
         server.terminate()
         server.wait(30)
-    stats = health["stats"]["embed"]
-    return figures | {"server_startup_s": round(startup_s, 1), "server_peak_rss_mib": rss,
+    stats = health["stats"]["embed"]  # both routes' batches: they share the embed batcher
+    figures, openai = routes["/embed"], routes["/v1/embeddings"]
+    openai["texts_per_s_against_embed"] = round(openai["texts_per_s"] / max(figures["texts_per_s"], 1e-9), 3)
+    return figures | {"v1_embeddings": openai, "server_startup_s": round(startup_s, 1), "server_peak_rss_mib": rss,
                       "server_precision": health["precision"]["embed"],
                       "server_engine": health["engine"]["embed"], "server_requests": stats["requests"],
                       "server_forward_batches": stats["batches"],
@@ -206,6 +220,14 @@ def against_first(servers: dict[str, dict]) -> dict[str, dict[str, float]]:
             for spec, one in list(servers.items())[1:]}
 
 
+def openai_goals(spec: str, openai: dict, clients: int) -> list[dict]:
+    """/v1/embeddings: every request answered, at 0.95x /embed's texts/s or better."""
+    answered = (openai["requests"] - openai["errors"]) / max(openai["requests"], 1)
+    return [goal(f"{spec}: fraction of /v1/embeddings requests answered correctly under {clients} concurrent clients",
+                 answered, 1.0),
+            goal(f"{spec}: /v1/embeddings texts/s over /embed's", openai["texts_per_s_against_embed"], 0.95)]
+
+
 def report(servers: dict[str, dict], source: str, args: argparse.Namespace,
            load_before: tuple[float, float, float]) -> None:
     """Print the figures; write bench/results/serve_load.json (serve_load_quick.json with --quick)."""
@@ -221,6 +243,7 @@ def report(servers: dict[str, dict], source: str, args: argparse.Namespace,
         answered = (one["requests"] - one["errors"]) / max(one["requests"], 1)
         goals.append(goal(f"{spec}: fraction of requests answered correctly under {args.clients} concurrent "
                           "clients", answered, 1.0))
+        goals += openai_goals(spec, one["v1_embeddings"], args.clients)
         latency = one["latency_ms"]
         print(f"{spec}: {one['requests']} requests ({one['texts']} texts) in {one['seconds']} s from "
               f"{args.clients} clients: {one['requests_per_s']} requests/s, {one['texts_per_s']} texts/s; "
@@ -228,6 +251,10 @@ def report(servers: dict[str, dict], source: str, args: argparse.Namespace,
               f"{one['texts_per_forward_batch']} texts a forward batch; started in {one['server_startup_s']} s; "
               f"server peak RSS {one['server_peak_rss_mib']} MiB; ran {one['server_engine']} "
               f"{one['server_precision']}")
+        openai = one["v1_embeddings"]
+        print(f"{spec} /v1/embeddings: {openai['requests']} requests, {openai['texts_per_s']} texts/s "
+              f"({openai['texts_per_s_against_embed']}x /embed's); latency p50 {openai['latency_ms']['p50']} ms, "
+              f"p99 {openai['latency_ms']['p99']} ms; {openai['errors']} errors")
     figures["against_first"] = against_first(servers)
     for spec, ratio in figures["against_first"].items():
         print(f"{spec} against {next(iter(servers))}: {ratio['texts_per_s']}x the texts/s, "

@@ -18,7 +18,7 @@ TASKS = ("embed", *(command.name for command in COMMANDS))
 
 def cmd_serve(args: argparse.Namespace) -> None:
     """Serve one model over HTTP: /embed, /classify, /fill-mask, /ner, /qa, /rerank (whichever it supports), /health,
-    /docs.
+    /docs; OpenAI's /v1/embeddings, TEI's routes and /metrics beside them.
     /fill-mask, where the model has no masked-LM head, is answered by the shipped encoderlab-fill-mask."""
     key = api_key(args.api_key_file)
     check_batch(args)
@@ -49,7 +49,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     p.add_argument("--api-key-file", type=Path, metavar="FILE", help=f"require the key in this file "
-                   f"in every request's X-API-Key header (default: ${API_KEY_ENV} if set); needed for a --host "
+                   f"in every request's X-API-Key header, or as Authorization: Bearer KEY (OpenAI's and TEI's "
+                   f"clients; default: ${API_KEY_ENV} if set); needed for a --host "
                    f"other than loopback. Never on the command line: other users can read it in the process list")
     p.add_argument("--tasks", nargs="+", choices=TASKS, metavar="TASK",
                    help=f"endpoints to offer, of {', '.join(TASKS)} (default: every one the model supports)")

@@ -197,8 +197,9 @@ class Embed(Pipeline):
                              f"not a {MODEL_CLASSES[stored].__name__}")
         return load_model(folder, kind="embed")
 
-    def embed(self, texts: Sequence[str], dimensions: int | None = None) -> np.ndarray:
-        """(N, D) float32 vectors in input order: D = dimensions, else the pipeline's, else the hidden size."""
+    def embed(self, texts: Sequence[str], dimensions: int | None = None, normalize: bool | None = None) -> np.ndarray:
+        """(N, D) float32 vectors in input order: D = dimensions, else the pipeline's, else the hidden size;
+        normalize: L2-normalised or not (None: as the pipeline does; TEI's /embed asks for either)."""
         width = self._width(dimensions) if dimensions is not None else self.dimensions
         texts = check_texts(texts)
         if self.stride is None:
@@ -206,7 +207,8 @@ class Embed(Pipeline):
         else:
             vectors = self._window_rows(texts, self._vectors)
         vectors = vectors[:, :width]  # normalised after the cut: a prefix's own unit vector, as it was trained
-        return (F.normalize(vectors, dim=-1) if self.normalize else vectors).numpy()
+        normalize = self.normalize if normalize is None else normalize
+        return (F.normalize(vectors, dim=-1) if normalize else vectors).numpy()
 
     def _vectors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return sentence_vectors(self._forward(self.model, batch), batch["attention_mask"], self.pooling, False)
@@ -220,8 +222,9 @@ class Embed(Pipeline):
                              f"the model's vector size")
         return dimensions
 
-    def __call__(self, texts: Sequence[str], dimensions: int | None = None) -> list[dict[str, Any]]:
-        return [{"embedding": vector.tolist()} for vector in self.embed(texts, dimensions)]
+    def __call__(self, texts: Sequence[str], dimensions: int | None = None,
+                 normalize: bool | None = None) -> list[dict[str, Any]]:
+        return [{"embedding": vector.tolist()} for vector in self.embed(texts, dimensions, normalize)]
 
     def info(self) -> dict[str, Any]:
         return super().info() | {"pooling": self.pooling, "normalize": self.normalize, "stride": self.stride,

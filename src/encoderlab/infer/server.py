@@ -9,7 +9,11 @@ has no masked-LM head, `serve` answers /fill-mask with the shipped default model
 one second model it may load. GET /health reports the model behind each endpoint, the queue and how many
 forward batches served how many requests. GET / is the playground page (infer/playground/); POST /attention gives
 viz.attention's maps of a text cut to the endpoint's window (`"truncated": true` says it was cut). With an API key
-(KeyCheck) every request but the page's files needs it in X-API-Key.
+(KeyCheck) every request but the page's files and /metrics needs it, in X-API-Key or as `Authorization: Bearer`.
+
+Beside ours, the APIs users' tools speak (encoderlab.infer.compat): OpenAI's POST /v1/embeddings and GET /v1/models,
+TEI's bodies on POST /embed and /rerank (told apart from ours by their keys), /predict, /tokenize and GET /info; and
+GET /metrics for Prometheus (encoderlab.infer.metrics).
 
 Each endpoint has a micro-batching worker: requests that arrive within `batch_wait_ms` of the first (or until
 `max_batch` texts) go through the pipeline in one call, on one model thread, so the event loop keeps answering
@@ -24,11 +28,10 @@ import hmac
 import ipaddress
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -42,7 +45,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.staticfiles import StaticFiles
 
 from encoderlab.errors import EncoderlabError, InputError, MissingHeadError
+from encoderlab.infer import compat
+from encoderlab.infer.batching import Batcher, submit
+from encoderlab.infer.compat import APIError, answered, ours
 from encoderlab.infer.limits import API_KEY_ENV, Limits
+from encoderlab.infer.metrics import Measured, Metrics
 from encoderlab.infer.pipelines import PIPELINES, Pipeline, pipeline
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 from encoderlab.viz.attention import attention_maps
@@ -109,104 +116,6 @@ class Health(BaseModel):
     limits: dict[str, int | float]
 
 
-# ---- micro-batching ---------------------------------------------------------------------------------
-@dataclass
-class Job:
-    """One request's inputs and the future its results go to."""
-
-    items: list[Any]
-    key: Hashable  # only jobs with equal keys (same options, same input shape) share a pipeline call
-    future: asyncio.Future
-
-
-@dataclass
-class Batcher:
-    """Collects jobs for one pipeline and runs them together on the model thread."""
-
-    pipe: Callable[..., list[dict[str, Any]]]  # (items, **options) -> one result per item
-    executor: ThreadPoolExecutor
-    max_items: int
-    wait_s: float
-    pending: deque[Job] = field(default_factory=deque)
-    running: int = 0
-    stats: dict[str, int] = field(default_factory=lambda: {"requests": 0, "texts": 0, "batches": 0, "errors": 0})
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def submit(self, items: list[Any], key: Hashable) -> list[dict[str, Any]]:
-        """The results for `items`, computed in a batch with whatever else arrives meanwhile."""
-        job = Job(items, key, asyncio.get_running_loop().create_future())
-        self.pending.append(job)
-        self.arrived.set()
-        return await job.future
-
-    async def work(self) -> None:
-        """Forever: wait for a job, gather company for up to wait_s, run the batch."""
-        while True:
-            while not self.pending:
-                self.arrived.clear()
-                await self.arrived.wait()
-            await self._gather()
-            jobs = self._take()
-            self.running = len(jobs)
-            try:
-                await self._run(jobs)
-            finally:
-                self.running = 0
-
-    async def _gather(self) -> None:
-        """Wait until max_items are pending or wait_s has passed since now."""
-        deadline = asyncio.get_running_loop().time() + self.wait_s
-        while sum(len(job.items) for job in self.pending) < self.max_items:
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                return
-            self.arrived.clear()
-            try:
-                async with asyncio.timeout(remaining):
-                    await self.arrived.wait()
-            except TimeoutError:
-                return
-
-    def run(self, items: list[Any], key: Hashable) -> list[dict[str, Any]]:
-        """The pipeline on the items, with the options of their key (request_items; those not given: its defaults)."""
-        return self.pipe(items, **{name: value for name, value in key[0] if value is not None})
-
-    def _take(self) -> list[Job]:
-        """Pending jobs up to max_items texts (at least one job), skipping those whose client left."""
-        jobs, count = [], 0
-        while self.pending and (not jobs or count + len(self.pending[0].items) <= self.max_items):
-            job = self.pending.popleft()
-            if not job.future.done():
-                jobs.append(job)
-                count += len(job.items)
-        return jobs
-
-    async def _run(self, jobs: list[Job]) -> None:
-        """One pipeline call per key; a failed call is retried job by job so each gets its own error."""
-        groups: dict[Hashable, list[Job]] = {}
-        for job in jobs:
-            groups.setdefault(job.key, []).append(job)
-        loop = asyncio.get_running_loop()
-        for key, group in groups.items():  # a job whose client has gone (future done) is handed nothing
-            self.stats["batches"] += 1
-            items = [item for job in group for item in job.items]
-            try:
-                results = await loop.run_in_executor(self.executor, self.run, items, key)
-            except Exception as err:  # noqa: BLE001 -- settled on the jobs; their endpoints answer 422 or 500
-                if len(group) > 1:
-                    for job in group:
-                        await self._run([job])
-                elif not group[0].future.done():
-                    group[0].future.set_exception(err)
-                continue
-            for job in group:
-                if not job.future.done():
-                    job.future.set_result(results[:len(job.items)])
-                results = results[len(job.items):]
-            self.stats["requests"] += len(group)
-            self.stats["texts"] += sum(len(job.items) for job in group)
-
-
 # ---- the app ----------------------------------------------------------------------------------------
 DRAIN_BYTES = 64 * 2**20  # an oversize body up to this is read and dropped before the 413: closing a socket
 # with unread data resets it, and the client, still sending, would see the reset instead of the answer
@@ -229,24 +138,24 @@ class BodyCheck:
         if not declared.isdigit() or int(declared) > self.max_bytes:
             if headers.get(b"expect", b"").lower() != b"100-continue":  # else the client has not sent it yet
                 await _drain(receive, self.timeout_s)
-            return await _refuse(send, 413, f"request body too large: Content-Length "
+            return await _refuse(send, scope, 413, f"request body too large: Content-Length "
                                             f"{declared.decode(errors='replace')!r}; the limit is {self.max_bytes} "
                                             f"bytes (--max-body-bytes)")
         try:
             async with asyncio.timeout(self.timeout_s):
                 body, more = await self._read(receive)
         except TimeoutError:
-            return await _refuse(send, 408, f"request body not received within {self.timeout_s:g} s "
+            return await _refuse(send, scope, 408, f"request body not received within {self.timeout_s:g} s "
                                             f"(--body-timeout-s)")
         if len(body) > self.max_bytes:
             if more:
                 await _drain(receive, self.timeout_s)
-            return await _refuse(send, 413, f"request body too large: more than {self.max_bytes} bytes sent; "
+            return await _refuse(send, scope, 413, f"request body too large: more than {self.max_bytes} bytes sent; "
                                             f"the limit is {self.max_bytes} bytes (--max-body-bytes)")
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as err:
-            return await _refuse(send, 422, [{"loc": ["body", err.start], "msg": f"body is not UTF-8 ({err.reason})",
+            return await _refuse(send, scope, 422, [{"loc": ["body", err.start], "msg": f"body is not UTF-8 ({err.reason})",
                                               "type": "json_invalid"}])
         await self.app(scope, _replay(body, receive), send)
 
@@ -262,20 +171,26 @@ class BodyCheck:
 
 
 PUBLIC = ("/playground/", DOCS_ASSETS + "/")  # files that hold no data: the playground's, the API docs' scripts
+OPEN_PATHS = ("/", "/metrics")  # the page, and counts for a scraper that has no key (encoderlab.infer.metrics)
 
 
 class KeyCheck:
-    """ASGI middleware: 401 for a request without the API key in its X-API-Key header, before its body is read
-    (the playground's own files and the docs pages' scripts, which hold no data, excepted)."""
+    """ASGI middleware: 401 for a request without the API key, in its X-API-Key header or as `Authorization: Bearer
+    KEY` (what OpenAI's and TEI's clients send), before its body is read (the playground's own files, the docs pages'
+    scripts and /metrics, which hold no data, excepted)."""
 
     def __init__(self, app: Any, key: str) -> None:
         self.app, self.key = app, key.encode()
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "http" and scope["path"] != "/" and not scope["path"].startswith(PUBLIC):
-            given = dict(scope["headers"]).get(b"x-api-key", b"")
-            if not hmac.compare_digest(given, self.key):  # in constant time: no guessing the key byte by byte
-                return await _refuse(send, 401, "missing or wrong API key: send it in the X-API-Key header")
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS and not scope["path"].startswith(PUBLIC):
+            headers = dict(scope["headers"])
+            bearer = headers.get(b"authorization", b"")
+            bearer = bearer[7:].strip() if bearer[:7].lower() == b"bearer " else b""
+            # both compared, in constant time: no guessing the key byte by byte
+            if not (hmac.compare_digest(headers.get(b"x-api-key", b""), self.key) | hmac.compare_digest(bearer, self.key)):
+                return await _refuse(send, scope, 401, "missing or wrong API key: send it in the X-API-Key header "
+                                                       "or as Authorization: Bearer KEY")
         await self.app(scope, receive, send)
 
 
@@ -294,7 +209,7 @@ class HostCheck:
             host = dict(scope["headers"]).get(b"host", b"").decode("latin-1").lower()
             name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") and "]:" in host else host
             if name not in self.NAMES:
-                return await _refuse(send, 400, f"Host {host or '(none)'} is not this machine's loopback: a server "
+                return await _refuse(send, scope, 400, f"Host {host or '(none)'} is not this machine's loopback: a server "
                                                 f"without an API key answers only localhost, 127.0.0.1 and [::1]")
         await self.app(scope, receive, send)
 
@@ -314,9 +229,11 @@ async def _drain(receive: Callable, seconds: float) -> None:
         more = message.get("more_body", False) and message["type"] == "http.request"
 
 
-async def _refuse(send: Callable, status: int, detail: Any) -> None:
-    """Answer {"detail": ...} with `status` and close the connection (the rest of the body is not read)."""
-    response = JSONResponse({"detail": detail}, status_code=status, headers={"connection": "close"})
+async def _refuse(send: Callable, scope: dict, status: int, detail: Any) -> None:
+    """Answer {"detail": ...} (OpenAI's error body under /v1/) with `status` and close the connection (the rest of
+    the body is not read)."""
+    body = compat.openai_body(status, detail) if scope["path"].startswith(compat.OPENAI) else {"detail": detail}
+    response = JSONResponse(body, status_code=status, headers={"connection": "close"})
     await response({"type": "http"}, None, send)
 
 
@@ -354,12 +271,14 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
         raise InputError(f"no endpoint for task(s) {', '.join(unknown)}; expected some of {', '.join(PIPELINES)}")
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")  # one model, one thread: no contention
     batchers: dict[str, Batcher] = {}
-    started = time.monotonic()
+    started, metrics = time.monotonic(), Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         for task, pipe in pipelines.items():
-            batchers[task] = Batcher(pipe, executor, limits.max_batch, limits.batch_wait_ms / 1e3)
+            batchers[task] = batcher = Batcher(pipe, executor, limits.max_batch, limits.batch_wait_ms / 1e3,
+                                               on_batch=metrics.batch_size.labels(task).observe)
+            metrics.watch_queue(task, lambda b=batcher: len(b.pending) + b.running)
         workers = [asyncio.create_task(b.work(), name=f"batch-{t}") for t, b in batchers.items()]
         yield
         for worker in workers:
@@ -378,6 +297,8 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
         app.add_middleware(KeyCheck, key=api_key)  # added last, so it runs first: a refused body is never read
     if loopback_only:
         app.add_middleware(HostCheck)
+    routes: set[str] = set()  # filled below, once every route is added
+    app.add_middleware(Measured, metrics=metrics, routes=lambda: routes)  # outermost: refusals are counted too
     _add_error_handlers(app)
     app.mount("/playground", StaticFiles(directory=PLAYGROUND), name="playground")
     app.get("/", include_in_schema=False)(lambda: FileResponse(PLAYGROUND / "index.html"))
@@ -394,10 +315,14 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
 
     for task, kind in PIPELINES.items():
         if task in pipelines:
-            _add_endpoint(app, task, request_model(kind, limits), batchers, pipelines[task])
+            _add_endpoint(app, task, request_model(kind, limits), batchers, pipelines[task], limits)
         else:
             _add_missing(app, task, (unavailable or {}).get(task, "not loaded"), model)
     _add_attention(app, attention_request(limits), pipelines, executor)
+    compat.add_openai_routes(app, batchers, pipelines, model, limited_text(limits), limits)
+    compat.add_tei_routes(app, batchers, pipelines, model, limited_text(limits), limits)
+    metrics.add_route(app)
+    routes.update(route.path for route in app.routes)
     return app
 
 
@@ -421,23 +346,20 @@ def _add_attention(app: FastAPI, request: type[BaseModel], pipelines: dict[str, 
 
 
 def _add_endpoint(app: FastAPI, task: str, request: type[BaseModel], batchers: dict[str, Batcher],
-                  pipe: Pipeline) -> None:
-    """POST /{task}: validate, queue for the batcher, answer the results or a short error."""
-    async def endpoint(body: BaseModel) -> Any:
-        batcher = batchers[task]
-        items, key = request_items(body)
-        try:
-            return {"results": await batcher.submit(items, key)}
-        except InputError as err:
-            batcher.stats["errors"] += 1
-            return JSONResponse({"detail": str(err)}, status_code=422)
-        except Exception as err:  # the client gets one line, the log the traceback
-            batcher.stats["errors"] += 1
-            log.error("%s failed on a request of %d input(s)", task, len(items), exc_info=err)
-            return JSONResponse({"detail": f"internal error in {task} ({type(err).__name__}); see the server log"},
-                                status_code=500)
+                  pipe: Pipeline, limits: Limits) -> None:
+    """POST /{task}: validate, queue for the batcher, answer the results or a short error. Where TEI has a route of
+    the same path (compat.TEI_BODIES), its body is accepted too and answered as TEI does."""
+    foreign = compat.TEI_BODIES.get(task)
 
-    endpoint.__annotations__["body"] = request  # the real model: FastAPI reads it to parse and document the body
+    async def endpoint(body: BaseModel) -> Any:
+        if foreign and not isinstance(body, request):
+            return JSONResponse(await foreign[2](body, batchers[task], pipe))  # TEI's answer: not our results model
+        items, key = request_items(body)
+        return {"results": await answered(submit(batchers[task], task, items, key), ours)}
+
+    # the real model: FastAPI reads it to parse and document the body
+    endpoint.__annotations__["body"] = compat.either(task, request, limited_text(limits), limits, pipe) \
+        if foreign else request
     doc = type(pipe).__doc__.splitlines()[0] if type(pipe).__doc__ else task
     app.post(f"/{task}", response_model=response_model(PIPELINES[task]), summary=doc, name=task,
              response_model_exclude_unset=True,  # a result has the fields its pipeline gives (multilabel: labels)
@@ -454,27 +376,47 @@ def _add_missing(app: FastAPI, task: str, reason: str, model: str) -> None:
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    """422 with brief reasons for invalid requests; 500 with one line for anything unforeseen."""
+    """422 with brief reasons for invalid requests; 500 with one line for anything unforeseen; under /v1/ each in
+    OpenAI's error shape (400 for an invalid request); a route's own refusal (APIError) as it is."""
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
-        brief = [{"loc": list(e.get("loc", ()))} | {k: e.get(k, "") for k in ("msg", "type")} for e in err.errors()]
-        return JSONResponse({"detail": brief}, status_code=422)  # without the echoed input: it may be a megabyte
+        brief = [{"loc": _located(e.get("loc", ()))} | {k: e.get(k, "") for k in ("msg", "type")} for e in err.errors()]
+        return _shaped(request, 422, brief)  # without the echoed input: it may be a megabyte
 
     @app.exception_handler(InputError)
     async def refused(request: Request, err: InputError) -> JSONResponse:
-        return JSONResponse({"detail": str(err)}, status_code=422)
+        return _shaped(request, 422, str(err))
+
+    @app.exception_handler(APIError)
+    async def answered_so(request: Request, err: APIError) -> JSONResponse:
+        return JSONResponse(err.body, status_code=err.status)
 
     @app.exception_handler(StarletteHTTPException)
     async def unparsable(request: Request, err: StarletteHTTPException) -> Response:
         if err.status_code == 400:  # FastAPI's answer to a body json.loads fails on other than by JSONDecodeError
-            return JSONResponse({"detail": [{"loc": ["body"], "msg": "body is not valid JSON (nested too deeply?)",
-                                             "type": "json_invalid"}]}, status_code=422)
+            return _shaped(request, 422, [{"loc": ["body"], "msg": "body is not valid JSON (nested too deeply?)",
+                                           "type": "json_invalid"}])
+        if request.url.path.startswith(compat.OPENAI):
+            return _shaped(request, err.status_code, str(err.detail))
         return await http_exception_handler(request, err)
 
     @app.exception_handler(Exception)
     async def failed(request: Request, err: Exception) -> JSONResponse:
         log.error("%s %s failed", request.method, request.url.path, exc_info=err)
-        return JSONResponse({"detail": f"internal error ({type(err).__name__}); see the server log"}, status_code=500)
+        return _shaped(request, 500, f"internal error ({type(err).__name__}); see the server log")
+
+
+def _shaped(request: Request, status: int, detail: Any) -> JSONResponse:
+    """{"detail": ...} with `status`; under /v1/, OpenAI's error body, a 422 as its 400."""
+    if request.url.path.startswith(compat.OPENAI):
+        status = 400 if status == 422 else status
+        return JSONResponse(compat.openai_body(status, detail), status_code=status)
+    return JSONResponse({"detail": detail}, status_code=status)
+
+
+def _located(loc: tuple) -> list:
+    """A validation error's location without the tag of the schema it was read as (compat.either): as before."""
+    return [part for i, part in enumerate(loc) if not (i == 1 and part in compat.SCHEMA_TAGS)]
 
 
 # ---- loading and serving ----------------------------------------------------------------------------

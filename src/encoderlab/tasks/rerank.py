@@ -203,12 +203,14 @@ class Rerank(Pipeline):
     def show(result: dict[str, Any]) -> str:
         return "\n".join(f"{row['score']:.4f}  [{row['index']}] {row['passage']}" for row in result["ranking"])
 
-    def __call__(self, inputs: Sequence[dict[str, Any]], top_k: int | None = None) -> list[dict[str, Any]]:
+    def __call__(self, inputs: Sequence[dict[str, Any]], top_k: int | None = None,
+                 raw_scores: bool = False) -> list[dict[str, Any]]:
+        """raw_scores: each pair's logit rather than its sigmoid (TEI's /rerank option)."""
         queries, passages = rerank_inputs(inputs)
         pairs = [(q, p) for q, ps in zip(queries, passages) for p in ps]
         items = self.engine.encode([q for q, _ in pairs], [p for _, p in pairs])
         logits = self.engine.rows(items, lambda batch: self.logits(batch).float())[:, 0] if pairs else torch.zeros(0)
-        scores = (logits if self.regression else logits.sigmoid()).tolist()
+        scores = (logits if self.regression or raw_scores else logits.sigmoid()).tolist()
         results, start = [], 0
         for ps in passages:
             own = scores[start:start + len(ps)]
