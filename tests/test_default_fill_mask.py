@@ -162,6 +162,26 @@ def test_fill_mask_cli_without_model_answers_the_seeds_sentences(capsys):
         assert len(scores) == 5 and all(0 < s <= 1 for s in scores) and scores == sorted(scores, reverse=True)
 
 
+# What each of the seeds' sentences expects in the top 5 (issue 46, item 4: the card says which ones the model misses).
+SEED_ANSWERS = {"The cat [MASK] on the mat.": {"sat"}, "Paris is the [MASK] of France.": {"capital"},
+                "I love [MASK] learning.": {"deep", "machine"}}
+
+
+@needs_the_model
+def test_the_card_says_which_of_the_seeds_sentences_the_model_misses():
+    """The card's list of the seeds' sentences shows the top 5 the model gives today and passes or misses each as
+    the model does: a reshipped model whose card was not updated fails here."""
+    card = (SHIPPED / "README.md").read_text(encoding="utf-8")
+    section = card.split("The seeds' sentences", 1)[1].split("It reproduces with these commands", 1)[0]
+    results = pipeline("fill-mask", DEFAULT_FILL_MASK_MODEL)(list(SEED_ANSWERS), top_k=5)
+    for (sentence, expected), result in zip(SEED_ANSWERS.items(), results):
+        top = [p["token"] for p in result["masks"][0]["predictions"]]
+        verdict = "pass" if expected & set(top) else "miss"
+        row = f"- `{sentence}` -> {' '.join(f'`{t}`' for t in top)} ({verdict}; expected "
+        assert row in section, f"the card's row for {sentence!r} should begin: {row}"
+    assert "22.7M parameters" in section and "two CPU cores" in section and "GPU" in section  # why, and what next
+
+
 @needs_the_model
 def test_serve_of_minilm_answers_fill_mask_with_the_shipped_model(monkeypatch):
     apps = []

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT, SHARED_DATA
 
-nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (pip install -e '.[test]')")
+nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (pip install -e '.[lessons]')")
 
 NOTEBOOKS = sorted((ROOT / "examples").glob("*.ipynb"))
 SOURCES = sorted((ROOT / "examples" / "src").glob("*.py"))
@@ -66,8 +66,8 @@ def test_source_format_round_trips():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path: Path, tmp_path: Path):
-    pytest.importorskip("nbclient", reason="nbclient is not installed (pip install -e '.[test]')")
-    pytest.importorskip("ipykernel", reason="ipykernel is not installed (pip install -e '.[test]')")
+    pytest.importorskip("nbclient", reason="nbclient is not installed (pip install -e '.[lessons]')")
+    pytest.importorskip("ipykernel", reason="ipykernel is not installed (pip install -e '.[lessons]')")
     lesson = nbformat.read(path, as_version=4)
     for name in lesson.metadata.get("encoderlab", {}).get("needs_data", []):
         if not (SHARED_DATA / name).is_dir():

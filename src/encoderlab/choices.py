@@ -17,6 +17,17 @@ MAX_TOKENS_SHOWN = 64  # attention maps: beyond this, labels on a heat-map are t
 TRAINING_PRECISIONS = ("fp32", "bf16")
 TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")
 
+# ---- pretraining: the objectives a recipe can name, as `pretrain --help` shows them; encoderlab.objectives.OBJECTIVES
+# (registered in modules that load torch) is pinned to these names, in this order, by tests/test_help.py
+OBJECTIVE_CARDS = {
+    "mlm": "masked LM (BERT, RoBERTa)",
+    "mlm+nsp": "MLM + next-sentence prediction (BERT)",
+    "mlm+sop": "MLM + sentence-order prediction (ALBERT)",
+    "rtd": "replaced-token detection (ELECTRA; DeBERTa-v3's gradient-disentangled sharing)",
+    "distill": "distillation from a teacher (DistilBERT)",
+}
+PRETRAIN_OBJECTIVES = tuple(OBJECTIVE_CARDS)
+
 # ---- ONNX export: encoderlab.infer.onnx ----------------------------------------------------------------------
 ONNX_KINDS = ("base", "mlm")
 DEFAULT_OPSET = 17  # the first with LayerNormalization as one op (fewer nodes than its decomposition)
@@ -85,6 +96,11 @@ COMPARE_QUICK = CompareSettings(sequences=32, latency_sequences=8, repeats=2)
 
 # ---- `encoderlab benchmark --quick`: encoderlab.tasks.benchmark ----------------------------------------------
 BENCHMARK_QUICK = {"max_train": 500, "max_eval": 500, "epochs": 1.0}  # a smoke run: a subset and one epoch
+
+
+def names_text(names: tuple[str, ...] | list[str], last: str = "or") -> str:
+    """("a", "b", "c") -> "a, b or c": a list of names in a help string."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {last} {names[-1]}"
 
 
 def split_names(value: str | None) -> list[str] | None:

@@ -1,5 +1,5 @@
-"""Small file helpers: atomic writes, strict UTF-8 text reading with errors that name the file and line, and the
-progress bar (on stderr)."""
+"""Small file helpers: atomic writes, strict UTF-8 text reading with errors that name the file and line, the
+progress bar (on stderr), and how counts and metrics print (count_text, number_text)."""
 
 from __future__ import annotations
 
@@ -220,6 +220,16 @@ class _Lines:
 
     def flush(self) -> None:
         self.stream.flush()
+
+
+def count_text(count: int, noun: str, plural: str | None = None) -> str:
+    """(1, "step") -> "1 step", (2, "step") -> "2 steps": a count and its noun agreeing, the count with separators."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+def number_text(value: float | int) -> str:
+    """A metric as the commands print it: a count (an int, such as `queries`) whole, a measure to 4 decimals."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else f"{value:.4f}"
 
 
 def progress_bar(**options: Any) -> tqdm:

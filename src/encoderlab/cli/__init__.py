@@ -8,12 +8,24 @@ import logging
 import sys
 
 from encoderlab.cli import benchmark, export, finetune, hub, models, pipelines, serve, train
-from encoderlab.cli.options import Parser
+from encoderlab.cli.options import Parser, check_counts
 from encoderlab.errors import EncoderlabError, Terminated
 from encoderlab.paths import check_model_name
 
-# Each command group's module adds its subcommands with add_commands(subparsers), in this order.
-COMMAND_MODULES = (models, train, finetune, benchmark, pipelines, export, serve, hub)
+# Each command group's module adds its subcommands with add_commands(subparsers), in this order; what the group does,
+# for the tagline of `encoderlab --help` (tests/test_help.py: every group of commands has its words there).
+COMMAND_GROUPS = (
+    (models, "inspect, embed, compare and merge models"),
+    (train, "train tokenizers and pretrain"),
+    (finetune, "fine-tune and evaluate"),
+    (benchmark, "benchmark"),
+    (pipelines, "run pipelines"),
+    (export, "export to ONNX"),
+    (serve, "serve over HTTP"),
+    (hub, "push to the Hugging Face Hub"),
+)
+COMMAND_MODULES = tuple(module for module, _ in COMMAND_GROUPS)
+TAGLINE = "BERT-family encoders: " + "; ".join(does for _, does in COMMAND_GROUPS) + "."
 EPILOG = ("--model takes a checkpoint folder (config.json + model.safetensors), the alias 'minilm', a model "
           "shipped under models/ (fill-mask's default, encoderlab-fill-mask), or a Hugging Face Hub name "
           "(org/name[@revision]), downloaded into the Hub's cache unless it is there.")
@@ -22,8 +34,7 @@ EPILOG = ("--model takes a checkpoint folder (config.json + model.safetensors), 
 # ---- parser ---------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = Parser(prog="encoderlab", description="BERT-family encoders: load, inspect, embed.",
-                                     epilog=EPILOG)
+    parser = Parser(prog="encoderlab", description=TAGLINE, epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="store_true", help="log more detail")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
@@ -45,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "model", None) is not None:
             check_model_name(args.model)  # a malformed name is refused here, before a command imports torch
+        check_counts(args)
         args.func(args)
     except (EncoderlabError, OSError) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)

@@ -7,11 +7,11 @@ import json
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from encoderlab.choices import BATCH_SIZE, BILSTM, CLASSIFY_TYPES, DATA_HELP, MAX_LENGTH, READS, split_names
+from encoderlab.choices import BATCH_SIZE, BILSTM, CLASSIFY_TYPES, DATA_HELP, MAX_LENGTH, READS, names_text, split_names
 from encoderlab.choices import FINETUNE_TASKS as TASKS
 from encoderlab.cli.options import (DEVICE, MODEL_HELP, add_json, add_model, add_options, add_overwrite, add_precision,
                                     add_threads, add_window_options, apply_threads)
-from encoderlab.io import RESUMABLE, check_out_folder
+from encoderlab.io import RESUMABLE, check_out_folder, count_text, number_text
 
 if TYPE_CHECKING:
     from encoderlab.tasks.finetune import FinetuneJob, Reading
@@ -70,15 +70,16 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(summary, indent=2))
         return
     if "metrics" in summary:  # several seeds
-        print(f"{summary['task']}: {len(summary['seeds'])} seeds {summary['seeds']}{_f1_of(summary)}")
+        print(f"{summary['task']}: {count_text(len(summary['seeds']), 'seed')} {summary['seeds']}{_f1_of(summary)}")
         for key, s in summary["metrics"].items():
-            print(f"  {key[5:]:<12} median {s['median']:.4f}  min {s['min']:.4f}  max {s['max']:.4f}  "
-                  f"std {s['std']:.4f}")
+            print(f"  {key[5:]:<12} median {number_text(s['median'])}  min {number_text(s['min'])}  "
+                  f"max {number_text(s['max'])}  std {s['std']:.4f}")
         return
     best = summary.get("best")
-    print(f"wrote {summary['out']}: {summary['task']}, {summary['steps']} steps in {summary['seconds']:.0f} s")
+    print(f"wrote {summary['out']}: {summary['task']}, {count_text(summary['steps'], 'step')} in "
+          f"{summary['seconds']:.0f} s")
     if best:
-        shown = ", ".join(f"{k[5:]} {v:.4f}" for k, v in best.items() if k.startswith("eval_"))
+        shown = ", ".join(f"{k[5:]} {number_text(v)}" for k, v in best.items() if k.startswith("eval_"))
         print(f"best at epoch {best['epoch']:g} (by {summary['metric']}): {shown}{_f1_of(summary)}")
 
 
@@ -96,8 +97,8 @@ def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{args.task} on {args.data} ({result['examples']} examples): "
-              + ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()) + _f1_of(result))
+        print(f"{args.task} on {args.data} ({count_text(result['examples'], 'example')}): "
+              + ", ".join(f"{k} {number_text(v)}" for k, v in result["metrics"].items()) + _f1_of(result))
     return result
 
 
@@ -193,7 +194,7 @@ def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register `finetune` (with one sub-command per task) and `evaluate` on the main parser's subparsers."""
-    finetune = subparsers.add_parser("finetune", help="fine-tune on classify, ner, qa or embed",
+    finetune = subparsers.add_parser("finetune", help=f"fine-tune on {names_text(TASKS)}",
                                      description="Fine-tune an encoder (or the BiLSTM baseline) on a task.")
     tasks = finetune.add_subparsers(dest="task", required=True, metavar="TASK")
     for task in TASKS:

@@ -28,8 +28,8 @@ PRECISION_HELP = ("fp32, bf16 (where the CPU has bf16 arithmetic), int8 (dynamic
                   "fp32 or int8 (default: fp32)")
 TRAINING_PRECISION_HELP = ("fp32, or bf16 mixed precision: fp32 weights, the forward pass under bf16 autocast "
                            "(default: fp32)")
-SCORING_PRECISION_HELP = ("fp32, or bf16: the model's weights converted to bf16, as classify, ner, qa and embed's "
-                          "--precision bf16 run it (default: fp32)")
+SCORING_PRECISION_HELP = ("fp32, or bf16: the model's weights converted to bf16, as the pipeline commands' "
+                          "--precision bf16 runs them (default: fp32)")
 ENGINE_HELP = ("what runs the encoder's forward pass: torch, onnxruntime, ctranslate2 or openvino (extra "
                "'engines'), or auto: the fastest within cosine 0.99 of torch fp32, timed once at load, of every engine "
                "at --precision (auto: every combination) (default: torch)")
@@ -134,8 +134,7 @@ def apply_threads(threads: int | None) -> None:
     """Set torch's CPU threads (None: leave torch's choice); InputError for a count below 1."""
     if threads is None:
         return
-    if threads < 1:
-        raise InputError(f"--threads {threads}: expected a positive number")
+    check_positive("--threads", threads)
     import torch  # the first torch import of a command: after its inputs are checked
 
     torch.set_num_threads(threads)
@@ -149,24 +148,26 @@ def resolve_device(name: str | None) -> torch.device:
     return resolve(name)
 
 
-def check_top_k(top_k: int) -> None:
-    """--top-k is checked before the model loads."""
-    if top_k < 1:
-        raise InputError(f"--top-k {top_k}: expected a positive number")
+# Options that count something, checked by check_counts for every command that has them, before anything loads.
+COUNT_OPTIONS = ("batch_size", "max_length", "threads", "top_k")
 
 
-def check_batch(args: argparse.Namespace) -> None:
-    """--batch-size and --max-length are checked before the model loads."""
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size {args.batch_size}: expected a positive number")
-    if args.max_length is not None and args.max_length < 1:
-        raise InputError(f"--max-length {args.max_length}: expected a positive number")
+def check_positive(flag: str, value: int | None) -> None:
+    """InputError for a count below 1 (None: not given), in the one wording every command uses."""
+    if value is not None and value < 1:
+        raise InputError(f"{flag} {value}: expected a positive number")
+
+
+def check_counts(args: argparse.Namespace) -> None:
+    """Each of COUNT_OPTIONS the command has (--batch-size, --max-length, --threads, --top-k): encoderlab.cli.main
+    calls it before any command runs, so that embed, finetune, evaluate, benchmark and serve refuse a bad count alike."""
+    for name in COUNT_OPTIONS:
+        check_positive(f"--{name.replace('_', '-')}", getattr(args, name, None))
 
 
 def load_pipeline(task: str, args: argparse.Namespace, **options: Any) -> Pipeline:
     """The pipeline that add_inference_options' arguments ask for, after applying --threads and --device: the one
     place a command loads a model, after its inputs are checked (no compile and no warm-up unless --compile)."""
-    check_batch(args)
     device = resolve_device(args.device)
     apply_threads(args.threads)
     from encoderlab.infer.pipelines import pipeline

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from encoderlab.choices import MAX_TOKENS_SHOWN
 from encoderlab.cli.options import (MODEL_HELP, add_inference_options, add_json, add_model, add_options,
-                                    add_window_options, check_top_k, load_pipeline)
+                                    add_window_options, load_pipeline)
 from encoderlab.errors import InputError
 from encoderlab.io import check_texts, qa_inputs, read_lines, read_text, require_text
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
@@ -60,9 +60,7 @@ class Command:
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Check the inputs, load the pipeline, print each result as the pipeline shows it (or one JSON document)."""
     command = args.command_card
-    items = command.inputs(args)
-    if getattr(args, "top_k", None) is not None:
-        check_top_k(args.top_k)
+    items = command.inputs(args)  # --top-k: checked with the other counts (encoderlab.cli.options.check_counts)
     pipe = load_pipeline(command.name, args, **{name: getattr(args, name) for name in command.load})
     results = pipe(items, **{name: getattr(args, name) for name in command.call})
     if args.json:

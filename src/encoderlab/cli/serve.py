@@ -7,7 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-from encoderlab.cli.options import add_inference_options, add_model, add_options, apply_threads, check_batch, resolve_device
+from encoderlab.cli.options import add_inference_options, add_model, add_options, apply_threads, resolve_device
 from encoderlab.cli.pipelines import COMMANDS
 from encoderlab.errors import InputError
 from encoderlab.infer.limits import API_KEY_ENV, Limits
@@ -20,8 +20,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     """Serve one model over HTTP: /embed, /classify, /fill-mask, /ner, /qa, /rerank (whichever it supports), /health,
     /docs; OpenAI's /v1/embeddings, TEI's routes and /metrics beside them.
     /fill-mask, where the model has no masked-LM head, is answered by the shipped encoderlab-fill-mask."""
-    key = api_key(args.api_key_file)
-    check_batch(args)
+    key = api_key(args.api_key_file)  # --batch-size and --max-length: checked before any command runs (main)
     device = resolve_device(args.device)
     from encoderlab.infer import server  # FastAPI, uvicorn and torch: imported to serve, after the options are checked
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from encoderlab.choices import TOKENIZER_KINDS
+from encoderlab.choices import OBJECTIVE_CARDS, PRETRAIN_OBJECTIVES, TOKENIZER_KINDS, names_text
 from encoderlab.cli.options import add_json, add_overwrite
 from encoderlab.errors import InputError
 from encoderlab.io import RESUMABLE, check_out_folder
@@ -32,8 +32,8 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_pretrain(args: argparse.Namespace) -> None:
-    """Pretrain an encoder from prepared shards (MLM, MLM+NSP/SOP, RTD, distillation), from scratch or from a
-    checkpoint (--init-from); resumable; DDP under torchrun."""
+    """Pretrain an encoder from prepared shards, from scratch or from a checkpoint (--init-from); resumable; DDP
+    under torchrun."""
     check_out_folder(args.out, args.overwrite, args.resume, RESUMABLE, [args.init_from] if args.init_from else [])
     from encoderlab.train.config import load_recipe  # torch: loaded to run, not for --help
     from encoderlab.train.pretrain import pretrain
@@ -78,7 +78,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_json(prep, "print the statistics as JSON")
     prep.set_defaults(func=cmd_prepare)
 
-    pre = commands.add_parser("pretrain", help="pretrain an encoder (MLM / MLM+NSP)", description=cmd_pretrain.__doc__,
+    objectives = "; ".join(f"{name}: {what}" for name, what in OBJECTIVE_CARDS.items())
+    pre = commands.add_parser("pretrain", help=f"pretrain an encoder: {names_text(PRETRAIN_OBJECTIVES)}",
+                              description=f"{cmd_pretrain.__doc__} The recipe's objective is one of {objectives}.",
                               epilog="Multi-process: torchrun --nproc_per_node=N -m encoderlab pretrain ...")
     pre.add_argument("--config", metavar="RECIPE.yaml", help="YAML recipe (see configs/)")
     pre.add_argument("--set", action="append", metavar="KEY=VALUE",

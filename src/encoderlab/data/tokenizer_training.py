@@ -3,6 +3,7 @@ the files' markup: WikiExtractor's `<doc ...>` tags and JSONL keys would become 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -32,14 +33,30 @@ def train_tokenizer(corpus: list[str | os.PathLike], kind: str = "wordpiece", vo
     """Train a `kind` vocabulary of at most vocab_size tokens on the corpus, saved to out_dir when given; lowercase
     None: the kind's default (uncased BERT/ALBERT, cased RoBERTa)."""
     counter = _Counter(corpus_paragraphs(corpus, progress))
-    tokenizer = Tokenizer.train_from_iterator(kind, counter, vocab_size, lowercase=lowercase,
-                                              min_frequency=min_frequency, show_progress=progress)
+    with _stdout_to_stderr() if progress else contextlib.nullcontext():
+        tokenizer = Tokenizer.train_from_iterator(kind, counter, vocab_size, lowercase=lowercase,
+                                                  min_frequency=min_frequency, show_progress=progress)
     if counter.count == 0:
         raise InputError(f"{', '.join(map(str, corpus))}: no text to train a tokenizer on")
     if out_dir is not None:
         tokenizer.save(Path(out_dir))
     log.info("trained a %s vocabulary of %d tokens on %d paragraphs", kind, tokenizer.vocab_size, counter.count)
     return tokenizer
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send what is written to file descriptor 1 to descriptor 2 meanwhile: the tokenizers library ends each of its
+    progress bars (drawn on stderr) with a newline printed from Rust to stdout, which left three blank lines ahead of
+    `tokenizer train`'s output (issue 46)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 class _Counter:

@@ -1,1 +1,3 @@
-"""Inference: embeddings now; pipelines, export and serving later."""
+"""Inference: the pipelines (pipelines.py: embed, classify, fill-mask, ner, qa, rerank; registered in PIPELINES),
+precision and the runtime engines (precision.py, backends.py), torch.compile (compiled.py), ONNX export (onnx.py)
+and the HTTP server (server.py, its limits in limits.py)."""

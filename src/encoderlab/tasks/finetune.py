@@ -182,7 +182,10 @@ def _one_run(job: FinetuneJob, spec: TaskSpec, task: Task, tokenizer: Tokenizer,
 
 def seed_spread(values: list[float]) -> dict[str, Any]:
     """Median, min, max and sample standard deviation of one metric over the seeds, and the values."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+    median = statistics.median(values)
+    if all(isinstance(v, int) for v in values) and float(median).is_integer():
+        median = int(median)  # a count (rerank's queries) stays a count, as number_text prints it
+    return {"median": median, "min": min(values), "max": max(values),
             "std": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
 
 

@@ -64,14 +64,15 @@ class TrainOptions:
 
     def validate(self) -> None:
         """Raise ConfigError naming the first option out of range."""
-        checks = [("lr", self.lr > 0), ("weight_decay", self.weight_decay >= 0),
-                  ("warmup_ratio", 0 <= self.warmup_ratio < 1), ("epochs", self.epochs > 0),
-                  ("batch_size", self.batch_size > 0), ("grad_accum", self.grad_accum > 0),
-                  ("max_grad_norm", self.max_grad_norm >= 0), ("eval_every", self.eval_every >= 0),
-                  ("save_every", self.save_every >= 0)]
-        for name, ok in checks:
+        positive, at_least_0 = "a positive number", "0 or more"
+        checks = [("lr", self.lr > 0, positive), ("weight_decay", self.weight_decay >= 0, at_least_0),
+                  ("warmup_ratio", 0 <= self.warmup_ratio < 1, "at least 0 and below 1"),
+                  ("epochs", self.epochs > 0, positive), ("batch_size", self.batch_size > 0, positive),
+                  ("grad_accum", self.grad_accum > 0, positive), ("max_grad_norm", self.max_grad_norm >= 0, at_least_0),
+                  ("eval_every", self.eval_every >= 0, at_least_0), ("save_every", self.save_every >= 0, at_least_0)]
+        for name, ok, expected in checks:  # the wording of the command line's own checks (cli.options.check_counts)
             if not ok:
-                raise ConfigError(f"--{name.replace('_', '-')} {getattr(self, name)!r} is out of range")
+                raise ConfigError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: expected {expected}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"--precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
 

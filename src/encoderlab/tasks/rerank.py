@@ -151,10 +151,10 @@ class RerankTask(Task):
         rows = self.engine(model).rows(self.encode(examples), lambda batch: forward(model, batch).logits.float())
         return rows[:, 0].sigmoid().tolist()
 
-    def score(self, examples: list[TextExample], predictions: list[float]) -> dict[str, float]:
+    def score(self, examples: list[TextExample], predictions: list[float]) -> dict[str, float | int]:
         gains = [[relevance(examples[i]) for i in sorted(rows, key=lambda i: -predictions[i])]
                  for rows in by_query(examples).values()]
-        return ranking_metrics(gains) | {"queries": float(len(gains))}
+        return ranking_metrics(gains) | {"queries": len(gains)}  # a count: printed whole (encoderlab.io.number_text)
 
 
 def read_pairs(path: str, reading, info: dict, head) -> list[TextExample]:

@@ -36,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 from encoderlab.choices import TRAINING_PRECISIONS
 from encoderlab.engine import autocast
 from encoderlab.errors import ConfigError, TrainingDiverged
+from encoderlab.io import number_text
 from encoderlab.objectives import Objective
 from encoderlab.train import distributed
 from encoderlab.train.logger import COLUMNS, RunLogger
@@ -274,7 +275,8 @@ def _record(evaluation: Evaluation, step: int, setup: RunSetup, logger: RunLogge
     """Run the evaluation hook, log its entry and show it."""
     entry = evaluation.record(step, setup.steps_per_epoch)
     logger.log(step, {k: v for k, v in entry.items() if v is not None and k != "step"})
-    shown = ", ".join(f"{k} {v:.4f}" for k, v in entry.items() if isinstance(v, float))
+    shown = ", ".join(f"{k} {number_text(v)}" for k, v in entry.items()
+                      if k not in ("step", "epoch") and isinstance(v, (int, float)))  # a count whole, as `evaluate`
     line = f"{'epoch ' + format(entry['epoch'], 'g') + ' ' if 'epoch' in entry else ''}step {step}: {shown}"
     if bar.disable:
         log.info(line)
