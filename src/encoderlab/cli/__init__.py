@@ -7,13 +7,13 @@ import argparse
 import logging
 import sys
 
-from encoderlab.cli import benchmark, export, finetune, hub, models, pipelines, serve, train
+from encoderlab.cli import benchmark, export, finetune, hub, models, pipelines, retrieval, serve, train
 from encoderlab.cli.options import Parser
 from encoderlab.errors import EncoderlabError, Terminated
 from encoderlab.paths import check_model_name
 
 # Each command group's module adds its subcommands with add_commands(subparsers), in this order.
-COMMAND_MODULES = (models, train, finetune, benchmark, pipelines, export, serve, hub)
+COMMAND_MODULES = (models, train, finetune, benchmark, pipelines, retrieval, export, serve, hub)
 EPILOG = ("--model takes a checkpoint folder (config.json + model.safetensors), the alias 'minilm', a model "
           "shipped under models/ (fill-mask's default, encoderlab-fill-mask), or a Hugging Face Hub name "
           "(org/name[@revision]), downloaded into the Hub's cache unless it is there.")
