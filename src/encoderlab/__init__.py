@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 _LAZY = {  # name -> the module that defines it (each of these imports torch)
     "load_model": "encoderlab.checkpoint", "resolve_model_path": "encoderlab.checkpoint",
     "save_pretrained": "encoderlab.checkpoint", "BiLSTMClassifier": "encoderlab.nn.bilstm",
+    "Index": "encoderlab.retrieval.index",
     **{name: "encoderlab.nn.model" for name in (
         "EncoderModel", "MaskedLMModel", "ModelOutput", "PreTrainingModel", "ReplacedTokenDetector",
         "SentenceEmbedder", "SequenceClassifier", "SpanExtractor", "TokenClassifier")},

@@ -7,7 +7,7 @@ import argparse
 import logging
 import sys
 
-from encoderlab.cli import benchmark, export, finetune, hub, models, pipelines, serve, train
+from encoderlab.cli import benchmark, export, finetune, hub, models, pipelines, retrieval, serve, train
 from encoderlab.cli.options import Parser, check_counts
 from encoderlab.errors import EncoderlabError, Terminated
 from encoderlab.paths import check_model_name
@@ -20,6 +20,7 @@ COMMAND_GROUPS = (
     (finetune, "fine-tune and evaluate"),
     (benchmark, "benchmark"),
     (pipelines, "run pipelines"),
+    (retrieval, "index and search a corpus"),
     (export, "export to ONNX"),
     (serve, "serve over HTTP"),
     (hub, "push to the Hugging Face Hub"),

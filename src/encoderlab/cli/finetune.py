@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from encoderlab.choices import BATCH_SIZE, BILSTM, CLASSIFY_TYPES, DATA_HELP, MAX_LENGTH, READS, names_text, split_names
 from encoderlab.choices import FINETUNE_TASKS as TASKS
+from encoderlab.cli import retrieval
 from encoderlab.cli.options import (DEVICE, MODEL_HELP, add_json, add_model, add_options, add_overwrite, add_precision,
                                     add_threads, add_window_options, apply_threads)
+from encoderlab.errors import InputError
 from encoderlab.io import RESUMABLE, check_out_folder, count_text, number_text
 
 if TYPE_CHECKING:
@@ -89,7 +91,11 @@ def _f1_of(result: dict[str, Any]) -> str:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
-    """Score a fine-tuned model on a labelled data file; print the metrics."""
+    """Score a fine-tuned model on a labelled data file (or an index on a BEIR folder); print the metrics."""
+    if args.task == "retrieval":
+        return retrieval.cmd_evaluate_retrieval(args)
+    if args.model is None:
+        raise InputError(f"evaluate {args.task} needs --model DIR (the fine-tuned folder to score)")
     apply_threads(args.threads)
     from encoderlab.tasks.finetune import EvaluateJob, evaluate
 
@@ -214,9 +220,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     evaluate = subparsers.add_parser("evaluate", help="score a fine-tuned model on labelled data",
                                      description=cmd_evaluate.__doc__)
-    evaluate.add_argument("task", choices=TASKS, help="the task the data is for")
-    add_model(evaluate, "fine-tuned folder (for embed: any checkpoint or alias)", metavar="DIR")
-    evaluate.add_argument("--data", required=True, metavar="FILE", help="labelled data in the task's format")
+    evaluate.add_argument("task", choices=(*TASKS, "retrieval"), help="the task the data is for (retrieval: a BEIR "
+                          "folder, docs/retrieval.md)")
+    evaluate.add_argument("--model", default=None, metavar="DIR", help="fine-tuned folder (for embed: any checkpoint "
+                          "or alias; for retrieval: an embedder, indexing --data's corpus on the fly)")
+    evaluate.add_argument("--data", required=True, metavar="FILE", help="labelled data in the task's format "
+                          "(retrieval: a BEIR folder)")
     _reader_options(evaluate, None)
     add_window_options(evaluate, follows="what the model was trained with")
     evaluate.add_argument("--pooling", choices=("mean", "cls"), default=None,
@@ -231,4 +240,5 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
          "also write the predictions (qa: SQuAD's {id: answer} JSON; else one JSON value a line)"), DEVICE))
     add_threads(evaluate)
     add_json(evaluate, "print the metrics as JSON")
+    retrieval.add_evaluate_options(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)

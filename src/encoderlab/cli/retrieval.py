@@ -1,0 +1,266 @@
+"""`encoderlab index`, `search` and `evaluate retrieval` (docs/retrieval.md): the command line of
+encoderlab.retrieval. The corpus, the output folder, the index's model and the queries are checked here, torch-free,
+before any model loads; a bad input exits 2 with one line and writes nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from encoderlab.cli.options import (add_inference_options, add_json, add_model, add_options, add_overwrite,
+                                    check_top_k, load_pipeline)
+from encoderlab.errors import InputError
+from encoderlab.io import check_out_folder
+from encoderlab.retrieval.corpus import read_documents, read_queries, scan
+from encoderlab.retrieval.meta import INDEX_FILE, OWN, SHARDS, check_model, read_meta, require_complete
+
+MODES = ("dense", "bm25", "hybrid")  # encoderlab.retrieval.index.MODES, which loads torch
+FUSIONS = ("rrf", "weighted")
+SNIPPET = 160  # characters of a hit's text shown
+
+
+# ---- index ------------------------------------------------------------------------------------------------------
+def cmd_index(args: argparse.Namespace) -> dict[str, Any]:
+    """Embed a corpus into an index folder of vector shards (and a BM25 index with --bm25)."""
+    if args.dimensions is not None and args.dimensions < 1:
+        raise InputError(f"--dimensions {args.dimensions}: expected a positive number")
+    if args.shard_size < 1:
+        raise InputError(f"--shard-size {args.shard_size}: expected a positive number")
+    if args.add:
+        meta = read_meta(args.out)
+        require_complete(args.out, meta)
+        check_model(args.out, meta, args.model)
+        check_new_ids(args.corpus, Path(args.out))
+    else:
+        if (Path(args.out) / INDEX_FILE).is_file() and not (args.overwrite or args.resume):
+            raise InputError(f"--out {args.out} holds an index: pass --add to append the corpus's documents, "
+                             f"--resume to finish a build that was cut off, or --overwrite to build it again")
+        check_out_folder(args.out, args.overwrite, args.resume, own=OWN if args.resume else (),
+                         inputs=[args.corpus, args.model])
+    count = scan(args.corpus)  # a bad line, a duplicate id or an empty corpus: refused before the model loads
+    embedder = load_pipeline("embed", args, dimensions=args.dimensions, normalize=args.normalize,
+                             **({"pooling": args.pooling} if args.pooling else {}))
+    from encoderlab.retrieval.index import Index
+
+    started = time.perf_counter()
+    if args.add:
+        index = Index(args.out, embedder)
+        index.add(args.corpus, progress=not args.no_progress)
+    else:
+        index = Index.build(args.model, args.corpus, args.out, embedder=embedder, bm25=args.bm25,
+                            shard_size=args.shard_size, overwrite=args.overwrite, resume=args.resume,
+                            progress=not args.no_progress)
+    seconds = time.perf_counter() - started
+    meta = index.meta
+    summary = {"index": str(args.out), "documents": len(index), "added": count, "shards": len(index.shards),
+               "dimensions": meta["dimensions"], "similarity": meta["similarity"], "bm25": meta["bm25"],
+               "seconds": round(seconds, 2), "documents_per_second": round(count / seconds, 1)}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"wrote {args.out}: {len(index)} documents in {len(index.shards)} shard(s), {meta['dimensions']} "
+              f"dimensions ({meta['pooling']} pooling, {meta['similarity']}){', BM25' if meta['bm25'] else ''}; "
+              f"{count} embedded at {summary['documents_per_second']} documents/s")
+    return summary
+
+
+def check_new_ids(corpus: str, folder: Path) -> None:
+    """InputError for a document of `corpus` whose id the index at `folder` holds already (--add)."""
+    known = {i for path in sorted((folder / SHARDS).glob("*.ids.json"))
+             for i in json.loads(path.read_text(encoding="utf-8"))}
+    for document in read_documents(corpus):
+        if document.id in known:
+            raise InputError(f"{document.where}: id {document.id!r} is in the index {folder} already (--add appends "
+                             f"new documents only)")
+
+
+# ---- search -----------------------------------------------------------------------------------------------------
+def search_options(args: argparse.Namespace) -> dict[str, Any]:
+    """search()'s options from the command line, checked before torch loads."""
+    check_top_k(args.top_k)
+    if args.rerank_top < 1:
+        raise InputError(f"--rerank-top {args.rerank_top}: expected a positive number")
+    if not 0.0 <= args.alpha <= 1.0:
+        raise InputError(f"--alpha {args.alpha}: expected a weight from 0 to 1")
+    return {"mode": args.mode, "fusion": args.fusion, "alpha": args.alpha, "rerank_top": args.rerank_top}
+
+
+def open_index(args: argparse.Namespace, folder: str) -> Any:
+    """The index at `folder`, its query encoder loaded as the command line asks (the index's model unless --model,
+    which must be the same model), the reranker given as args.rerank."""
+    from encoderlab.retrieval.index import Index
+
+    meta = read_meta(folder)
+    embedder = None
+    if args.mode != "bm25":
+        embedder = load_pipeline("embed", argparse.Namespace(**{**vars(args), "model": args.model or meta["model"][
+            "path"]}), dimensions=meta["dimensions"], pooling=meta["pooling"], normalize=meta["normalize"],
+            max_length=meta["max_length"])
+    return Index(folder, embedder)
+
+
+def check_index(args: argparse.Namespace, folder: str) -> None:
+    """A finished index, searched with its own model, with BM25 where the mode needs it; before torch loads."""
+    meta = read_meta(folder)
+    require_complete(folder, meta)
+    check_model(folder, meta, args.model)
+    if args.mode != "dense" and not meta["bm25"]:
+        raise InputError(f"--mode {args.mode}: --index {folder} has no BM25 index (build it with `encoderlab index "
+                         f"--bm25`)")
+
+
+def cmd_search(args: argparse.Namespace) -> list[list[dict[str, Any]]]:
+    """Search an index for queries (arguments, or --queries FILE): dense, BM25 or hybrid, optionally reranked."""
+    options = search_options(args)
+    check_index(args, args.index)
+    if args.texts and args.queries:
+        raise InputError("give queries as arguments or with --queries FILE, not both")
+    if args.out and not args.queries:
+        raise InputError("--out writes a TREC run of --queries FILE: pass --queries")
+    queries = read_queries(args.queries) if args.queries else {str(n): q for n, q in enumerate(args.texts, 1)}
+    if not queries or any(not q.strip() for q in queries.values()):
+        raise InputError("no query: pass one or more QUERY arguments (not empty), or --queries FILE")
+    index = open_index(args, args.index)
+    reranker = load_pipeline("rerank", argparse.Namespace(**{**vars(args), "model": args.rerank})) \
+        if args.rerank else None
+    results = index.search(list(queries.values()), args.top_k, rerank=reranker, **options)
+    if args.out:
+        from encoderlab.retrieval.metrics import write_run
+
+        write_run(args.out, {q: {h["id"]: h["score"] for h in hits} for q, hits in zip(queries, results)}, args.tag)
+        print(f"wrote {args.out}: {len(queries)} queries x {args.top_k} hits (TREC run format)", file=sys.stderr)
+    elif args.json:
+        print(json.dumps([{"query_id": q, "query": text, "hits": hits}
+                          for (q, text), hits in zip(queries.items(), results)], indent=2, ensure_ascii=False))
+    else:
+        for (q, text), hits in zip(queries.items(), results):
+            print(f"query {q}: {text}")
+            for rank, hit in enumerate(hits, 1):
+                title = f"{hit['title']}: " if hit["title"] else ""
+                snippet = " ".join(hit["text"].split())
+                snippet = snippet[:SNIPPET] + ("..." if len(snippet) > SNIPPET else "")
+                print(f"{rank:3d}. {hit['score']:.4f}  [{hit['id']}] {title}{snippet}")
+    return results
+
+
+# ---- evaluate retrieval -----------------------------------------------------------------------------------------
+def cmd_evaluate_retrieval(args: argparse.Namespace) -> dict[str, Any]:
+    """Score an index (or --model, indexed on the fly) on a BEIR folder: nDCG@10, MRR@10, Recall@10/100, MAP@100."""
+    options = search_options(args)
+    args.batch_size = args.batch_size or 32  # evaluate's default is the task's; retrieval's is embed's
+    if not (args.index or args.model):
+        raise InputError("evaluate retrieval needs --index DIR (an index of the data's corpus), or --model M to "
+                         "index --data's corpus.jsonl on the fly")
+    from encoderlab.retrieval.evaluation import BeirFolder
+
+    data = BeirFolder.of(args.data, args.split)
+    if args.index:
+        check_index(args, args.index)
+    else:
+        scan(data.corpus)
+    read_queries(data.queries)
+    with tempfile.TemporaryDirectory(prefix="encoderlab-index-") as scratch:
+        folder = args.index or str(Path(scratch) / "index")
+        if not args.index:
+            from encoderlab.retrieval.index import Index
+
+            embedder = load_pipeline("embed", args, pooling=args.pooling) if args.pooling else \
+                load_pipeline("embed", args)
+            Index.build(args.model, data.corpus, folder, embedder=embedder, bm25=args.mode != "dense",
+                        progress=not args.no_progress)
+        result = evaluate_folder(args, folder, data, options)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"retrieval on {args.data} ({result['queries']} queries, {result['documents']} documents, "
+              f"{args.mode}): " + ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()))
+    return result
+
+
+def evaluate_folder(args: argparse.Namespace, folder: str, data: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The metrics of the index at `folder`; the run written to --run if asked."""
+    from encoderlab.retrieval.evaluation import evaluate_index
+    from encoderlab.retrieval.metrics import write_run
+
+    index = open_index(args, folder)
+    reranker = load_pipeline("rerank", argparse.Namespace(**{**vars(args), "model": args.rerank})) \
+        if args.rerank else None
+    result, run = evaluate_index(index, data, max(100, args.top_k), not args.keep_identical_ids, rerank=reranker,
+                                 **options)
+    if args.run:
+        write_run(args.run, run, args.tag)
+    return {"data": str(args.data), "split": args.split, "mode": args.mode, "model": index.meta["model"]["name"]} | \
+        result
+
+
+# ---- parser -----------------------------------------------------------------------------------------------------
+def add_search_options(parser: argparse.ArgumentParser, top_k: int) -> None:
+    """--mode, --fusion, --alpha, --rerank, --rerank-top, --top-k, --tag."""
+    parser.add_argument("--mode", choices=MODES, default="dense", help="dense: exact search of the vectors; bm25; "
+                        "hybrid: both, fused (default: dense)")
+    parser.add_argument("--fusion", choices=FUSIONS, default="rrf", help="hybrid: reciprocal rank fusion (k=60, "
+                        "Cormack et al. 2009), or a weighted sum of min-max normalised scores (default: rrf)")
+    add_options(parser, (
+        ("--alpha", float, 0.5, "A", "--fusion weighted: the dense scores' weight, BM25's is 1 - A (default: 0.5)"),
+        ("--rerank", None, None, "M", "reorder the best hits with this cross-encoder (encoderlab finetune rerank)"),
+        ("--rerank-top", int, 100, "N", "hits the cross-encoder reorders (default: 100)"),
+        ("--top-k", int, top_k, "K", f"hits per query (default: {top_k})"),
+        ("--tag", None, "encoderlab", "TAG", "the run's tag, its last column (default: encoderlab)")))
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register `index` and `search` (`evaluate retrieval` joins `evaluate`: add_evaluate_options)."""
+    index = subparsers.add_parser("index", help="embed a corpus into a searchable index folder",
+                                  description=cmd_index.__doc__)
+    add_model(index)
+    index.add_argument("--corpus", required=True, metavar="FILE", help="BEIR corpus.jsonl (_id, title, text), a "
+                       "TSV/CSV with id and text columns, Parquet, or one text per line (ids: line numbers)")
+    index.add_argument("--out", required=True, metavar="DIR", help="the index folder")
+    index.add_argument("--pooling", choices=("mean", "cls"), default=None, help="default: the model's")
+    index.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                       help="L2-normalise the vectors (default: as the model says)")
+    add_options(index, (
+        ("--dimensions", int, None, "D", "keep each vector's first D dimensions, normalised again (a Matryoshka "
+         "model) (default: all)"),
+        ("--bm25", bool, None, None, "also build a BM25 index (bm25s) for --mode bm25 and hybrid"),
+        ("--shard-size", int, 10_000, "N", "documents per shard, the unit of resuming (default: 10000)"),
+        ("--add", bool, None, None, "append the corpus's documents to the index at --out (their ids must be new)"),
+        ("--resume", bool, None, None, "finish an index whose build was cut off, from its first unfinished shard"),
+        ("--no-progress", bool, None, None, "no progress bar")))
+    add_overwrite(index)
+    add_inference_options(index)
+    add_json(index, "print a summary as JSON")
+    index.set_defaults(func=cmd_index)
+
+    search = subparsers.add_parser("search", help="search an index: dense, BM25 or hybrid, optionally reranked",
+                                   description=cmd_search.__doc__)
+    search.add_argument("texts", nargs="*", metavar="QUERY", help="queries (or --queries FILE)")
+    search.add_argument("--index", required=True, metavar="DIR", help="an index folder (encoderlab index)")
+    search.add_argument("--model", default=None, metavar="M", help="the query encoder: must be the index's model "
+                        "(default: the index's model)")
+    add_options(search, (
+        ("--queries", None, None, "FILE", "BEIR queries.jsonl, a TSV of id and text, or one query a line"),
+        ("--out", None, None, "RUN", "write a TREC run (qid Q0 docid rank score tag) of --queries to RUN")))
+    add_search_options(search, 10)
+    add_inference_options(search)
+    add_json(search, "print the hits as JSON")
+    search.set_defaults(func=cmd_search)
+
+
+def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
+    """`evaluate retrieval`'s own options, on the evaluate parser (encoderlab.cli.finetune)."""
+    group = parser.add_argument_group("retrieval (evaluate retrieval --data BEIR_DIR)")
+    group.add_argument("--index", default=None, metavar="DIR", help="the index of --data's corpus (or --model: "
+                       "indexed on the fly)")
+    add_options(group, (
+        ("--split", None, "test", "NAME", "the qrels file, qrels/NAME.tsv (default: test)"),
+        ("--run", None, None, "FILE", "also write the run (TREC format), e.g. for fusion with other runs"),
+        ("--keep-identical-ids", bool, None, None, "count hits whose doc id equals the query id (BEIR drops them)"),
+        ("--no-progress", bool, None, None, "no progress bar while indexing")))
+    add_search_options(group, 100)
+    parser.set_defaults(engine="torch", engine_cache=None, compile=False)

@@ -1,0 +1,312 @@
+"""The index: a corpus's sentence vectors in shards, made by the Embed pipeline (so `index` gives the vectors `embed`
+gives), searched exactly (dense), by BM25, or both fused; the best hits optionally reranked by a cross-encoder.
+
+    from encoderlab import Index
+    index = Index.build("minilm", "examples/corpus.jsonl", "runs/index", bm25=True)
+    index.search("who wrote the theory of relativity?", top_k=3, mode="hybrid")[0][0]["id"]
+
+A build streams the corpus a shard (shard_size documents) at a time: memory stays flat in the corpus's size. Each
+shard's files are written atomically, its vectors last, so a shard whose .npy exists is finished; a build that was
+cut off resumes (resume=True, `index --resume`) from the first unfinished shard and gives the vectors an unbroken
+build gives (a shard is the same documents, embedded in the same batches). Layout: encoderlab.retrieval.meta.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from encoderlab.engine import Pipeline
+from encoderlab.errors import InputError
+from encoderlab.infer.pipelines import Embed, pipeline
+from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, progress_bar
+from encoderlab.paths import resolve_model_path
+from encoderlab.retrieval import fusion, lexical
+from encoderlab.retrieval.corpus import Document, read_documents, scan
+from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, read_meta,
+                                       require_complete, source, write_meta)
+
+SHARD_SIZE = 10_000  # documents per shard: 15 MB of minilm's float32 vectors, and the unit of resuming
+MODES = ("dense", "bm25", "hybrid")
+FUSIONS = ("rrf", "weighted")
+DEPTH = 100  # candidates each retriever gives a fused ranking (BEIR's hybrid baselines fuse top-100 lists too)
+
+
+class Index:
+    """An index folder: vectors in shards, their documents, index.json, and a BM25 index if built with one."""
+
+    def __init__(self, folder: str | os.PathLike, embedder: Pipeline | None = None) -> None:
+        """Open a finished index; embedder: the Embed pipeline for queries (None: loaded from index.json's model on
+        the first dense search). InputError when the folder holds no finished index or embedder is another model."""
+        self.folder = Path(folder)
+        self.meta = read_meta(self.folder)
+        require_complete(self.folder, self.meta)
+        self._embedder = embedder
+        self.shards = shard_names(self.folder)
+        self.ids = [i for name in self.shards for i in json.loads(self._path(name, ".ids.json").read_text("utf-8"))]
+        self._docs: dict[str, list[Document]] = {}
+        self._bm25 = None
+
+    # ---- building ---------------------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
+              embedder: Pipeline | None = None, dimensions: int | None = None, bm25: bool = False,
+              shard_size: int = SHARD_SIZE, overwrite: bool = False, resume: bool = False, progress: bool = True,
+              **options: Any) -> Index:
+        """Index a corpus file (encoderlab.retrieval.corpus's formats) into `folder` with `model`'s Embed pipeline
+        (embedder: one already loaded; else pipeline("embed", model, dimensions=..., **options)). Refuses a folder
+        holding anything unless overwrite, or resume (an unfinished build of the same model and corpus)."""
+        folder = Path(folder)
+        check_out_folder(folder, overwrite, resume, inputs=[corpus])
+        if shard_size < 1:
+            raise InputError(f"shard size {shard_size}: expected a positive number")
+        count = scan(corpus)  # the whole corpus checked before anything is written
+        previous = read_meta(folder) if resume and (folder / "index.json").is_file() else None
+        embedder = embedder or pipeline("embed", model, dimensions=dimensions, **options)
+        meta = new_meta(model, embedder, shard_size, bm25)
+        meta["sources"] = [source(corpus, 0) | {"documents": count}]
+        if previous is not None:
+            meta = check_resumable(folder, previous, meta)
+        elif overwrite and folder.exists():
+            shutil.rmtree(folder)  # only now, with the corpus and the model checked
+        folder.mkdir(parents=True, exist_ok=True)
+        write_meta(folder, meta)
+        return cls._finish(folder, meta, embedder, progress)
+
+    def add(self, corpus: str | os.PathLike, progress: bool = True) -> int:
+        """Append a corpus file's documents as new shards (BM25 rebuilt if the index has one); InputError, before
+        anything is written, for an id the index holds already. The number of documents added."""
+        count = scan(corpus)
+        known = set(self.ids)
+        for document in read_documents(corpus):
+            if document.id in known:
+                raise InputError(f"{document.where}: id {document.id!r} is in the index already")
+        self.meta["sources"].append(source(corpus, len(self.shards)) | {"documents": count})
+        self.meta["complete"] = False
+        write_meta(self.folder, self.meta)
+        done = self._finish(self.folder, self.meta, self.embedder, progress)
+        self.__dict__.update(done.__dict__)
+        return count
+
+    def save(self, folder: str | os.PathLike, overwrite: bool = False) -> Index:
+        """A copy of this index in another folder (an index lives on disk: build and add write as they go)."""
+        folder = Path(folder)
+        check_out_folder(folder, overwrite)
+        staging = folder.with_name(f".{folder.name}.tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(self.folder, staging)
+        shutil.rmtree(folder, ignore_errors=True)
+        staging.rename(folder)
+        return Index(folder, self._embedder)
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, model: str | os.PathLike | None = None, **options: Any) -> Index:
+        """Open an index; model: the query encoder, refused (naming both) unless it is the index's model."""
+        meta = read_meta(folder)
+        check_model(folder, meta, model)
+        embedder = None if model is None else embedder_for(meta, model, **options)
+        return cls(folder, embedder)
+
+    @classmethod
+    def _finish(cls, folder: Path, meta: dict[str, Any], embedder: Pipeline, progress: bool) -> Index:
+        """Encode every unfinished shard of every source, build BM25 if asked, mark the index complete."""
+        total = sum(s["documents"] for s in meta["sources"])
+        bar = progress_bar(total=total, unit="doc", desc="index", disable=not progress)
+        for corpus in meta["sources"]:
+            chunks = batched(read_documents(corpus["path"]), meta["shard_size"])
+            for number, chunk in enumerate(chunks, corpus["first_shard"]):
+                name = f"{number:05d}"
+                if not (folder / SHARDS / f"{name}.npy").is_file():
+                    write_shard(folder, name, chunk, embedder.embed([d.joined for d in chunk]))
+                bar.update(len(chunk))
+        bar.close()
+        names = shard_names(folder)
+        meta["count"] = sum(len(json.loads((folder / SHARDS / f"{n}.ids.json").read_text("utf-8"))) for n in names)
+        if meta["bm25"]:
+            lexical.build(([d.joined for d in shard_documents(folder, n)] for n in names), folder / BM25)
+        meta["complete"] = True
+        write_meta(folder, meta)
+        return cls(folder, embedder)
+
+    # ---- searching --------------------------------------------------------------------------------------------
+    @property
+    def embedder(self) -> Pipeline:
+        """The query encoder: the index's model, with its pooling, normalisation and dimensions."""
+        if self._embedder is None:
+            self._embedder = embedder_for(self.meta, self.meta["model"]["path"])
+        return self._embedder
+
+    def vectors(self) -> np.ndarray:
+        """Every document vector, (N, D), in index order (for tests and exports; search reads shard by shard)."""
+        return np.concatenate([np.load(self._path(name, ".npy")) for name in self.shards])
+
+    def dense(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exact search: each query's best k documents by the dot product of the vectors (the cosine where they are
+        normalised), shard by shard with a running top-k: scores (Q, k) and positions (Q, k), best first."""
+        q = torch.from_numpy(self.embedder.embed(list(queries)))  # (Q, D)
+        best = torch.empty(len(q), 0)
+        where = torch.empty(len(q), 0, dtype=torch.long)
+        offset = 0
+        for name in self.shards:
+            shard = torch.from_numpy(np.load(self._path(name, ".npy")))  # (n, D)
+            scores = q @ shard.T  # (Q, n)
+            top = scores.topk(min(k, scores.shape[1]), dim=1)
+            merged = torch.cat([best, top.values], dim=1).topk(min(k, best.shape[1] + top.values.shape[1]), dim=1)
+            where = torch.cat([where, top.indices + offset], dim=1).gather(1, merged.indices)
+            best, offset = merged.values, offset + shard.shape[0]
+        return best, where
+
+    def bm25(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """BM25's best k documents per query: scores (Q, k) and positions (Q, k)."""
+        if not self.meta.get("bm25"):
+            raise InputError(f"--index {self.folder} has no BM25 index: build it with `encoderlab index --bm25`")
+        if self._bm25 is None:
+            self._bm25 = lexical.load(self.folder / BM25)
+        return lexical.search(self._bm25, queries, k)
+
+    def rank(self, queries: Sequence[str], k: int, mode: str = "dense", fusion_name: str = "rrf",
+             alpha: float = 0.5, depth: int = DEPTH) -> list[list[tuple[str, float]]]:
+        """Each query's best k (doc id, score), best first, by mode: dense, bm25, or hybrid (the two rankings' best
+        max(depth, k) fused by reciprocal rank or min-max weighted sum; alpha weighs dense)."""
+        if mode not in MODES:
+            raise InputError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
+        if mode != "hybrid":
+            scores, positions = self.dense(queries, k) if mode == "dense" else self.bm25(queries, k)
+            return [[(self.ids[int(p)], float(s)) for s, p in zip(row_s, row_p)]
+                    for row_s, row_p in zip(scores.tolist(), positions.tolist())]
+        dense = self.rank(queries, max(depth, k), "dense")
+        lexical_ = self.rank(queries, max(depth, k), "bm25")
+        if fusion_name not in FUSIONS:
+            raise InputError(f"fusion {fusion_name!r}: expected one of {', '.join(FUSIONS)}")
+        if fusion_name == "rrf":
+            return [fusion.rrf([[i for i, _ in a], [i for i, _ in b]])[:k] for a, b in zip(dense, lexical_)]
+        return [fusion.weighted(dict(a), dict(b), alpha)[:k] for a, b in zip(dense, lexical_)]
+
+    def search(self, queries: str | Sequence[str], top_k: int = 10, mode: str = "dense", fusion: str = "rrf",
+               alpha: float = 0.5, rerank: Pipeline | str | None = None, rerank_top: int = 100,
+               depth: int = DEPTH) -> list[list[dict[str, Any]]]:
+        """Each query's best top_k hits, {"id", "score", "title", "text"}, best first; rerank: a cross-encoder (a
+        Rerank pipeline or its model) reorders the first stage's best rerank_top."""
+        queries = [queries] if isinstance(queries, str) else list(queries)
+        if top_k < 1 or rerank_top < 1:
+            raise InputError(f"top_k {top_k}, rerank_top {rerank_top}: expected positive numbers")
+        first = self.rank(queries, max(top_k, rerank_top) if rerank else top_k, mode, fusion, alpha, depth)
+        if rerank is not None:
+            reranker = pipeline("rerank", rerank) if isinstance(rerank, (str, os.PathLike)) else rerank
+            first = self.rerank(reranker, queries, first, rerank_top)
+        return [[self.hit(ident, score) for ident, score in hits[:top_k]] for hits in first]
+
+    def rerank(self, reranker: Pipeline, queries: Sequence[str], ranked: list[list[tuple[str, float]]],
+               top: int) -> list[list[tuple[str, float]]]:
+        """The best `top` of each ranking reordered by the cross-encoder's score; the hits below keep their order,
+        scored below every reranked one (a run's scores must fall with its ranks)."""
+        items = [{"query": q, "passages": [self.document(i).joined for i, _ in hits[:top]]}
+                 for q, hits in zip(queries, ranked)]
+        out = []
+        for hits, result in zip(ranked, reranker(items)):
+            head = [(hits[row["index"]][0], row["score"]) for row in result["ranking"]]
+            floor = min((s for _, s in head), default=0.0) - 1.0
+            out.append(head + [(i, floor - n / len(hits)) for n, (i, _) in enumerate(hits[top:])])
+        return out
+
+    def hit(self, ident: str, score: float) -> dict[str, Any]:
+        """One hit as search returns it."""
+        document = self.document(ident)
+        return {"id": ident, "score": round(score, 6), "title": document.title, "text": document.text}
+
+    def document(self, ident: str) -> Document:
+        """The stored document of an id (its shard's documents read once)."""
+        if not hasattr(self, "_where"):
+            self._where = {i: p for p, i in enumerate(self.ids)}
+            self._starts = list(itertools.accumulate(
+                [0] + [len(json.loads(self._path(n, ".ids.json").read_text("utf-8"))) for n in self.shards]))
+        position = self._where[ident]
+        shard = next(s for s in range(len(self.shards)) if self._starts[s + 1] > position)
+        name = self.shards[shard]
+        if name not in self._docs:
+            self._docs[name] = shard_documents(self.folder, name)
+        return self._docs[name][position - self._starts[shard]]
+
+    def _path(self, name: str, suffix: str) -> Path:
+        return self.folder / SHARDS / f"{name}{suffix}"
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------
+def embedder_for(meta: dict[str, Any], model: str | os.PathLike, **options: Any) -> Pipeline:
+    """The Embed pipeline that encodes queries as the index's documents were: pooling, normalisation, dimensions,
+    window."""
+    return pipeline("embed", model, dimensions=meta["dimensions"], pooling=meta["pooling"],
+                    normalize=meta["normalize"], **{"max_length": meta["max_length"]} | options)
+
+
+def new_meta(model: str | os.PathLike, embedder: Pipeline, shard_size: int, bm25: bool) -> dict[str, Any]:
+    """index.json of a new index, before its shards."""
+    if not isinstance(embedder, Embed):
+        raise InputError(f"index needs an embed pipeline, not {embedder.task}")
+    return {"format": FORMAT, "complete": False,
+            "model": {"name": str(model), "path": str(resolve_model_path(model).resolve()), "fingerprint": fingerprint(model)},
+            "pooling": embedder.pooling, "normalize": embedder.normalize, "dimensions": embedder.dimensions,
+            "max_length": embedder.max_length, "similarity": "cosine" if embedder.normalize else "dot",
+            "dtype": "float32", "shard_size": shard_size, "bm25": bm25, "count": 0,
+            "text": "title + ' ' + text (BEIR's dense models)"}
+
+
+def check_resumable(folder: Path, previous: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """`previous`, the index.json of an unfinished build (or add) with the same model and settings whose last corpus
+    is the same file, unchanged; InputError otherwise."""
+    if previous.get("complete"):
+        raise InputError(f"--out {folder} holds a finished index: nothing to resume (--overwrite builds it again, "
+                         f"--add appends documents)")
+    keys = ("model", "pooling", "normalize", "dimensions", "max_length", "shard_size", "bm25")
+    differ = [key for key in keys if previous.get(key) != meta.get(key)]
+    last, given = previous["sources"][-1], meta["sources"][0]
+    differ += ["corpus"] if any(last[key] != given[key] for key in ("path", "bytes", "mtime")) else []
+    if differ:
+        raise InputError(f"--resume: --out {folder} was being built with other settings ({', '.join(differ)} "
+                         f"differ): run the command it was started with, or --overwrite")
+    return previous
+
+
+def write_shard(folder: Path, name: str, documents: list[Document], vectors: np.ndarray) -> None:
+    """A shard's documents and ids, then its vectors (its mark of completion), each written atomically."""
+    lines = [json.dumps({"_id": d.id, "title": d.title, "text": d.text}, ensure_ascii=False) for d in documents]
+    atomic_write_text(folder / SHARDS / f"{name}.docs.jsonl", "\n".join(lines) + "\n")
+    atomic_write_text(folder / SHARDS / f"{name}.ids.json", json.dumps([d.id for d in documents]))
+
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:
+            np.save(handle, np.ascontiguousarray(vectors, dtype=np.float32))
+
+    atomic_write(folder / SHARDS / f"{name}.npy", save)
+
+
+def shard_names(folder: Path) -> list[str]:
+    """The finished shards, in order."""
+    return sorted(p.name.removesuffix(".npy") for p in (folder / SHARDS).glob("*.npy")) \
+        if (folder / SHARDS).is_dir() else []
+
+
+def shard_documents(folder: Path, name: str) -> list[Document]:
+    """A shard's stored documents."""
+    lines = (folder / SHARDS / f"{name}.docs.jsonl").read_text(encoding="utf-8").splitlines()
+    return [Document(row["_id"], row["title"], row["text"]) for row in map(json.loads, lines)]
+
+
+def batched(items: Iterator[Document], size: int) -> Iterator[list[Document]]:
+    """Consecutive lists of `size` items (the last shorter)."""
+    while chunk := list(itertools.islice(items, size)):
+        yield chunk
+
+
+__all__ = ["Index", "MODES", "FUSIONS", "SHARD_SIZE", "OWN"]

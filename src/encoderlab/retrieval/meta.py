@@ -1,0 +1,90 @@
+"""An index folder's index.json, torch-free: what model made the vectors (a fingerprint of its files), how they were
+made (pooling, normalisation, dimensions, window), the corpus files they came from, and whether the build finished.
+The command line reads it to refuse a mismatched model before torch loads.
+
+    DIR/index.json          this record
+    DIR/shards/00000.npy    (n, D) float32 vectors of documents 0..n-1 of the shard, in corpus order
+    DIR/shards/00000.ids.json, 00000.docs.jsonl   their ids, and their {"_id", "title", "text"} for display and rerank
+    DIR/bm25/               bm25s's index (with --bm25)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from encoderlab.errors import InputError
+from encoderlab.io import atomic_write_text
+from encoderlab.paths import resolve_model_path
+
+INDEX_FILE = "index.json"
+SHARDS = "shards"
+BM25 = "bm25"
+FORMAT = 1
+OWN = (INDEX_FILE, SHARDS, BM25)  # what an index folder holds: --add and --resume find these and nothing else
+# Files that decide a model's vectors, hashed whole (small), and weights, fingerprinted by name and size: hashing
+# 90 MB of weights would take longer than searching.
+HASHED = ("config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "modules.json",
+          "sentence_bert_config.json", "1_Pooling/config.json", "task.json")
+WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
+
+
+def fingerprint(model: str | os.PathLike) -> str:
+    """A short hash of a model folder's config, tokenizer and pooling files and its weight files' sizes."""
+    folder = resolve_model_path(model)
+    digest = hashlib.sha256()
+    for name in HASHED:
+        if (folder / name).is_file():
+            digest.update(name.encode() + b"\0" + (folder / name).read_bytes())
+    for name in WEIGHTS:
+        if (folder / name).is_file():
+            digest.update(f"{name}\0{(folder / name).stat().st_size}".encode())
+    return digest.hexdigest()[:16]
+
+
+def source(path: str | os.PathLike, first_shard: int) -> dict[str, Any]:
+    """A corpus file as index.json records it: where, its size and time (a resume reads the same file) and the
+    shard its documents start at."""
+    stat = Path(path).stat()
+    return {"path": str(Path(path).resolve()), "bytes": stat.st_size, "mtime": stat.st_mtime,
+            "first_shard": first_shard}
+
+
+def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
+    """index.json of an index folder; InputError when the folder holds none or a broken one."""
+    path = Path(folder) / INDEX_FILE
+    if not path.is_file():
+        raise InputError(f"--index {folder}: no {INDEX_FILE} there (build one with `encoderlab index`)")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise InputError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise InputError(f"{path}: not an encoderlab index of format {FORMAT}")
+    return meta
+
+
+def write_meta(folder: str | os.PathLike, meta: dict[str, Any]) -> None:
+    """index.json, atomically."""
+    atomic_write_text(Path(folder) / INDEX_FILE, json.dumps(meta, indent=2) + "\n")
+
+
+def require_complete(folder: str | os.PathLike, meta: dict[str, Any]) -> None:
+    """InputError for an index whose build was cut off (finish it with --resume)."""
+    if not meta.get("complete"):
+        raise InputError(f"--index {folder}: its build did not finish: run the same `encoderlab index` command with "
+                         f"--resume to complete it")
+
+
+def check_model(folder: str | os.PathLike, meta: dict[str, Any], model: str | os.PathLike | None) -> None:
+    """InputError, naming both, when `model` is not the model the index was built with (None: the index's own)."""
+    if model is None:
+        return
+    built = meta["model"]
+    if fingerprint(model) != built["fingerprint"]:
+        raise InputError(f"--index {folder} was built with the model {built['name']} ({built['path']}); --model "
+                         f"{model} is another model (its files differ): its query vectors would not match the "
+                         f"index's. Search with {built['name']}, or index again with {model}")
