@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from encoderlab.cli.options import (add_inference_options, add_json, add_model, add_options, add_overwrite,
-                                    check_top_k, load_pipeline)
+                                    load_pipeline)
 from encoderlab.errors import InputError
 from encoderlab.io import check_out_folder
 from encoderlab.retrieval.corpus import read_documents, read_queries, scan
@@ -81,8 +81,7 @@ def check_new_ids(corpus: str, folder: Path) -> None:
 
 # ---- search -----------------------------------------------------------------------------------------------------
 def search_options(args: argparse.Namespace) -> dict[str, Any]:
-    """search()'s options from the command line, checked before torch loads."""
-    check_top_k(args.top_k)
+    """search()'s options from the command line, checked before torch loads (--top-k by cli.options.check_counts)."""
     if args.rerank_top < 1:
         raise InputError(f"--rerank-top {args.rerank_top}: expected a positive number")
     if not 0.0 <= args.alpha <= 1.0:
