@@ -125,6 +125,8 @@ class Handler(BaseHTTPRequestHandler):
         repo, repo_id, op, rest = self._route()
         if repo is None:
             return self._missing("RepoNotFound")
+        if not op:  # /api/datasets/ORG/NAME: the info of main
+            op, rest = "revision", ["main"]
         sha = repo.resolve(rest[0]) if rest else None  # snapshot_download resolves files by commit sha
         if sha is None:
             return self._missing("RevisionNotFound")
@@ -208,13 +210,21 @@ def folder_files(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
 def hub_env(tmp_path: Path, server: LoopbackHub | None, offline: bool = False) -> dict[str, str]:
-    """The environment of a CLI run: its own HF_HOME, the loopback endpoint, offline or not."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    """The environment of a CLI run: its own HF_HOME, the loopback endpoint, offline or not. datasets also pings
+    S3 to count a download (HF_UPDATE_DOWNLOAD_COUNTS=0 stops it) and asks the dataset viewer, at the endpoint's
+    host with `datasets-server.` before it, for a repository's exported infos: HTTP_PROXY sends that request to the
+    loopback server (which answers 404, as for a repository the viewer does not know) instead of a DNS lookup."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HF_", "HUGGINGFACE_")) and k.upper() not in PROXIES}
     env |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1" if offline else "0", "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": str(ROOT / "src"), "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_ETAG_TIMEOUT": "5"}
+            "PYTHONPATH": str(ROOT / "src"), "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_ETAG_TIMEOUT": "5",
+            "HF_UPDATE_DOWNLOAD_COUNTS": "0"}
     if server is not None:
-        env["HF_ENDPOINT"] = server.endpoint
+        env |= {"HF_ENDPOINT": server.endpoint, "HTTP_PROXY": server.endpoint, "NO_PROXY": "127.0.0.1,localhost"}
     return env
 
 

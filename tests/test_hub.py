@@ -41,6 +41,7 @@ def embed(env: dict[str, str], model: str, out: Path) -> np.ndarray:
 
 
 # ---- download, revisions, the warm cache offline --------------------------------------------------------------
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_a_hub_name_downloads_and_then_loads_offline_from_the_warm_cache(tmp_path, loopback, tiny):
     (tiny / "pytorch_model.bin").write_bytes(b"not to be downloaded")  # a pickle beside the safetensors
     loopback.repos["org/tiny"] = Repo()
@@ -59,6 +60,7 @@ def test_a_hub_name_downloads_and_then_loads_offline_from_the_warm_cache(tmp_pat
     assert loopback.requests == []  # a warm cache asks the Hub nothing, online or not
 
 
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_a_revision_picks_that_commit(tmp_path, loopback, tiny):
     import torch
     from safetensors.torch import load_file, save_file
@@ -81,6 +83,7 @@ def test_a_revision_picks_that_commit(tmp_path, loopback, tiny):
 
 
 # ---- errors: offline and cold, no Hub, pickles only ----------------------------------------------------------
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_offline_with_a_cold_cache_says_which_model_and_where_in_one_line(tmp_path):
     done = cli(hub_env(tmp_path, None, offline=True), "embed", "--model", "org/absent", "--input", str(SENTENCES),
                "--out", str(tmp_path / "x.npy"))
@@ -89,6 +92,7 @@ def test_offline_with_a_cold_cache_says_which_model_and_where_in_one_line(tmp_pa
     assert "hf download org/absent" in err
 
 
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_an_unreachable_hub_says_how_to_fetch_the_model_elsewhere(tmp_path, loopback):
     env = hub_env(tmp_path, loopback) | {"HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens on port 9
     done = cli(env, "fill-mask", "--model", "org/tiny@v2", "a [MASK]")
@@ -102,6 +106,7 @@ def test_a_name_missing_from_the_hub_is_one_line(tmp_path, loopback):
     assert "no such model on the Hub" in err and loopback.endpoint in err
 
 
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_a_repository_of_pickled_weights_only_is_refused(tmp_path, loopback, tiny):
     files = folder_files(tiny)
     files["pytorch_model.bin"] = files.pop("model.safetensors")  # its bytes do not matter: it is never fetched
@@ -175,6 +180,7 @@ def test_the_cache_folder_is_huggingface_hubs(env):
 
 
 # ---- push -------------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_push_uploads_the_folder_with_a_model_card(tmp_path, loopback, tiny):
     folder = tmp_path / "fine-tuned"
     shutil.copytree(tiny, folder)

@@ -135,6 +135,7 @@ def test_the_rows_read_are_the_parquet_rows_with_class_names(tmp_path, loopback)
     assert rows_read(env, "hf:org/tiny-sst:train") == [[[text], NAMES[label]] for text, label in TRAIN]
     assert rows_read(env, "hf:org/tiny-sst:validation") == [[[text], NAMES[label]] for text, label in VALIDATION]
     assert any(r.startswith("GET /api/datasets/org/tiny-sst/") for r in loopback.requests)
+    assert any("datasets-server." in r for r in loopback.requests)  # the viewer's question came here, not out
     copies = list((tmp_path / "hf" / "datasets" / "encoderlab").rglob("*.jsonl"))
     assert len(copies) == 2  # written once per split, in the datasets cache
     loopback.requests.clear()
@@ -181,3 +182,107 @@ def test_the_readme_by_name_finetune_runs_from_the_hub_and_then_offline_from_the
     done = cli(hub_env(tmp_path, None, offline=True), *offline, "--no-progress", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "offline" / "task.json").read_text())["labels"] == NAMES
+
+
+# ---- each task's form: the Hub's columns written as the file its reader reads ---------------------------------
+def _written(tmp_path: Path, dataset, form: str) -> Path:
+    """A split written as `form`'s file, as local_copy writes it."""
+    from encoderlab.hub_data import _write
+
+    path = tmp_path / f"split.{'json' if form == 'squad' else 'jsonl'}"
+    _write(dataset, HubDataset("org/x", None, "train"), form, path)
+    return path
+
+
+def test_ner_qa_multilabel_and_corpus_splits_read_as_their_files(tmp_path):
+    import datasets
+
+    from encoderlab.data.corpus import iter_documents
+    from encoderlab.tasks.readers import read_conll, read_squad, read_texts
+
+    tags = datasets.ClassLabel(names=["O", "B-PER", "I-PER", "B-LOC"])  # conll2003's ner_tags, shortened
+    ner = datasets.Dataset.from_dict({"id": ["0"], "tokens": [["Ada", "Lovelace", "visited", "Paris"]],
+                                      "ner_tags": [[1, 2, 0, 3]]},
+                                     features=datasets.Features({"id": datasets.Value("string"),
+                                                                 "tokens": datasets.List(datasets.Value("string")),
+                                                                 "ner_tags": datasets.List(tags)}))
+    [sentence] = read_conll(_written(tmp_path, ner, "conll"))
+    assert sentence.words == ["Ada", "Lovelace", "visited", "Paris"]
+    assert sentence.tags == ["B-PER", "I-PER", "O", "B-LOC"]
+
+    squad = datasets.Dataset.from_dict({  # SQuAD's (rajpurkar/squad, squad_v2) flat rows
+        "id": ["q1", "q2", "q3"], "title": ["Paris"] * 3, "context": ["Paris is the capital of France."] * 3,
+        "question": ["What is Paris?", "Of what?", "Who sang?"],
+        "answers": [{"text": ["the capital"], "answer_start": [9]}, {"text": ["France"], "answer_start": [24]},
+                    {"text": [], "answer_start": []}]})
+    questions = read_squad(_written(tmp_path, squad, "squad"))
+    assert [(q.id, [(a.text, a.start) for a in q.answers], q.is_impossible) for q in questions] == [
+        ("q1", [("the capital", 9)], False), ("q2", [("France", 24)], False), ("q3", [], True)]
+
+    topics = datasets.ClassLabel(names=["sports", "politics", "none"])
+    multi = datasets.Dataset.from_dict({"text": ["a match and a vote", "nothing"], "labels": [[0, 1], [2]]},
+                                       features=datasets.Features({"text": datasets.Value("string"),
+                                                                   "labels": datasets.List(topics)}))
+    assert [(r.texts, r.label) for r in read_texts(_written(tmp_path, multi, "table"))] == [
+        (("a match and a vote",), "sports|politics"), (("nothing",), "none")]
+
+    corpus = datasets.Dataset.from_dict({"title": ["A", "B"], "text": ["One.\nTwo.", "Three."]})
+    assert list(iter_documents(_written(tmp_path, corpus, "corpus"))) == [["One.", "Two."], ["Three."]]
+
+
+def test_an_unlabelled_split_is_refused_by_name(tmp_path):
+    import datasets
+
+    test = datasets.Dataset.from_dict({"sentence": ["hidden"], "label": [-1]},  # GLUE's test splits
+                                      features=datasets.Features({"sentence": datasets.Value("string"),
+                                                                  "label": datasets.ClassLabel(names=NAMES)}))
+    with pytest.raises(InputError, match="hf:org/x:train row 0: no label .* unlabelled"):
+        _written(tmp_path, test, "table")
+
+
+@pytest.mark.slow
+def test_prepare_takes_a_corpus_by_name(tmp_path, loopback):
+    """A repository without a card: datasets finds the split by its file name, the corpus its text column."""
+    table = pa.table({"title": ["A", "B", "C"], "text": ["The cat sat.\nIt slept.", "Dogs bark.", "Birds sing."]})
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    loopback.datasets["org/tiny-wiki"] = Repo()
+    loopback.datasets["org/tiny-wiki"].commit({"data/train-00000-of-00001.parquet": buffer.getvalue()})
+    done = cli(hub_env(tmp_path, loopback), "prepare", "--corpus", "hf:org/tiny-wiki", "--tokenizer", "minilm",
+               "--out", str(tmp_path / "shards"), "--holdout", "0", "--workers", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout)
+    assert stats["documents"] == 3 and stats["sentences"] == 4
+
+
+# ---- benchmark --data hf:NAME[/CONFIG] -------------------------------------------------------------------------
+def test_a_suite_by_name_reads_each_task_from_its_hub_splits():
+    from encoderlab.tasks.benchmark import BenchJob, find_tasks
+
+    found, absent = find_tasks(BenchJob("glue", "m", "hf:nyu-mll/glue", "out", tasks=["sst2", "mnli", "stsb"]))
+    assert absent == [] and [(f.spec.name, f.train, f.evals) for f in found] == [
+        ("sst2", "hf:nyu-mll/glue/sst2:train", [("validation", "hf:nyu-mll/glue/sst2:validation")]),
+        ("stsb", "hf:nyu-mll/glue/stsb:train", [("validation", "hf:nyu-mll/glue/stsb:validation")]),
+        ("mnli", "hf:nyu-mll/glue/mnli:train", [("validation_matched", "hf:nyu-mll/glue/mnli:validation_matched"),
+                                                ("validation_mismatched",
+                                                 "hf:nyu-mll/glue/mnli:validation_mismatched")])]
+    assert found[1].spec.regression and found[0].spec.reading.text_cols is None  # columns by the Hub's names
+    [imdb], _ = find_tasks(BenchJob("imdb", "m", "hf:stanfordnlp/imdb", "out"))
+    assert (imdb.train, imdb.evals) == ("hf:stanfordnlp/imdb:train", [("test", "hf:stanfordnlp/imdb:test")])
+    [one], _ = find_tasks(BenchJob("glue", "m", "hf:nyu-mll/glue/rte", "out"))
+    assert one.spec.name == "rte"
+
+
+@pytest.mark.slow
+def test_benchmark_glue_by_name_runs_a_task_from_the_hub(tmp_path, loopback, tiny):
+    card = CARD.replace("- config_name: default", "- config_name: sst2").replace("path: data/", "path: sst2/")
+    loopback.datasets["org/tiny-glue"] = Repo()
+    loopback.datasets["org/tiny-glue"].commit({"README.md": card.encode(),
+                                               "sst2/train-00000-of-00001.parquet": parquet(TRAIN),
+                                               "sst2/validation-00000-of-00001.parquet": parquet(VALIDATION)})
+    done = cli(hub_env(tmp_path, loopback), "benchmark", "glue", "--model", str(tiny), "--data", "hf:org/tiny-glue",
+               "--tasks", "sst2", "--quick", "--out", str(tmp_path / "bench"), "--no-progress", "--json")
+    assert done.returncode == 0, done.stderr
+    [result] = json.loads(done.stdout)["tasks"]
+    assert result["task"] == "sst2" and result["runs"][0]["scores"]["validation"]["examples"] == len(VALIDATION)
+    assert "--train hf:org/tiny-glue/sst2:train" in result["runs"][0]["commands"][0]
