@@ -1,21 +1,15 @@
-"""Models by their Hub name (encoderlab.hub) against a loopback Hub: a small HTTP server on 127.0.0.1 that answers
-the routes huggingface_hub 2.4 calls for snapshot_download (repo info, tree, resolve) and for push (create repo,
-validate-yaml, preupload, commit). Nothing leaves the machine: every CLI run is a subprocess with HF_ENDPOINT set
-to the loopback server and HF_HOME to a temporary folder."""
+"""Models by their Hub name (encoderlab.hub) against the loopback Hub of tests/loopback_hub.py (the routes
+huggingface_hub 2.4 calls for snapshot_download and push). Nothing leaves the machine: every CLI run is a subprocess
+with HF_ENDPOINT set to the loopback server and HF_HOME to a temporary folder."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 import numpy as np
 import pytest
@@ -28,180 +22,15 @@ from encoderlab.folder import model_card
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from common import tiny_model  # noqa: E402  (the benches' tiny random BERT with minilm's tokenizer files)
+from loopback_hub import Repo, cli, error_line, folder_files, hub_env, loopback  # noqa: E402,F401  (a fixture)
 
 SENTENCES = ROOT / "examples" / "sentences.txt"
-
-
-# ---- the loopback Hub ------------------------------------------------------------------------------------------
-class Repo:
-    """A model repository: commits (sha -> {path: bytes}) and refs (branch or tag -> sha)."""
-
-    def __init__(self) -> None:
-        self.commits: dict[str, dict[str, bytes]] = {}
-        self.refs: dict[str, str] = {}
-
-    def commit(self, files: dict[str, bytes], ref: str = "main") -> str:
-        """Add a commit holding `files` and point `ref` at it; returns its sha."""
-        sha = hashlib.sha1(json.dumps(sorted((k, hashlib.sha1(v).hexdigest()) for k, v in files.items()))
-                           .encode() + ref.encode()).hexdigest()
-        self.commits[sha], self.refs[ref] = dict(files), sha
-        return sha
-
-    def resolve(self, revision: str) -> str | None:
-        """A branch, a tag or a commit sha -> the sha, or None."""
-        return revision if revision in self.commits else self.refs.get(revision)
-
-
-class LoopbackHub(ThreadingHTTPServer):
-    """The server: repos by id, and every request's method and path (to check what was asked)."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.repos: dict[str, Repo] = {}
-        self.requests: list[str] = []
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(BaseHTTPRequestHandler):
-    """Just the routes huggingface_hub's snapshot_download, create_repo, create_branch and upload_folder call."""
-
-    server: LoopbackHub
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def _send(self, status: int, body: bytes = b"", headers: dict | None = None, head: bool = False) -> None:
-        self.send_response(status)
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
-    def _json(self, data, status: int = 200, headers: dict | None = None) -> None:
-        self._send(status, json.dumps(data).encode(), {"Content-Type": "application/json", **(headers or {})})
-
-    def _missing(self, code: str) -> None:
-        self._json({"error": code}, 404, {"X-Error-Code": code})
-
-    def _body(self) -> bytes:
-        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-    def _route(self) -> tuple[str, str, list[str]]:
-        """(repo id, operation, the rest's segments) of /api/models/ORG/NAME/OP/... or /ORG/NAME/resolve/..."""
-        parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
-        if parts[:2] == ["api", "models"]:
-            return "/".join(parts[2:4]), parts[4] if len(parts) > 4 else "", parts[5:]
-        return "/".join(parts[:2]), parts[2] if len(parts) > 2 else "", parts[3:]
-
-    def do_HEAD(self) -> None:
-        self.do_GET(head=True)
-
-    def do_GET(self, head: bool = False) -> None:
-        self.server.requests.append(f"{self.command} {self.path}")
-        repo_id, op, rest = self._route()
-        repo = self.server.repos.get(repo_id)
-        if repo is None:
-            return self._missing("RepoNotFound")
-        sha = repo.resolve(rest[0]) if rest else None  # snapshot_download resolves files by commit sha
-        if sha is None:
-            return self._missing("RevisionNotFound")
-        files = repo.commits[sha]
-        if op == "revision":
-            return self._json({"id": repo_id, "sha": sha, "private": False,
-                               "siblings": [{"rfilename": name} for name in files]})
-        if op == "tree":
-            return self._json([{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
-                               for name, data in files.items()])
-        name = "/".join(rest[1:])
-        if op != "resolve" or name not in files:
-            return self._missing("EntryNotFound")
-        data = files[name]
-        self._send(200, data, {"X-Repo-Commit": sha, "ETag": f'"{hashlib.sha1(data).hexdigest()}"'}, head=head)
-
-    def do_POST(self) -> None:
-        self.server.requests.append(f"{self.command} {self.path}")
-        body = self._body()
-        if self.path.startswith("/api/repos/create"):
-            payload = json.loads(body)
-            repo_id = "/".join(filter(None, (payload.get("organization"), payload["name"])))
-            self.server.repos.setdefault(repo_id, Repo()).private = payload.get("visibility") == "private"
-            return self._json({"url": f"{self.server.endpoint}/{repo_id}"})
-        if self.path.startswith("/api/validate-yaml"):
-            return self._json({"errors": [], "warnings": []})
-        repo_id, op, rest = self._route()
-        repo = self.server.repos.get(repo_id)
-        if repo is None:
-            return self._missing("RepoNotFound")
-        if op == "branch":
-            repo.refs.setdefault(rest[0], repo.refs.get("main") or repo.commit({}, rest[0]))
-            return self._json({})
-        if op == "preupload":
-            return self._json({"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
-                                         for f in json.loads(body)["files"]]})
-        if op == "commit":
-            return self._commit(repo, repo_id, rest[0], body)
-        self._missing("EntryNotFound")
-
-    def _commit(self, repo: Repo, repo_id: str, branch: str, body: bytes) -> None:
-        """An ndjson commit of base64 files, on top of the branch."""
-        files = dict(repo.commits.get(repo.refs.get(branch, ""), {}))
-        for line in body.decode().splitlines():
-            item = json.loads(line)
-            if item["key"] == "file":
-                files[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
-        sha = repo.commit(files, branch)
-        self._json({"commitUrl": f"{self.server.endpoint}/{repo_id}/commit/{sha}", "commitOid": sha,
-                    "pullRequestUrl": None})
-
-
-@pytest.fixture
-def loopback():
-    """A running loopback Hub, shut down after the test."""
-    server = LoopbackHub()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def folder_files(folder: Path) -> dict[str, bytes]:
-    """Every file under a folder, by its path inside it."""
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     """A tiny random BERT (masked LM) with minilm's tokenizer and sentence-transformers files."""
     return tiny_model(tmp_path_factory.mktemp("tiny") / "model", masked_lm=True)
-
-
-def hub_env(tmp_path: Path, server: LoopbackHub | None, offline: bool = False) -> dict[str, str]:
-    """The environment of a CLI run: its own HF_HOME, the loopback endpoint, offline or not."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    env |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1" if offline else "0", "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": str(ROOT / "src"), "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_ETAG_TIMEOUT": "5"}
-    if server is not None:
-        env["HF_ENDPOINT"] = server.endpoint
-    return env
-
-
-def cli(env: dict[str, str], *argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """`encoderlab ARGV` in a fresh process."""
-    return subprocess.run([sys.executable, "-m", "encoderlab", *argv], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=300, check=False)
-
-
-def error_line(done: subprocess.CompletedProcess) -> str:
-    """The one error line of a run that exited 2 (a download's progress bars may come before it)."""
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert done.returncode == 2 and len(errors) == 1 and done.stderr.rstrip().endswith(errors[0]), done.stderr
-    return errors[0]
 
 
 def embed(env: dict[str, str], model: str, out: Path) -> np.ndarray:
@@ -212,6 +41,7 @@ def embed(env: dict[str, str], model: str, out: Path) -> np.ndarray:
 
 
 # ---- download, revisions, the warm cache offline --------------------------------------------------------------
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_a_hub_name_downloads_and_then_loads_offline_from_the_warm_cache(tmp_path, loopback, tiny):
     (tiny / "pytorch_model.bin").write_bytes(b"not to be downloaded")  # a pickle beside the safetensors
     loopback.repos["org/tiny"] = Repo()
@@ -230,6 +60,7 @@ def test_a_hub_name_downloads_and_then_loads_offline_from_the_warm_cache(tmp_pat
     assert loopback.requests == []  # a warm cache asks the Hub nothing, online or not
 
 
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_a_revision_picks_that_commit(tmp_path, loopback, tiny):
     import torch
     from safetensors.torch import load_file, save_file
@@ -252,6 +83,7 @@ def test_a_revision_picks_that_commit(tmp_path, loopback, tiny):
 
 
 # ---- errors: offline and cold, no Hub, pickles only ----------------------------------------------------------
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_offline_with_a_cold_cache_says_which_model_and_where_in_one_line(tmp_path):
     done = cli(hub_env(tmp_path, None, offline=True), "embed", "--model", "org/absent", "--input", str(SENTENCES),
                "--out", str(tmp_path / "x.npy"))
@@ -260,6 +92,7 @@ def test_offline_with_a_cold_cache_says_which_model_and_where_in_one_line(tmp_pa
     assert "hf download org/absent" in err
 
 
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_an_unreachable_hub_says_how_to_fetch_the_model_elsewhere(tmp_path, loopback):
     env = hub_env(tmp_path, loopback) | {"HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens on port 9
     done = cli(env, "fill-mask", "--model", "org/tiny@v2", "a [MASK]")
@@ -273,6 +106,7 @@ def test_a_name_missing_from_the_hub_is_one_line(tmp_path, loopback):
     assert "no such model on the Hub" in err and loopback.endpoint in err
 
 
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_a_repository_of_pickled_weights_only_is_refused(tmp_path, loopback, tiny):
     files = folder_files(tiny)
     files["pytorch_model.bin"] = files.pop("model.safetensors")  # its bytes do not matter: it is never fetched
@@ -346,6 +180,7 @@ def test_the_cache_folder_is_huggingface_hubs(env):
 
 
 # ---- push -------------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_push_uploads_the_folder_with_a_model_card(tmp_path, loopback, tiny):
     folder = tmp_path / "fine-tuned"
     shutil.copytree(tiny, folder)

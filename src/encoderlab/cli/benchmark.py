@@ -26,6 +26,8 @@ LAYOUTS = {
     "imdb": "IMDB: aclImdb's train/ and test/ folders (pos/, neg/, one review per .txt file), or train.tsv and "
             "test.tsv with text and label columns; accuracy",
 }
+HUB_EXAMPLES = {"glue": "hf:nyu-mll/glue", "conll": "a Parquet CoNLL-2003 with tokens and ner_tags",
+                "squad": "hf:rajpurkar/squad", "sts": "hf:sentence-transformers/stsb", "imdb": "hf:stanfordnlp/imdb"}
 RECIPE = ("Default recipe, the BERT paper's (Devlin et al. 2019, section 4.1 and appendix A.3): batch 32, max length "
           "128, 3 epochs, AdamW lr 2e-5 (from its grid 5e-5/3e-5/2e-5) with 10% linear warmup and weight decay "
           "0.01, the best epoch on the first eval split kept; CoNLL-2003 and SQuAD take lr 5e-5 and lengths 256 and "
@@ -61,7 +63,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         sub = suites.add_parser(suite, help=layout.split(":")[0], description=f"{cmd_benchmark.__doc__} "
                                 f"--data: {layout}. {RECIPE}")
         add_model(sub)
-        sub.add_argument("--data", required=True, metavar="DIR", help=layout)
+        sub.add_argument("--data", required=True, metavar="DIR", help=f"{layout}; or a Hub dataset hf:NAME[/CONFIG] "
+                         f"(e.g. {HUB_EXAMPLES[suite]}), each task reading its own splits")
         sub.add_argument("--out", required=True, metavar="DIR", help="folder for OUT/TASK/seed-S (model, "
                          "training.json, result.json), OUT/TASK/result.json, OUT/results.md and OUT/results.json")
         add_options(sub, (

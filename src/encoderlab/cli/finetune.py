@@ -208,8 +208,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                                description=f"{cmd_finetune.__doc__} Data: {DATA_HELP[task]}.")
         bilstm = ", or 'bilstm' for the baseline trained from scratch" if task == "classify" else ""
         add_model(sub, MODEL_HELP + bilstm)
-        sub.add_argument("--train", required=True, metavar="FILE", help=f"training data: {DATA_HELP[task]}")
-        sub.add_argument("--eval", metavar="FILE", help="eval data in the same format: scored after each epoch")
+        sub.add_argument("--train", required=True, metavar="FILE", help=f"training data: {DATA_HELP[task]}; or a Hub "
+                         f"dataset hf:NAME[/CONFIG][:SPLIT] (split default: train)")
+        sub.add_argument("--eval", metavar="FILE", help="eval data in the same format, or hf:NAME[/CONFIG][:SPLIT] "
+                         "(split default: validation): scored after each epoch")
         sub.add_argument("--out", required=True, metavar="DIR",
                          help="folder for the best checkpoint (Hugging Face layout), task.json, training.json and "
                               "checkpoints/ (the training state --resume continues from)")
@@ -224,8 +226,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                           "folder, docs/retrieval.md)")
     evaluate.add_argument("--model", default=None, metavar="DIR", help="fine-tuned folder (for embed: any checkpoint "
                           "or alias; for retrieval: an embedder, indexing --data's corpus on the fly)")
-    evaluate.add_argument("--data", required=True, metavar="FILE", help="labelled data in the task's format "
-                          "(retrieval: a BEIR folder)")
+    evaluate.add_argument("--data", required=True, metavar="FILE", help="labelled data in the task's format, or a Hub "
+                          "dataset hf:NAME[/CONFIG][:SPLIT] (split default: validation; retrieval: a BEIR folder)")
     _reader_options(evaluate, None)
     add_window_options(evaluate, follows="what the model was trained with")
     evaluate.add_argument("--pooling", choices=("mean", "cls"), default=None,

@@ -52,7 +52,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     tok = commands.add_parser("tokenizer", help="tokenizer tools", description="Tokenizer tools.")
     tok_commands = tok.add_subparsers(dest="tokenizer_command", required=True, metavar="ACTION")
     train = tok_commands.add_parser("train", help="train a vocabulary on raw text", description=cmd_tokenizer_train.__doc__)
-    train.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files or folders (.gz too)")
+    train.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files or folders (.gz too), or a Hub dataset hf:NAME[/CONFIG][:SPLIT]")
     train.add_argument("--kind", choices=TOKENIZER_KINDS, default="wordpiece",
                        help="wordpiece (BERT), bpe (RoBERTa's byte-level BPE) or unigram (ALBERT/DeBERTa "
                             "SentencePiece-style) (default: wordpiece)")
@@ -69,7 +69,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     prep = commands.add_parser("prepare", help="raw text -> memory-mapped token shards", description=cmd_prepare.__doc__)
     prep.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
                       help="files or folders: plain text (blank line between documents), JSONL with 'text', "
-                           "WikiExtractor output; .gz allowed")
+                           "WikiExtractor output; .gz allowed; or a Hub dataset hf:NAME[/CONFIG][:SPLIT] (its "
+                           "text column, one document a row; split default: train)")
     prep.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer folder (or a model folder)")
     prep.add_argument("--out", required=True, metavar="DIR", help="output folder for shards and meta.json")
     prep.add_argument("--holdout", type=float, default=0.005, metavar="F",

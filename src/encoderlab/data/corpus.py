@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from encoderlab.errors import InputError
+from encoderlab.hub_data import is_hub_data, local_copy
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -27,12 +28,13 @@ _TITLE = re.compile(r'\btitle="([^"]*)"')
 
 
 def corpus_files(paths: list[str | os.PathLike]) -> list[Path]:
-    """The files named by `paths`, folders expanded recursively in sorted order (hidden entries skipped)."""
+    """The files named by `paths`, folders expanded recursively in sorted order (hidden entries skipped); a Hub
+    dataset (hf:NAME[/CONFIG][:SPLIT], split train unless named) as the JSONL file of its text column."""
     if not paths:
         raise InputError("no corpus paths given")
     files: list[Path] = []
     for raw in paths:
-        path = Path(raw)
+        path = local_copy(raw, "corpus", "train").path if is_hub_data(raw) else Path(raw)
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file()  # hidden: .git, .DS_Store, editor temp files
                            and not any(part.startswith(".") for part in p.relative_to(path).parts))

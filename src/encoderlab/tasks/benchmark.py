@@ -19,6 +19,7 @@ from typing import Any
 
 from encoderlab.choices import BENCHMARK_QUICK as QUICK
 from encoderlab.errors import ConfigError, InputError
+from encoderlab.hub_data import is_hub_data, parse_hub_dataset
 from encoderlab.io import atomic_write_text
 from encoderlab.tasks.finetune import (MAX_LENGTH, EvaluateJob, FinetuneJob, Head, Reading, evaluate, finetune,
                                        seed_spread)
@@ -98,6 +99,19 @@ SUITES: dict[str, tuple[Spec, ...]] = {
 }
 
 
+# --data hf:NAME[/CONFIG]: each suite's task on the Hub, (train split, eval splits), read by its columns' names (the
+# Hub's files are Parquet, not the TSV layouts above). GLUE's configs are its task names (hf:nyu-mll/glue: all nine;
+# hf:nyu-mll/glue/sst2: that one); the other suites are one dataset (hf:stanfordnlp/imdb, hf:rajpurkar/squad, ...).
+HUB_SPLITS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
+    "glue": {spec.name: ("train", ("validation_matched", "validation_mismatched") if spec.name == "mnli"
+                         else ("validation",)) for spec in GLUE},
+    "conll": {"conll2003": ("train", ("validation", "test"))},
+    "squad": {"squad-v1.1": ("train", ("validation",))},
+    "sts": {"stsb": ("train", ("validation", "test"))},
+    "imdb": {"imdb": ("train", ("test",))},
+}
+
+
 @dataclass
 class BenchJob:
     """One `benchmark` job: a model scored on the tasks of a suite found under `data`."""
@@ -130,8 +144,8 @@ class Found:
     """A task's files under --data: training, the eval splits there are, and the splits that are not."""
 
     spec: Spec
-    train: Path
-    evals: list[tuple[str, Path]]
+    train: Path | str
+    evals: list[tuple[str, Path | str]]
     missing: list[str]
 
 
@@ -148,6 +162,8 @@ def find_tasks(job: BenchJob) -> tuple[list[Found], list[str]]:
     unknown = sorted(set(job.tasks or []) - {s.name for s in specs})
     if unknown:
         raise ConfigError(f"--tasks {','.join(unknown)}: {job.suite} has {', '.join(s.name for s in specs)}")
+    if is_hub_data(job.data):
+        return _hub_tasks(job, specs), []
     data = Path(job.data)
     if not data.is_dir():
         raise InputError(f"--data {data}: not a folder")
@@ -164,6 +180,25 @@ def find_tasks(job: BenchJob) -> tuple[list[Found], list[str]]:
         raise InputError(f"--data {data}: none of the {job.suite} tasks is there: {'; '.join(absent)}")
     # GLUE's absent tasks are worth a line; the other suites' other layouts (SemEval vs GLUE STS) only when asked for
     return found, absent if job.suite == "glue" or job.tasks else []
+
+
+def _hub_tasks(job: BenchJob, specs: tuple[Spec, ...]) -> list[Found]:
+    """The asked-for tasks of a suite as splits of the Hub dataset --data names (HUB_SPLITS)."""
+    hub = parse_hub_dataset(str(job.data), split=False)
+    found = []
+    for spec in specs:
+        if spec.name not in HUB_SPLITS[job.suite] or (job.tasks and spec.name not in job.tasks):
+            continue
+        if job.suite == "glue" and hub.config not in (None, spec.name):
+            continue
+        config = hub.config or (spec.name if job.suite == "glue" else None)
+        name = f"hf:{hub.name}{'/' + config if config else ''}"
+        train, evals = HUB_SPLITS[job.suite][spec.name]
+        found.append(Found(replace(spec, reading=Reading(), labels=None), f"{name}:{train}",
+                           [(split, f"{name}:{split}") for split in evals], []))
+    if not found:
+        raise InputError(f"--data {job.data}: none of the asked-for {job.suite} tasks is there")
+    return found
 
 
 # ---- the recipe ------------------------------------------------------------------------------------------------

@@ -13,16 +13,18 @@ from typing import Any
 
 import torch
 
-from encoderlab.choices import BATCH_SIZE, BILSTM, MAX_LENGTH
+from encoderlab.choices import BATCH_SIZE, BILSTM, MAX_LENGTH, READS
 from encoderlab.engine import resolve_device as engine_device, window
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.folder import read_task_info, settings
+from encoderlab.hub_data import LocalData, is_hub_data, local_copy
 from encoderlab.io import atomic_write_text, clear_folder
 from encoderlab.checkpoint import load_model, model_config, save_pretrained
 from encoderlab.nn.bilstm import BiLSTMClassifier
 from encoderlab.tasks import classify, embedding, multilabel, qa, rerank, tagging  # noqa: F401 -- each registers its TaskSpec
 from encoderlab.tasks.base import Task
 from encoderlab.tasks.objective import TrainOptions, train
+from encoderlab.tasks.readers import LABEL_NAMES
 from encoderlab.tasks.spec import Head, Reading, TaskSpec, task_spec
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train import distributed
@@ -76,6 +78,38 @@ class EvaluateJob:
 
 
 # ---- reading data ---------------------------------------------------------------------------------------------
+def read_examples(spec: TaskSpec, source: str, reading: Reading, info: dict, head: Head,
+                  default_split: str = "validation") -> list:
+    """The examples of a data file, or of a Hub dataset's split (hf:NAME[/CONFIG][:SPLIT], encoderlab.hub_data)
+    written once as the file the task's reader reads."""
+    if is_hub_data(source):
+        source = str(local_copy(source, READS[spec.name], default_split).path)
+    return spec.read(source, reading, info, head)
+
+
+def hub_labels(job: FinetuneJob) -> Head:
+    """The head, with a Hub dataset's class names (its label column's ClassLabel, in id order) as the labels
+    when none are given: SST-2's negative, positive keep the ids and the positive class that F1 is of."""
+    if job.head.labels or job.head.regression or not is_hub_data(job.train) or READS[job.task] != "table":
+        return job.head
+    local = local_copy(job.train, READS[job.task], "train")
+    column = _label_column(local, job.reading.label_col)
+    names = local.classes.get(column) if column else None
+    return replace(job.head, labels=names) if names else job.head
+
+
+def _label_column(local: LocalData, label_col: str | None) -> str | None:
+    """The label column's name, as the reader picks it: --label-col (a name or an index), else the first of
+    LABEL_NAMES there is."""
+    lowered = {name.lower(): name for name in local.columns}
+    if label_col is not None and label_col.strip().lstrip("-").isdigit():
+        index = int(label_col)
+        return local.columns[index] if -len(local.columns) <= index < len(local.columns) else None
+    if label_col is not None:
+        return lowered.get(label_col.strip().lower())
+    return next((lowered[name] for name in LABEL_NAMES if name in lowered), None)
+
+
 def subsample(examples: list, limit: int | None) -> list:
     """At most `limit` examples, drawn with a fixed seed (independent of --seed) and kept in file order."""
     if not limit or limit >= len(examples):
@@ -115,11 +149,12 @@ def finetune(job: FinetuneJob) -> dict[str, Any]:
     if job.seeds < 1:
         raise ConfigError(f"--seeds {job.seeds}: expected a positive number")
     tokenizer = Tokenizer.from_pretrained(job.tokenizer or ("minilm" if job.model == BILSTM else job.model))
+    job = replace(job, head=hub_labels(job))
     classes = {"labels": job.head.labels}
-    train_set = subsample(spec.read(job.train, job.reading, classes, job.head), job.max_train)
+    train_set = subsample(read_examples(spec, job.train, job.reading, classes, job.head, "train"), job.max_train)
     evaluation = None
     if job.eval:
-        evaluation = subsample(spec.read(job.eval, job.reading, classes, job.head), job.max_eval)
+        evaluation = subsample(read_examples(spec, job.eval, job.reading, classes, job.head), job.max_eval)
     task = spec.build(job.head, tokenizer, train_set, train_window(job, tokenizer),
                       {"batch_size": job.options.batch_size, "precision": job.options.precision})
     _check_metric(job.metric, task, evaluation)
@@ -229,7 +264,7 @@ def evaluate(job: EvaluateJob) -> dict[str, Any]:
     task = task_for_model(job, model, info, Tokenizer.from_pretrained(job.model))
     head = Head(task_type=info.get("task_type") or ("regression" if getattr(model, "regression", False)
                                                     else "classification"))
-    examples = subsample(spec.read(job.data, job.reading, info, head), job.max_eval)
+    examples = subsample(read_examples(spec, job.data, job.reading, info, head), job.max_eval)
     task.validate(examples)  # a label or tag the model does not know is an error, not a silent miss
     predictions, metrics = task.assess(model, examples)
     if job.predictions and predictions is not None:
