@@ -12,7 +12,7 @@ Goals: dense and BM25 nDCG@10 within 0.002 of their peers; hybrid at least 1 poi
 indexing at 0.95x embed's documents/s or better.
 
     python bench/retrieval.py            # all of part A: 1,545 paragraphs, 2,933 held-out questions (a few minutes)
-    python bench/retrieval.py --quick    # 300 paragraphs and their held-out questions: that it runs
+    python bench/retrieval.py --quick    # 100 paragraphs and their held-out questions: that it runs
     python bench/retrieval.py --smoke    # a tiny random model on a synthetic corpus (make test)
 
 Data: ../shared/data/squad_v1.1/dev-v1.1.part-a.json. Run with OMP_NUM_THREADS=1 on a shared machine.
@@ -47,7 +47,7 @@ from encoderlab.retrieval.evaluation import BeirFolder, evaluate_index  # noqa: 
 from encoderlab.retrieval.index import Index  # noqa: E402
 from encoderlab.retrieval.metrics import evaluate  # noqa: E402
 
-DOCUMENTS = {"full": None, "quick": 300, "smoke": 60}  # corpus paragraphs kept (None: all)
+DOCUMENTS = {"full": None, "quick": 100, "smoke": 60}  # corpus paragraphs kept (None: all)
 DEPTH = 100
 
 
@@ -133,7 +133,7 @@ def speeds(model: str, data: BeirFolder, scratch: Path) -> dict:
 
 
 def main() -> None:
-    cli = parser(__doc__, "300 paragraphs and their held-out questions: that it runs, not a measurement")
+    cli = parser(__doc__, "100 paragraphs and their held-out questions: that it runs, not a measurement")
     args = cli.parse_args()
     mode = size(args)
     with tempfile.TemporaryDirectory() as scratch_name:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,11 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # Set before torch is imported; a test that needs more threads asks for them.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+# torch.compile's kernels in a cache of this test process's own, removed at its end: a run killed while compiling
+# once left a truncated .so in the shared /tmp/torchinductor_root that failed every later run's compile tests.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="encoderlab-tests-inductor-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 # An unmarked test may compute for this many CPU seconds (its process's and the subprocesses it waited for, setup
 # and teardown aside); above it, it must carry @pytest.mark.slow, so that `make test-fast` stays fast. CPU time,
@@ -42,7 +50,10 @@ def _cpu_seconds() -> float:
 def pytest_runtest_call(item: pytest.Item):
     started = _cpu_seconds()
     yield
-    item.stash[CPU_SECONDS] = _cpu_seconds() - started
+    item.stash[CPU_SECONDS] = spent = _cpu_seconds() - started
+    if log := os.environ.get("ENCODERLAB_CPU_LOG"):  # each test's CPU seconds, a line each: for choosing the slow marks
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"{spent:.2f}\t{item.nodeid}\t{'slow' if item.get_closest_marker('slow') else ''}\n")
 
 
 @pytest.hookimpl(hookwrapper=True)

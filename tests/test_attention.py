@@ -142,6 +142,7 @@ def read_png(path: Path) -> tuple[int, int]:
     return matplotlib.image.imread(path).shape[:2]
 
 
+@pytest.mark.slow
 def test_cli_draws_one_head_and_the_grid_of_all_heads(tmp_path: Path, capsys) -> None:
     one, grid = tmp_path / "one.png", tmp_path / "grid.png"
     assert main(["attention", "--model", "minilm", TEXT, "--layer", "2", "--head", "-1", "--out", str(one)]) == 0
@@ -175,6 +176,7 @@ def test_cli_long_input_and_plot_attention_cap_the_tokens_shown(tmp_path: Path, 
     assert read_png(small)[1] < read_png(capped)[1]  # fewer labels, a smaller figure
 
 
+@pytest.mark.slow
 def test_drawing_leaves_pyplot_alone(tmp_path: Path, minilm) -> None:
     # A notebook's inline backend must survive a plot (matplotlib.use("Agg") used to switch it off), and no
     # figure may pile up in pyplot's list (a server draws many).
@@ -214,6 +216,7 @@ def test_cli_empty_text_exits_2(tmp_path: Path, capsys) -> None:
     assert "empty" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_truncates_a_long_text_to_a_roberta_window_and_says_so(tmp_path: Path, capsys, roberta_window_path,
                                                                     long_text) -> None:
     # Issue 36: RoBERTa's 514 positions hold 512 tokens (they start at pad_token_id + 1); a 2,000-word text used to

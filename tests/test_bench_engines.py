@@ -38,6 +38,7 @@ def reference(setting: engines.Setting) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name", [n for n in CATALOG if n != "transformers-fp32"])
+@pytest.mark.slow
 def test_engine_matches_transformers(name: str, setting: engines.Setting, reference: np.ndarray) -> None:
     try:
         run = CATALOG[name](setting)

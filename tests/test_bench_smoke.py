@@ -35,6 +35,7 @@ def _smoke(script: str, results: Path, *options: str) -> subprocess.CompletedPro
 
 
 @pytest.mark.parametrize("script", BENCHES)
+@pytest.mark.slow
 def test_bench_runs_with_smoke(script: str, tmp_path: Path) -> None:
     committed = _snapshot(ROOT / "bench" / "results")
     done = _smoke(script, tmp_path)
@@ -54,6 +55,7 @@ def test_bench_runs_with_smoke(script: str, tmp_path: Path) -> None:
     assert covers.get("files", set()) <= {p.name for p in tmp_path.iterdir()}, f"{script} --smoke wrote no plot"
 
 
+@pytest.mark.slow
 def test_fill_mask_bench_puts_its_sst2_goal_on_the_mean_over_seeds(tmp_path: Path) -> None:
     """With several seeds each seed fine-tunes both models, and the goal is on the mean of the per-seed
     differences: the pairs are kept and the mean is theirs, not one seed's."""

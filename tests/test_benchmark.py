@@ -98,6 +98,7 @@ def figures(summary: dict) -> dict:
 
 
 # ---- GLUE ------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_glue_every_task_in_its_official_format(glue, tiny_model, tmp_path, capsys):
     summary = bench("glue", "--model", tiny_model, "--data", glue, "--out", tmp_path / "out", *FAST, "--plot")
     tasks = {r["task"]: r for r in summary["tasks"]}
@@ -203,6 +204,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60.0) -> None:
         time.sleep(0.005)
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_to_the_uninterrupted_result(glue, tiny_model, tmp_path):
     argv = ["benchmark", "glue", "--model", str(tiny_model), "--data", str(glue), "--tasks", "sst2", "--epochs", "3",
             "--batch-size", "2", "--lr", "1e-3", "--no-progress", "--threads", "1"]

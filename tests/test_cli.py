@@ -126,6 +126,7 @@ def test_argparse_lives_only_in_the_cli_package():
     assert [str(p) for p in library if pattern.search(p.read_text(encoding="utf-8"))] == []
 
 
+@pytest.mark.slow
 def test_runtime_never_imports_the_oracles():
     """transformers and sentence-transformers are test oracles: no encoderlab module may import them."""
     pattern = re.compile(r"^\s*(import|from)\s+(transformers|sentence_transformers)\b", re.M)
@@ -236,6 +237,7 @@ def test_the_names_the_parser_checks_are_the_ones_the_code_runs():
     assert choices.TRAINING_PRECISIONS == PRECISIONS and choices.TOKENIZER_KINDS == KINDS
 
 
+@pytest.mark.slow
 def test_loading_a_checkpoint_imports_no_compiler():
     """A one-shot command takes the shortest path: building the model on the meta device runs no initialiser
     (which would import torch._dynamo, 2.4 s of a 6 s fill-mask on 2 cores) and nothing compiles."""

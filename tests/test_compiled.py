@@ -51,6 +51,7 @@ def probabilities(results: list[dict]) -> np.ndarray:
 
 
 @pytest.mark.parametrize("mode", ["fp32", "bf16", "int8"])
+@pytest.mark.slow
 def test_compiled_classify_matches_eager(classifier_folder, mode):
     if mode not in precisions.supported():
         pytest.skip(f"{mode} is not supported on this machine")
@@ -76,6 +77,7 @@ def test_compiled_classify_from_the_cli(classifier_folder, tmp_path, capsys):
     np.testing.assert_allclose(probabilities(compiled), probabilities(eager), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_compile_without_a_cxx_compiler_is_a_clear_error(classifier_folder):
     """A machine where inductor cannot build its C++ gets a ConfigError that names --compile and the reason."""
     import torch._inductor.config as inductor

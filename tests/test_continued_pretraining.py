@@ -100,6 +100,7 @@ def test_first_step_loss_equals_transformers_mlm_loss(family_run, tmp_path):
     assert json.loads((tmp_path / "run" / "init_from.json").read_text())["new_tensors"] == []
 
 
+@pytest.mark.slow
 def test_resume_is_exact_and_the_export_loads_in_transformers(family_run, tmp_path):
     family, folder, data = family_run
     pretrain(_recipe(data, folder), tmp_path / "straight", progress=False)

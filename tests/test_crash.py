@@ -193,6 +193,7 @@ def assert_same_pretraining(run: Path, reference: Path) -> None:
         torch.testing.assert_close(final[name], expected[name], rtol=0, atol=0, msg=name)
 
 
+@pytest.mark.slow
 def test_pretrain_survives_sigkill_and_resumes_exactly(recipe, pretrained, tmp_path):
     run = tmp_path / "run"
     kill_and_resume(["pretrain", "--config", str(recipe), "--out", str(run)], run, kills=3,
@@ -204,6 +205,7 @@ def test_pretrain_survives_sigkill_and_resumes_exactly(recipe, pretrained, tmp_p
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.slow
 def test_pretrain_sigint_saves_the_step_and_exits_cleanly(recipe, pretrained, tmp_path, signum):
     run = tmp_path / "run"
     argv = ["pretrain", "--config", str(recipe), "--out", str(run), "--set", "save_every=10"]
@@ -228,6 +230,7 @@ def _group_is_gone(pgid: int, timeout: float = 15.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_pretrain_saves_when_the_process_and_its_group_are_signalled_at_once(recipe, tmp_path):
     """As GNU timeout stops a command (the process, then its whole group) and Slurm a step (every process): two
     SIGTERMs at once, with data workers running and the objective compiled. The run finishes its step, saves,
@@ -275,6 +278,7 @@ with DeferredInterrupt() as interrupt:
 """
 
 
+@pytest.mark.slow
 def test_a_second_signal_within_the_grace_period_is_the_same_stop():
     """Copies of SIGTERM arriving together set the request once; one arriving after the grace period means the save
     is stuck, and raises. In a process of its own: pytest's holds native libraries' threads from earlier tests, and
@@ -409,6 +413,7 @@ def assert_same_finetuning(run: Path, reference: Path) -> None:
             torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=f"{name} {key}")
 
 
+@pytest.mark.slow
 def test_finetune_survives_sigkill_and_resumes_exactly(classify, finetuned, tmp_path):
     _, argv = classify
     run = tmp_path / "run"
@@ -419,6 +424,7 @@ def test_finetune_survives_sigkill_and_resumes_exactly(classify, finetuned, tmp_
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.slow
 def test_finetune_sigint_saves_the_step_and_exits_cleanly(classify, finetuned, tmp_path, signum):
     _, argv = classify
     run = tmp_path / "run"

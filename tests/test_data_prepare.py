@@ -118,6 +118,7 @@ def test_worker_processes_write_the_same_shards_and_documents_stay_whole(corpus,
          for doc in documents]
 
 
+@pytest.mark.slow
 def test_vocabulary_over_65536_tokens_is_stored_as_uint32(tmp_path):
     words = [f"w{i:05d}" for i in range(70_000)]
     tokenizer = Tokenizer.train_from_iterator("wordpiece", [" ".join(words)], vocab_size=70_100, min_frequency=1)

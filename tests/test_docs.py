@@ -147,10 +147,15 @@ def _is_subsequence(expected: list[str], got: list[str]) -> bool:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    """A scratch checkout: the repository's examples, configs and models, and ../shared where there is one."""
-    root = tmp_path_factory.mktemp("docs")
+    """A scratch checkout that the short commands share."""
+    return scratch_checkout(tmp_path_factory.mktemp("docs"))
+
+
+def scratch_checkout(root: Path) -> Path:
+    """A scratch checkout under root: the repository's examples, configs and models, and ../shared where there is
+    one."""
     for name in ("examples", "configs", "models"):
-        (root / "repo" / name).parent.mkdir(exist_ok=True)
+        (root / "repo" / name).parent.mkdir(parents=True, exist_ok=True)
         (root / "repo" / name).symlink_to(ROOT / name)
     if SHARED.is_dir():
         (root / "shared").symlink_to(SHARED)
@@ -159,6 +164,7 @@ def workdir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if not c.long], ids=str)
+@pytest.mark.slow
 def test_every_short_command_runs_as_shown(command: Command, workdir, monkeypatch):
     if any("../shared" in word for word in command.argv) and not SHARED.is_dir():
         pytest.skip(f"{command} reads ../shared/data, which is absent here")
@@ -211,12 +217,14 @@ def test_the_readme_says_how_to_get_encoderlab_on_the_path():
     assert "source .venv/bin/activate" in setup_lines()
 
 
-def test_the_readme_commands_run_in_a_fresh_shell_after_the_setup(workdir, tmp_path):
+@pytest.mark.slow
+def test_the_readme_commands_run_in_a_fresh_shell_after_the_setup(tmp_path):
     """Each short command of the README, pasted into a new bash with a bare PATH after the set-up block's own lines:
     it must be found, exit as the page shows and print what it shows (numbers aside)."""
     commands = [c for c in page_commands(README) if not c.long]
     if any("../shared" in w for c in commands for w in c.argv) and not SHARED.is_dir():
         pytest.skip("a README command reads ../shared/data, which is absent here")
+    workdir = scratch_checkout(tmp_path / "scratch")  # its own: the short commands' outputs would refuse a rerun
     (workdir / ".venv").unlink(missing_ok=True)
     (workdir / ".venv").symlink_to(ROOT / ".venv")
     script = ["set +e", "command -v encoderlab >/dev/null && echo 'encoderlab on the PATH before the set-up' && exit 9",

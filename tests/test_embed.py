@@ -21,6 +21,7 @@ def minilm(minilm_path):
     return embed
 
 
+@pytest.mark.slow
 def test_matches_sentence_transformers_on_every_sst2_dev_sentence(minilm, minilm_path, sst2_dev_sentences):
     from sentence_transformers import SentenceTransformer
 

@@ -204,6 +204,7 @@ def windows_everywhere(folder: Path, tmp_path: Path, capsys, text: str, flag: in
 
 
 @pytest.mark.parametrize("flag, expected", [(None, 512), (100, 100), (600, 512)])
+@pytest.mark.slow
 def test_every_entry_point_takes_the_same_window(tmp_path, capsys, roberta_window_path, long_text, flag, expected):
     """Issue 36: a RoBERTa-family folder whose sentence-transformers file asks for 514 tokens (its position count)
     gets 512 (positions start at pad_token_id + 1) from every entry point, and a flag's value within it."""

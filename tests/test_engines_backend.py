@@ -71,6 +71,7 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # ---- equal to torch ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("engine", RUNTIMES)
 @pytest.mark.parametrize("task", ["fill-mask", "classify", "ner", "qa"])
+@pytest.mark.slow
 def test_every_pipeline_gives_the_torch_logits_in_fp32(folders, cache, task, engine):
     reference = pipeline(task, folders[task])
     other = pipeline(task, folders[task], engine=engine, engine_cache=cache)
@@ -96,6 +97,7 @@ def test_embed_vectors_equal_torch_in_fp32_with_windows(folders, cache, engine):
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 @pytest.mark.parametrize("engine", RUNTIMES)
+@pytest.mark.slow
 def test_minilm_embeddings_stay_within_the_precisions_tolerance(minilm_path, sst2_dev_sentences, cache, engine,
                                                                 precision):
     texts = sst2_dev_sentences[:48]
@@ -110,6 +112,7 @@ def test_minilm_embeddings_stay_within_the_precisions_tolerance(minilm_path, sst
 
 
 # ---- auto -------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_auto_measures_every_combination_picks_one_within_tolerance_and_caches_it(folders, tmp_path, caplog):
     folder = folders["embed"]
     with caplog.at_level(logging.INFO, logger="encoderlab.infer.backends"):
@@ -127,6 +130,7 @@ def test_auto_measures_every_combination_picks_one_within_tolerance_and_caches_i
     assert not any("cosine" in r.message for r in caplog.records)  # the cached choice, not measured again
 
 
+@pytest.mark.slow
 def test_auto_times_the_close_candidates_again_in_rounds_and_takes_the_fastest_of_those(folders, tmp_path, caplog,
                                                                                          monkeypatch):
     monkeypatch.setattr(backends, "CLOSE", float("inf"))  # every candidate within tolerance is close enough
@@ -171,6 +175,7 @@ def test_openvino_without_nncf_names_it(folders, monkeypatch):
         pipeline("embed", folders["embed"], engine="openvino")
 
 
+@pytest.mark.slow
 def test_openvino_fuses_each_attention_into_one_op(folders, tmp_path):
     """Our export as OpenVINO runs it, each attention one fused op. Where the CPU has VNNI (backends.ov_layout) the
     export is laid out for the CPU plugin's fusion: no Softmax runs on its own once compiled, and no 5-d Transpose
@@ -193,6 +198,7 @@ def test_openvino_fuses_each_attention_into_one_op(folders, tmp_path):
     assert "Softmax" not in layers and "Subgraph" in layers, sorted(set(layers))
 
 
+@pytest.mark.slow
 def test_openvino_without_vnni_keeps_the_standard_export(folders, tmp_path, monkeypatch):
     """A CPU without an int8 dot-product instruction (as an AVX2-only EPYC reports it) gets the standard export,
     converted into one ScaledDotProductAttention op per layer, in files of their own."""
@@ -207,6 +213,7 @@ def test_openvino_without_vnni_keeps_the_standard_export(folders, tmp_path, monk
     assert not list(tmp_path.glob("*/openvino3-*"))
 
 
+@pytest.mark.slow
 def test_openvino_int8_is_calibrated_once_and_reused(folders, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="encoderlab.infer.backends"):
         first = pipeline("embed", folders["embed"], "int8", engine="openvino", engine_cache=tmp_path).embed(TEXTS)
@@ -219,6 +226,7 @@ def test_openvino_int8_is_calibrated_once_and_reused(folders, tmp_path, caplog):
     assert_close(torch.from_numpy(again), torch.from_numpy(first))
 
 
+@pytest.mark.slow
 def test_auto_skips_a_missing_runtime(folders, monkeypatch, tmp_path, caplog):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)
     with caplog.at_level(logging.INFO, logger="encoderlab.infer.backends"):
@@ -256,6 +264,7 @@ def test_options_a_runtime_cannot_honour_are_refused(folders, cache):
 
 @pytest.mark.parametrize("engine", RUNTIMES)
 @pytest.mark.parametrize("family", sorted(HF_CONFIGS))
+@pytest.mark.slow
 def test_every_family_runs_or_is_refused_by_name(tmp_path, cache, family, engine):
     """Each family's encoder on each runtime equals ours on real positions, or (CTranslate2) is refused naming what
     its post-norm BERT spec lacks."""

@@ -100,6 +100,7 @@ def test_an_unreachable_hub_says_how_to_fetch_the_model_elsewhere(tmp_path, loop
     assert "org/tiny@v2" in err and "hf download org/tiny --revision v2" in err
 
 
+@pytest.mark.slow
 def test_a_name_missing_from_the_hub_is_one_line(tmp_path, loopback):
     done = cli(hub_env(tmp_path, loopback), "fill-mask", "--model", "org/nothing", "a [MASK]")
     err = error_line(done)

@@ -91,6 +91,7 @@ def test_a_classifier_soup_keeps_the_labels_and_task_file(tmp_path: Path) -> Non
         assert_close(tensor, (first[key] + second[key]) / 2, msg=key)
 
 
+@pytest.mark.slow
 def test_the_end_points_of_an_interpolation_are_the_models_themselves() -> None:
     """The shipped model (bf16, `bert.` names, an MLM head) and minilm (fp32, bare names, a pooler): weight 1 on
     either gives that model's tensors back, so names were matched across both layouts."""

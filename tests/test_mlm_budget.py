@@ -93,6 +93,7 @@ def _graph_breaks(objective: MaskedLanguageModeling, batch: dict[str, torch.Tens
     return explained.graph_break_count
 
 
+@pytest.mark.slow
 def test_compile_sees_the_budgeted_step_as_one_graph():
     """The old path (boolean indexing, a data-dependent size) breaks the graph where the host must read the count;
     the budgeted one does not: one graph, nothing the host waits for inside the step."""

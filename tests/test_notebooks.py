@@ -65,6 +65,7 @@ def test_source_format_round_trips():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.slow
 def test_notebook_runs(path: Path, tmp_path: Path):
     pytest.importorskip("nbclient", reason="nbclient is not installed (pip install -e '.[lessons]')")
     pytest.importorskip("ipykernel", reason="ipykernel is not installed (pip install -e '.[lessons]')")

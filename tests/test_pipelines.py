@@ -262,6 +262,7 @@ def test_precision_modes_stay_close_to_fp32_on_minilm(minilm_path, sst2_dev_sent
 
 
 @pytest.mark.parametrize("mode", ["bf16", "int8"])
+@pytest.mark.slow
 def test_precision_modes_cost_at_most_a_point_of_stsb_spearman(minilm_path, mode):
     """The task-metric half of the precision check: STS-B dev Spearman (x100) of minilm within 1 point of fp32."""
     from scipy.stats import spearmanr

@@ -125,6 +125,7 @@ def serve_command(*extra: str) -> list[str]:
             *extra]
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_public_address_without_a_key():
     env = {k: v for k, v in os.environ.items() if k != "ENCODERLAB_API_KEY"} | {"PYTHONPATH": str(ROOT / "src")}
     started = time.monotonic()
@@ -167,6 +168,7 @@ def served(env: dict[str, str], *extra: str) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("source", ["env", "file"])
+@pytest.mark.slow
 def test_cli_reads_the_key_from_the_environment_or_a_file(tmp_path, source):
     (tmp_path / "key").write_text(KEY + "\n")
     extra = ("--api-key-file", str(tmp_path / "key")) if source == "file" else ()
@@ -179,6 +181,7 @@ def test_cli_reads_the_key_from_the_environment_or_a_file(tmp_path, source):
         assert httpx.get(f"{url}/health", headers={"x-api-key": KEY, "host": "encoder.example"}).status_code == 200
 
 
+@pytest.mark.slow
 def test_cli_without_a_key_answers_only_requests_addressed_to_loopback():
     """DNS rebinding: a web page whose host name now points at 127.0.0.1 sends its own name in Host."""
     with served({"ENCODERLAB_API_KEY": ""}) as url:

@@ -75,6 +75,7 @@ def test_int8_without_a_fast_kernel_runs_fp32_and_says_so(cpu, caplog):
 
 
 @pytest.mark.parametrize(("flags", "kernel"), [(VNNI, "int_mm"), (AVX2, "fbgemm")])
+@pytest.mark.slow
 def test_int8_runs_on_the_chosen_kernel_close_to_fp32(cpu, caplog, flags, kernel):
     if kernel == "fbgemm" and NO_FBGEMM:
         pytest.skip("this torch build has no fbgemm")
@@ -119,6 +120,7 @@ def test_int8_kernels_compile(cpu, flags, kernel):
             torch.testing.assert_close(compiled(x), converted(x), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_compiled_int8_matmul_gives_the_eager_results():
     """int8_matmul compiled (compile_int8_matmul) equals the plain function, with and without bias and GELU: one int8
     linear's output each way, on tokens with an outlier."""

@@ -67,6 +67,7 @@ def _assert_same_steps(a: list, b: list) -> None:
 
 
 @in_fresh_process
+@pytest.mark.slow
 def test_a_steps_batches_do_not_depend_on_the_worker_count(prepared):
     """Enough steps to cross into the second epoch (the corpus packs into 179 sequences, 23 steps of 8)."""
     reference = _data(prepared, 0)
@@ -83,6 +84,7 @@ def test_a_steps_batches_do_not_depend_on_the_worker_count(prepared):
 
 
 @in_fresh_process
+@pytest.mark.slow
 def test_each_ranks_share_and_micro_batches_match_the_main_process(prepared):
     reference, data = _data(prepared, 0, micro=2), _data(prepared, 2, micro=2)  # 2 ranks x 2 micro-batches of 2
     try:
@@ -95,6 +97,7 @@ def test_each_ranks_share_and_micro_batches_match_the_main_process(prepared):
 
 
 @in_fresh_process
+@pytest.mark.slow
 def test_loading_a_position_drops_the_steps_built_ahead(prepared):
     data = _data(prepared, 2)
     try:
@@ -113,6 +116,7 @@ def _losses(run: Path) -> list[tuple[int, float]]:
 
 
 @in_fresh_process
+@pytest.mark.slow
 def test_a_run_resumed_with_other_worker_counts_equals_an_uninterrupted_one(prepared, tmp_path):
     extra = ("max_steps=8", "save_every=0", "eval_every=0", "grad_accum=2")
     straight, broken = tmp_path / "straight", tmp_path / "broken"

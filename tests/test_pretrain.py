@@ -248,6 +248,7 @@ def test_cli_pretrain_reports_unknown_key(prepared, tmp_path, capsys):
     assert code == 2 and "bogus" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_two_process_ddp_matches_one_process(prepared, tmp_path):
     """torchrun with 2 CPU ranks (gloo) and the same global batch ends where one process ends."""
     sets = [f"data={prepared}", *TINY, "max_steps=4", "save_every=0", "eval_every=0",

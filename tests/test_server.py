@@ -182,6 +182,7 @@ def test_endpoint_the_model_lacks_gets_404_with_the_reason(client):
     assert client.get("/docs").status_code == 200
 
 
+@pytest.mark.slow
 def test_health_answers_while_a_big_batch_runs(client, minilm_server):
     texts = [" ".join(SENTENCES * 6) + f" {i}" for i in range(48)]  # 48 texts of ~230 tokens: seconds of work
     done: list[float] = []
@@ -246,6 +247,7 @@ def test_fuzzed_bodies_never_get_500(client, body):
     assert response.status_code in (200, 413, 422), (response.status_code, response.text)
 
 
+@pytest.mark.slow
 def test_cli_serves_over_a_subprocess(minilm_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -411,6 +413,7 @@ def test_task_endpoints_equal_the_pipelines(task_folders, kind):
     assert response.json()["results"] == json.loads(json.dumps(expected))  # exactly: same model, same batch
 
 
+@pytest.mark.slow
 def test_compiled_server_equals_the_eager_pipeline(task_folders):
     """serve --compile: the encoder compiled at load (main thread), run on the model thread for batched requests."""
     pipelines, reasons = load_pipelines(str(task_folders["mlm"]), tasks=["embed"], compile=True)

@@ -207,6 +207,7 @@ async def one_round(url: str, clients: int, requests_each: int, seen: dict[str, 
     return failures, max(health_times)
 
 
+@pytest.mark.slow
 def test_64_clients_zero_errors_and_memory_bounded(server):
     url, pid = server
     seen: dict[str, np.ndarray] = {}

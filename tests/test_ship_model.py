@@ -122,6 +122,7 @@ def test_a_run_continuing_a_shipped_model_ships_with_the_whole_lineage(tmp_path)
     assert "has not measured this model yet" in (folder / "README.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_a_merge_ships_with_the_trunks_cycles_and_its_members(tmp_path):
     """Cycle 1 is shipped and a copy kept; two runs continue it (one stopped part way) and are averaged with the copy,
     that average again with the start (nested merges). Shipping the merge keeps cycle 1 and adds one merge cycle:

@@ -208,6 +208,7 @@ def polar_sentence(rng: random.Random, label: int) -> str:
 
 # ---- classify --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("family", FAMILY_PARAMS)
+@pytest.mark.slow
 def test_classifier_learns_and_the_reloaded_pipeline_gives_the_same_probabilities(tmp_path, checkpoints, family):
     folder = checkpoints(family)
     tokenizer = Tokenizer.from_pretrained(folder)

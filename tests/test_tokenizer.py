@@ -44,6 +44,7 @@ def hf_offsets(hf_out) -> list[list[tuple[int, int]]]:
 
 # ---- parity with transformers on real data -------------------------------------------------------------
 @pytest.mark.parametrize("corpus", ["sst2", "conll"])
+@pytest.mark.slow
 def test_single_texts_match_transformers(corpus, ours, hf, sst2_dev_sentences, conll_texts):
     texts = sst2_dev_sentences if corpus == "sst2" else conll_texts
     batch = ours.encode_batch(texts)
@@ -57,6 +58,7 @@ def test_single_texts_match_transformers(corpus, ours, hf, sst2_dev_sentences, c
 
 
 @pytest.mark.parametrize("corpus", ["sst2", "conll"])
+@pytest.mark.slow
 def test_pairs_truncated_longest_first_match_transformers(corpus, ours, hf, sst2_dev_sentences, conll_texts):
     texts = sst2_dev_sentences if corpus == "sst2" else conll_texts
     first, second = texts[:-1], texts[1:]  # consecutive sentences as A / B

@@ -147,6 +147,7 @@ def test_ids_equal_transformers_fast_tokenizer(saved, texts, oracle):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.slow
 def test_real_text_matches_transformers(kind, tmp_path):
     wiki = shared_file("wikipedia/AA/wiki_00.gz")
     train_tokenizer([wiki], kind=kind, vocab_size=1500, out_dir=tmp_path / "tok")

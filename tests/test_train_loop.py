@@ -92,6 +92,7 @@ def test_gradient_accumulation_equals_one_big_batch(data, tmp_path, task):
     assert_same_run(tmp_path / "four", tmp_path / "one")
 
 
+@pytest.mark.slow
 def test_two_process_ddp_matches_one_process(data, tmp_path):
     """torchrun with 2 CPU ranks (gloo): each takes half of every batch (the last, of one example, goes to
     rank 1 while rank 0 runs a zero-weight dummy), and the run ends where one process ends."""
@@ -135,6 +136,7 @@ print(released, before, rss())
 """
 
 
+@pytest.mark.slow
 def test_the_loop_hands_freed_heap_memory_back_to_the_os():
     from encoderlab.train.loop import _malloc_trim
     if not Path("/proc/self/statm").is_file() or _malloc_trim() is None:
