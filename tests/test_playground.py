@@ -4,6 +4,7 @@ data endpoint (and the refusal to serve beyond loopback without one). The browse
 from __future__ import annotations
 
 import contextlib
+import importlib.resources
 import os
 import re
 import socket
@@ -22,12 +23,15 @@ from test_server import ROOT, WORDS, Stub, task_folders  # noqa: F401 (task_fold
 from encoderlab import EncoderConfig, MaskedLMModel, save_pretrained
 from encoderlab.cli import main
 from encoderlab.errors import InputError
-from encoderlab.infer.server import PLAYGROUND, Limits, check_exposure, create_app, load_pipelines
+from encoderlab.infer.pipelines import PIPELINES
+from encoderlab.infer.server import (PLAYGROUND, REDOC_LOGO, REDOC_SCRIPT, Limits, check_exposure, create_app,
+                                     load_pipelines)
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.viz.attention import attention_maps
 
 KEY = "s3cret-key-for-tests"
 DATA_REQUESTS = [("GET", "/health", None), ("GET", "/openapi.json", None), ("GET", "/docs", None),
+                 ("GET", "/redoc", None),
                  ("POST", "/embed", {"texts": ["a cat"]}), ("POST", "/attention", {"text": "a cat"}),
                  ("POST", "/ner", {"texts": ["a cat"]}), ("POST", "/nowhere", {})]
 
@@ -42,6 +46,31 @@ def test_page_and_its_files_are_served_and_request_nothing_from_elsewhere():
         urls = set(re.findall(r"(?:https?:)?//[\w.-]+\.\w+", path.read_text()))
         assert urls <= {"http://www.w3.org"}, (path.name, urls)
         assert "@import" not in path.read_text() and "url(" not in path.read_text(), path.name
+
+
+def test_every_endpoint_has_a_panel():
+    """A task the server can serve (a reranker's /rerank among them) has its panel on the page, and its button a
+    handler."""
+    page, script = (PLAYGROUND / "index.html").read_text(), (PLAYGROUND / "playground.js").read_text()
+    panels = re.findall(r'<section class="panel" id="(panel-[\w-]+)" data-task="([\w-]+)">', page)
+    assert set(PIPELINES) <= {task for _, task in panels}
+    assert all(f'onSubmit("{panel}",' in script for panel, _ in panels)
+
+
+def test_redoc_asks_nothing_of_another_machine():
+    """fastapi-offline's ReDoc script fetches one file from elsewhere, its footer's logo from cdn.redoc.ly: /redoc
+    loads a copy without that URL, under a Content-Security-Policy that would block any other (the browser's view:
+    test_playground_browser.py)."""
+    original = (importlib.resources.files("fastapi_offline") / "static" / "redoc.standalone.js").read_bytes()
+    assert REDOC_LOGO.encode() in original  # else the copy fixes nothing: see what the new ReDoc fetches
+    with TestClient(create_app({"embed": Stub()}, Limits(), model="stub", api_key=KEY)) as client:
+        page = client.get("/redoc", headers={"x-api-key": KEY})
+        script = client.get(REDOC_SCRIPT)  # holds no data: no key needed, as for /docs' scripts
+        assert client.get("/redoc").status_code == 401
+    assert page.status_code == 200 and f'<script src="{REDOC_SCRIPT}">' in page.text
+    assert page.headers["content-security-policy"].startswith("default-src 'self' ")
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert b"cdn.redoc.ly" not in script.content and len(script.content) == len(original) - len(REDOC_LOGO)
 
 
 @pytest.mark.parametrize("head", [None, 1, -1])

@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_rerank import reranker  # noqa: F401 (a fixture)
 from test_server import ROOT, Stub, running, task_folders  # noqa: F401 (task_folders: a fixture)
 
 from encoderlab.infer.pipelines import pipeline
-from encoderlab.infer.server import Limits, create_app
+from encoderlab.infer.server import Limits, create_app, load_pipelines
 from encoderlab.viz.attention import attention_maps
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
@@ -197,6 +198,43 @@ def test_classify_panel_shows_the_class_probabilities(page, task_folders, shots)
     shoot(page, shots, "panel-classify", "classify")
 
 
+@pytest.mark.slow  # its reranker is fine-tuned for the module (test_rerank.reranker): not for make test-fast
+def test_rerank_panel_ranks_as_the_reranker_does_and_classification_stands_aside(reranker, browser, shots):
+    """A `finetune rerank` folder loads as /classify too (a one-score classifier; TEI's /predict asks it there): the
+    page offers its Rerank panel, not a Classification panel of one unnamed class."""
+    folder, _ = reranker
+    query = "where does anna live ?"
+    passages = ["peter lives in rome", "anna lives in paris", "maria lives in oslo", "john lives in berlin"]
+    pipelines, reasons = load_pipelines(str(folder / "run"), tasks=["classify", "rerank"])
+    assert set(pipelines) == {"classify", "rerank"}
+    with running(create_app(pipelines, Limits(), model="rerank-test", unavailable=reasons)) as url:
+        tab = browser.new_page(viewport={"width": 1300, "height": 1000})
+        tab.goto(url)
+        tab.wait_for_selector("body[data-ready=yes]", timeout=20_000)
+        assert not tab.is_visible("#panel-classify form")
+        assert "reranker" in tab.inner_text("#panel-classify .missing")
+        tab.fill("#panel-rerank input[name=query]", query)
+        tab.fill("#panel-rerank textarea[name=passages]", "\n".join(passages))
+        submit(tab, "panel-rerank")
+        expected = pipelines["rerank"]([{"query": query, "passages": passages}])[0]["ranking"]
+        shown = ranking(tab)
+        assert shown == [(r["passage"], r["index"], r["score"]) for r in expected]
+        assert shown[0][0] == "anna lives in paris"  # a trained reranker at work
+        assert [tab.inner_text(f"#panel-rerank .row:nth-child({i + 1}) .num") for i in range(len(expected))] == [
+            f"{r['score']:.3f}" for r in expected]
+        shoot(tab, shots, "panel-rerank", "rerank")
+        tab.fill("#panel-rerank textarea[name=passages]", "\n".join([*passages[:2], "  ", *passages[2:], ""]))
+        submit(tab, "panel-rerank")
+        assert ranking(tab) == shown  # blank lines are no passages
+        tab.close()
+
+
+def ranking(page) -> list[tuple[str, int, float]]:
+    """(passage, its index in the request, score) of each row of the Rerank panel, as rendered."""
+    return [(row.get_attribute("data-label"), int(row.get_attribute("data-index")),
+             float(row.get_attribute("data-score"))) for row in page.query_selector_all("#panel-rerank .row")]
+
+
 def test_panels_without_a_model_say_so_and_the_key_is_asked_for(browser):
     reasons = {"ner": "not asked for (--tasks)", "fill-mask": "stub has no masked-LM head"}
     app = create_app({"embed": Stub()}, Limits(), model="stub", unavailable=reasons, api_key="k3y")
@@ -218,25 +256,21 @@ def test_panels_without_a_model_say_so_and_the_key_is_asked_for(browser):
 @pytest.mark.parametrize("path, operation", [("/docs", ".opblock-summary-path"), ("/redoc", "[data-section-id]")])
 def test_api_docs_render_every_operation_with_the_network_blocked(pipelines, browser, path, operation):
     """/docs (Swagger UI) and /redoc load their scripts from the server itself (fastapi-offline's copies), not a
-    CDN: with every request to another origin aborted, the page still lists each endpoint. The one outside request
-    allowed is ReDoc's own logo in its "powered by" footer, which its script asks for and the page does without."""
+    CDN, and ask nothing of any other machine (ReDoc's script, as fastapi-offline ships it, fetches its footer's
+    logo from cdn.redoc.ly: /redoc serves a copy without it): every request the page makes is recorded, and one to
+    another origin would be aborted (the page still lists each endpoint) and fails the test."""
     with running(create_app(pipelines, Limits(), model="docs-test")) as url:
         tab = browser.new_page()
-        outside: list[str] = []
-
-        def only_this_server(route) -> None:
-            if route.request.url.startswith(url):
-                route.continue_()
-            else:
-                outside.append(route.request.url)
-                route.abort()
-
-        tab.route("**/*", only_this_server)
+        requested: list[str] = []
+        tab.on("request", lambda request: requested.append(request.url))
+        tab.route("**/*", lambda route: route.continue_() if route.request.url.startswith(url + "/") else route.abort())
         tab.goto(url + path)
         tab.wait_for_selector(operation, timeout=20_000)
+        tab.wait_for_load_state("networkidle")  # a footer's image is asked for after the operations are drawn
         shown = tab.inner_text("body")
         tab.close()
-    cosmetic = {"https://cdn.redoc.ly/redoc/logo-mini.svg"} if path == "/redoc" else set()
-    assert set(outside) <= cosmetic, f"{path} asked for files from elsewhere: {outside}"
+    outside = [u for u in requested if not u.startswith((url + "/", "data:", "blob:"))]
+    assert not outside, f"{path} asked for files from elsewhere: {outside}"
+    assert url + path in requested and len(requested) > 2  # the recording saw the page and its files
     for endpoint in ("/embed", "/classify", "/fill-mask", "/ner", "/qa", "/health"):
         assert endpoint in shown, f"{path} does not list {endpoint}"

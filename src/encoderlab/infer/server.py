@@ -4,12 +4,13 @@
     curl -s localhost:8000/embed -H 'content-type: application/json' -d '{"texts": ["a cat", "a dog"]}'
 
 A server holds one checkpoint and offers the endpoints whose pipeline that checkpoint loads as
-(POST /embed, /classify, /fill-mask, /ner, /qa); the others answer 404 with the reason. Where the checkpoint
+(POST /embed, /classify, /fill-mask, /ner, /qa, /rerank); the others answer 404 with the reason. Where the checkpoint
 has no masked-LM head, `serve` answers /fill-mask with the shipped default model (encoderlab-fill-mask), the
 one second model it may load. GET /health reports the model behind each endpoint, the queue and how many
 forward batches served how many requests. GET / is the playground page (infer/playground/); POST /attention gives
 viz.attention's maps of a text cut to the endpoint's window (`"truncated": true` says it was cut). With an API key
 (KeyCheck) every request but the page's files and /metrics needs it, in X-API-Key or as `Authorization: Bearer`.
+The API's own pages, /docs (Swagger UI) and /redoc (ReDoc), load their scripts from this server, never a CDN.
 
 Beside ours, the APIs users' tools speak (encoderlab.infer.compat): OpenAI's POST /v1/embeddings and GET /v1/models,
 TEI's bodies on POST /embed and /rerank (told apart from ours by their keys), /predict, /tokenize and GET /info; and
@@ -32,14 +33,17 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import asdict
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+import fastapi_offline
 from fastapi import FastAPI, Request
 from fastapi_offline import FastAPIOffline
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.openapi.docs import get_redoc_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.staticfiles import StaticFiles
@@ -62,6 +66,14 @@ PLAYGROUND = Path(__file__).parent / "playground"  # the page at /: plain HTML, 
 # Swagger UI's and ReDoc's files for /docs and /redoc, from the fastapi-offline package (FastAPI's own pages load them
 # from a CDN, blank offline); like the playground's files they hold no data, so they need no API key.
 DOCS_ASSETS = "/docs-assets"
+# ReDoc's script as /redoc loads it: fastapi-offline's copy less the one file it fetches from elsewhere, the Redocly
+# logo of its "powered by" footer (an <img> with no src asks for nothing and hides itself, by the script's onError).
+# Not under DOCS_ASSETS: that folder's mount would answer the path first, with a 404.
+REDOC_SCRIPT = "/redoc.standalone.js"
+REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+# ... and the page forbids any request to another origin, should a later ReDoc ask for another one: the browser
+# blocks it rather than sends it (inline scripts, styles and eval allowed: ReDoc's page and script need them).
+REDOC_POLICY = "default-src 'self' 'unsafe-inline' 'unsafe-eval' data: blob:"
 
 
 # ---- request and response models --------------------------------------------------------------------
@@ -170,7 +182,8 @@ class BodyCheck:
         return bytes(body), more
 
 
-PUBLIC = ("/playground/", DOCS_ASSETS + "/")  # files that hold no data: the playground's, the API docs' scripts
+PUBLIC = ("/playground/", DOCS_ASSETS + "/", REDOC_SCRIPT)  # files that hold no data: the playground's, the API
+# docs' scripts
 OPEN_PATHS = ("/", "/metrics")  # the page, and counts for a scraper that has no key (encoderlab.infer.metrics)
 
 
@@ -287,7 +300,7 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
 
     endpoints = ", ".join(f"{task} (by {pipe.model_name})" if pipe.model_name and pipe.model_name != model else task
                           for task, pipe in pipelines.items())  # the model behind a task where it is not the server's
-    app = FastAPIOffline(title="encoderlab", lifespan=lifespan, static_url=DOCS_ASSETS,
+    app = FastAPIOffline(title="encoderlab", lifespan=lifespan, static_url=DOCS_ASSETS, redoc_url=None,  # _add_redoc
                   description=f"Model **{model or '?'}**: {endpoints}. Limits: {limits.max_batch} texts "
                               f"a request, {limits.max_text_chars} characters a text, {limits.max_body_bytes} bytes "
                               f"a body.")
@@ -302,6 +315,7 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
     _add_error_handlers(app)
     app.mount("/playground", StaticFiles(directory=PLAYGROUND), name="playground")
     app.get("/", include_in_schema=False)(lambda: FileResponse(PLAYGROUND / "index.html"))
+    _add_redoc(app)
 
     @app.get("/health", response_model=Health, summary="status, model, endpoints, queue and batch counters")
     async def health() -> dict[str, Any]:
@@ -324,6 +338,30 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
     metrics.add_route(app)
     routes.update(route.path for route in app.routes)
     return app
+
+
+@cache
+def redoc_script() -> bytes:
+    """fastapi-offline's redoc.standalone.js with REDOC_LOGO's URL emptied (read once: a megabyte)."""
+    script = (Path(fastapi_offline.__file__).parent / "static" / "redoc.standalone.js").read_text(encoding="utf-8")
+    return script.replace(f'"{REDOC_LOGO}"', '""').encode()  # test_playground pins that it was there
+
+
+def _add_redoc(app: FastAPI) -> None:
+    """GET /redoc, ReDoc's page of the API, as fastapi-offline's but with redoc_script and REDOC_POLICY: it asks
+    nothing of any other machine."""
+    @app.get(REDOC_SCRIPT, include_in_schema=False)
+    async def script() -> Response:
+        return Response(redoc_script(), media_type="text/javascript")
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        page = get_redoc_html(openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - ReDoc",
+                              redoc_js_url=f"{root}{REDOC_SCRIPT}", with_google_fonts=False,
+                              redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png")
+        page.headers["Content-Security-Policy"] = REDOC_POLICY
+        return page
 
 
 def _add_attention(app: FastAPI, request: type[BaseModel], pipelines: dict[str, Pipeline],

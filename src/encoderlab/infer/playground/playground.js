@@ -108,13 +108,30 @@ function cosine(a, b) {
   return dot / Math.sqrt(na * nb);
 }
 
+function lines(text, what) {
+  const found = text.split("\n").map((s) => s.trim()).filter(Boolean);
+  if (!found.length) throw new Error(`write one ${what} or more, one a line`);
+  return found;
+}
+
 async function similarity(form) {
-  const sentences = form.sentences.value.split("\n").map((s) => s.trim()).filter(Boolean);
-  if (!sentences.length) throw new Error("write one sentence or more, one a line");
+  const sentences = lines(form.sentences.value, "sentence");
   const vectors = (await api("/embed", { texts: [form.query.value, ...sentences] })).results.map((r) => r.embedding);
   const ranked = sentences.map((s, i) => ({ text: s, score: cosine(vectors[0], vectors[i + 1]) }))
     .sort((a, b) => b.score - a.score);
   return [el("div", { class: "ranking" }, ...ranked.map((r) => bar(r.text, r.score, r.score.toFixed(3))))];
+}
+
+// POST /rerank's ranking, best first. A reranker's score is a sigmoid in [0, 1] and draws as it is; a regression
+// cross-encoder's (an STS model's) may lie anywhere, so its bars span its own lowest to highest score.
+async function rerank(form) {
+  const passages = lines(form.passages.value, "passage");
+  const ranking = (await api("/rerank", { items: [{ query: form.query.value, passages }] })).results[0].ranking;
+  const scores = ranking.map((r) => r.score);
+  const low = Math.min(0, ...scores), high = Math.max(1, ...scores);
+  const rows = ranking.map((r) => bar(r.passage, (r.score - low) / (high - low), r.score.toFixed(3),
+    { "data-score": String(r.score), "data-index": String(r.index) }));
+  return [el("div", { class: "ranking" }, ...rows)];
 }
 
 async function ner(form) {
@@ -263,14 +280,24 @@ async function attention(form) {
 }
 
 // ---- start -----------------------------------------------------------------------------------------------------
+// Why a panel is not offered, or "" where it is.
+function missing(task, loaded) {
+  const served = task === "attention" ? loaded.size > 0 : loaded.has(task);
+  if (!served) return `Not loaded on this server: ${health.unavailable[task] || "no such model was given to serve"}`;
+  // A reranker is a one-score sequence classifier, so /classify loads it too (TEI's /predict asks it there), and
+  // that panel would show one unnamed class: its panel is Rerank's.
+  if (task === "classify" && loaded.has("rerank") && health.models.classify === health.models.rerank) {
+    return "This model is a reranker (one relevance score a pair): the Rerank panel reads it.";
+  }
+  return "";
+}
+
 function showPanels() {
   const loaded = new Set(health.tasks);
   for (const panel of document.querySelectorAll(".panel")) {
-    const task = panel.dataset.task;
-    const ok = task === "attention" ? loaded.size > 0 : loaded.has(task);
-    panel.classList.toggle("unloaded", !ok);
-    panel.querySelector(".missing").textContent = ok ? "" :
-      `Not loaded on this server: ${health.unavailable[task] || "no such model was given to serve"}`;
+    const why = missing(panel.dataset.task, loaded);
+    panel.classList.toggle("unloaded", why !== "");
+    panel.querySelector(".missing").textContent = why;
   }
   const models = new Map();  // model -> the first task it serves: attention can look into any loaded model
   for (const [task, model] of Object.entries(health.models)) if (!models.has(model)) models.set(model, task);
@@ -311,6 +338,7 @@ document.querySelector("#panel-attention select[name=task]").addEventListener("c
 onSubmit("panel-fill-mask", fillMask);
 onSubmit("panel-attention", attention);
 onSubmit("panel-similarity", similarity);
+onSubmit("panel-rerank", rerank);
 onSubmit("panel-ner", ner);
 onSubmit("panel-qa", qa);
 onSubmit("panel-classify", classify);
