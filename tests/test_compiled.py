@@ -67,6 +67,7 @@ def test_compiled_classify_matches_eager(classifier_folder, mode):
     np.testing.assert_allclose(alone, expected[5:6], atol=tolerance, rtol=0)
 
 
+@pytest.mark.slow
 def test_compiled_classify_from_the_cli(classifier_folder, tmp_path, capsys):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS[:5]), encoding="utf-8")

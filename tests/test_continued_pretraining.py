@@ -238,6 +238,7 @@ def test_anchored_at_its_own_start_the_first_step_is_plain_mlm(tmp_path):
     assert _column(tmp_path / "run", "cos_loss")[-1] > 1e-5  # then the model moves away and the term pulls back
 
 
+@pytest.mark.slow
 def test_anchored_resume_is_exact_and_leaves_the_anchor_alone(tmp_path):
     folder, anchor, data = _anchor_pair(tmp_path)
     before = transformers.BertModel.from_pretrained(anchor).state_dict()

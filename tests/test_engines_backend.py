@@ -87,6 +87,7 @@ def test_every_pipeline_gives_the_torch_logits_in_fp32(folders, cache, task, eng
 
 
 @pytest.mark.parametrize("engine", RUNTIMES)
+@pytest.mark.slow
 def test_embed_vectors_equal_torch_in_fp32_with_windows(folders, cache, engine):
     texts = TEXTS + [" ".join(TEXTS * 3)]  # the last is read in windows with --stride
     for options in ({}, {"stride": 4, "max_length": 16, "pooling": "cls"}):

@@ -167,6 +167,7 @@ def _assert_same_weights(a: Path, b: Path) -> None:
 
 
 @pytest.mark.parametrize("sharing", ["shared", "gdes"])
+@pytest.mark.slow
 def test_rtd_resumes_exactly_and_exports_electra(wordpiece, tmp_path, sharing):
     straight, broken = _straight_and_resumed([f"data={wordpiece}", *ELECTRA, f"embedding_sharing={sharing}"], tmp_path)
     for sub in ("model", "model/generator"):

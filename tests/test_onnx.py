@@ -183,6 +183,7 @@ def test_minilm_fp32_embeddings_match_ours(minilm_exports, minilm_path):
     assert_close(torch.from_numpy(got), torch.from_numpy(expected), **FP32)
 
 
+@pytest.mark.slow
 def test_minilm_int8_is_small_and_close(minilm_exports, minilm_path, sst2_dev_sentences):
     fp32, int8 = minilm_exports
     assert int8.stat().st_size < 0.4 * fp32.stat().st_size

@@ -249,6 +249,7 @@ def test_ner_merges_subwords_and_bioes():
 
 # ---- precision modes --------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["bf16", "int8"])
+@pytest.mark.slow
 def test_precision_modes_stay_close_to_fp32_on_minilm(minilm_path, sst2_dev_sentences, mode):
     if mode not in precisions.supported():
         pytest.skip(f"{mode} is not supported on this machine")

@@ -108,6 +108,7 @@ def test_fbgemm_linear_keeps_per_token_scales():
 
 
 @pytest.mark.parametrize(("flags", "kernel"), [(VNNI, "int_mm"), (AVX2, "fbgemm")])
+@pytest.mark.slow
 def test_int8_kernels_compile(cpu, flags, kernel):
     """Under torch.compile (--compile) each kernel gives its eager results, on two shapes (dynamic axes)."""
     if kernel == "fbgemm" and NO_FBGEMM:
@@ -159,6 +160,7 @@ def test_int8_that_cannot_compile_runs_eagerly_and_says_so(cpu, caplog, monkeypa
 
 
 @pytest.mark.parametrize(("flags", "kernel"), [(VNNI, "int_mm"), (AVX2, "fbgemm")])
+@pytest.mark.slow
 def test_feed_forward_gelu_moves_into_the_up_projection(cpu, flags, kernel):
     """A feed-forward block's exact GELU runs in its int8 up-projection's last pass: the block's output stays close
     to fp32, and equals itself with eager passes and with the block compiled whole (where the GELU stays opaque)."""

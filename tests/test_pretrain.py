@@ -206,6 +206,7 @@ def test_loss_falls_and_outputs_are_written(prepared, tmp_path):
     assert Tokenizer.from_pretrained(run / "model").vocab_size == model.config.vocab_size
 
 
+@pytest.mark.slow
 def test_pad_vocab_multiple_rounds_the_model_vocabulary_up(prepared, tmp_path):
     from transformers import AutoModelForMaskedLM
 

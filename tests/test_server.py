@@ -206,6 +206,7 @@ def test_health_answers_while_a_big_batch_runs(client, minilm_server):
     assert done and done[0] > answered  # /health came back before the batch was over
 
 
+@pytest.mark.slow
 def test_load_32_clients_zero_errors(minilm_server):
     async def client_loop(http: httpx.AsyncClient, n: int, counter: list[int]) -> list[int]:
         codes = []
