@@ -13,14 +13,12 @@ import torch
 from torch.testing import assert_close
 
 from test_pretrain import TINY, _write_corpus
+from test_tasks_finetune import write_tiny_encoder
 
-from encoderlab.checkpoint import save_pretrained
 from encoderlab.cli import main
-from encoderlab.config import EncoderConfig
 from encoderlab.data.prepare import prepare
 from encoderlab.infer.onnx import OnnxRunner
 from encoderlab.infer.pipelines import Classify, pipeline
-from encoderlab.nn.model import EncoderModel
 from encoderlab.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
@@ -31,18 +29,8 @@ QUIET = ["--no-progress", "--threads", "1"]
 
 
 def tiny_encoder(folder: Path, seed: int) -> Path:
-    """A random 2-layer, 32-wide encoder with a whole-word WordPiece vocabulary, saved as a folder."""
-    chars = sorted({c for word in WORDS for c in word})
-    vocab = dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars), *WORDS])
-    folder.mkdir(parents=True)
-    (folder / "vocab.txt").write_text("".join(f"{token}\n" for token in vocab), encoding="utf-8")
-    tokenizer = Tokenizer.from_pretrained(folder)
-    config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
-                                       vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
-    torch.manual_seed(seed)
-    save_pretrained(EncoderModel(config), folder)
-    tokenizer.save(folder)
-    return folder
+    """A random 2-layer, 32-wide encoder with a whole-word WordPiece vocabulary of WORDS, saved as a folder."""
+    return write_tiny_encoder(folder, WORDS, seed)
 
 
 @pytest.fixture(scope="module")

@@ -46,24 +46,29 @@ def sentence(rng: random.Random, label: int) -> str:
     return " ".join(words)
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    """A random 2-layer, 32-wide encoder and a WordPiece vocabulary of the synthetic words, saved as a folder."""
-    folder = tmp_path_factory.mktemp("tiny")
-    words = POSITIVE + NEGATIVE + FILLER + NAMES + CITIES + ["lives", "in", "where", "does", "is", "from", "?", "."]
+def write_tiny_encoder(folder: Path, words: list[str], seed: int = 0) -> Path:
+    """A random 2-layer, 32-wide encoder and a WordPiece vocabulary of `words`, saved in folder."""
     # A fixed vocabulary (specials, characters, whole words) rather than a trained one: the WordPiece trainer orders
     # tied pieces differently from run to run, which moved these small tasks' results between runs.
     chars = sorted({c for word in words for c in word})
     vocab = dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars),
                            *sorted(set(words))])  # ordered, without repeats (".", "?" are words and characters)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.txt").write_text("".join(f"{token}\n" for token in vocab), encoding="utf-8")
     tokenizer = Tokenizer.from_pretrained(folder)
     config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
                                        vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     save_pretrained(EncoderModel(config), folder)
     tokenizer.save(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    """A random 2-layer, 32-wide encoder and a WordPiece vocabulary of the synthetic words, saved as a folder."""
+    words = POSITIVE + NEGATIVE + FILLER + NAMES + CITIES + ["lives", "in", "where", "does", "is", "from", "?", "."]
+    return write_tiny_encoder(tmp_path_factory.mktemp("tiny"), words)
 
 
 @pytest.fixture(scope="module")
