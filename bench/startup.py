@@ -49,6 +49,8 @@ def cases(fill_model: str, embed_model: str, out: Path) -> dict[str, tuple[list[
         "help": (["--help"], 0, LIGHT),
         "argument_error": (["fill-mask", "--precision", "fp64", "Paris is the [MASK] of France."], 2, LIGHT),
         "empty_text": (["fill-mask", "--model", fill_model, ""], 2, LIGHT),
+        # neither a folder, an alias nor a Hub name: refused before torch loads
+        "bad_model_name": (["fill-mask", "--model", "no such/model!", "Paris is the [MASK] of France."], 2, LIGHT),
         "fill_mask": (["fill-mask", "--model", fill_model, "Paris is the [MASK] of France."], 0, HEAVY),
         "embed_6_lines": (["embed", "--model", embed_model, "--input", str(SENTENCES), "--out", str(out / "x.npy")], 0,
                           HEAVY),

@@ -36,7 +36,8 @@ if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
 
 # An unmarked test may compute for this many CPU seconds (its process's and the subprocesses it waited for, setup
 # and teardown aside); above it, it must carry @pytest.mark.slow, so that `make test-fast` stays fast. CPU time,
-# not wall time: a busy machine slows a test's clock, not its work. ENCODERLAB_FAST_LIMIT_S=0 turns the check off.
+# not wall time: a busy machine slows a test's clock, not its work. ENCODERLAB_FAST_LIMIT_S=0 turns the check off;
+# `make test` sets 15 (see the Makefile).
 FAST_LIMIT_S = float(os.environ.get("ENCODERLAB_FAST_LIMIT_S", "5"))
 
 

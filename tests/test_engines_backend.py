@@ -145,6 +145,7 @@ def test_auto_times_the_close_candidates_again_in_rounds_and_takes_the_fastest_o
     assert times == sorted(times) and ranked[0].startswith(f"{auto.engine_name} {auto.precision} ")
 
 
+@pytest.mark.slow
 def test_cli_says_what_auto_picked_and_engines_agree(folders, cache, tmp_path, capsys):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS), encoding="utf-8")
