@@ -28,10 +28,6 @@ def _objective(model_class: type = MaskedLMModel, probability: float | None = 0.
     return objective
 
 
-def _counts(objective: MaskedLanguageModeling, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return objective.counts(batch)
-
-
 @pytest.mark.parametrize("probability", [0.15, 0.3])
 def test_no_row_holds_more_predictions_than_its_budget(probability):
     batch = _batch(200, probability)
@@ -62,7 +58,7 @@ def test_the_budgeted_loss_equals_the_exact_counts(model_class):
     if model_class is PreTrainingModel:
         batch["next_sentence_label"] = torch.tensor([0, 1, 1, 0, 1, 0])
     exact, budgeted = _objective(model_class, None), _objective(model_class, 0.15)
-    counts = _counts(exact, batch)
+    counts = exact.counts(batch)
     loss, sums = exact(batch, counts)
     loss_b, sums_b = budgeted(batch, counts)
     torch.testing.assert_close(loss_b, loss, rtol=1e-6, atol=1e-6)
@@ -78,7 +74,7 @@ def test_the_budgeted_gradients_equal_the_exact_ones():
     grads = []
     for probability in (None, 0.15):
         objective = _objective(probability=probability)
-        loss, _ = objective(batch, _counts(objective, batch))
+        loss, _ = objective(batch, objective.counts(batch))
         loss.backward()
         grads.append(objective.model.mlm.transform.weight.grad.clone())
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-7)
@@ -88,7 +84,7 @@ def _graph_breaks(objective: MaskedLanguageModeling, batch: dict[str, torch.Tens
     import torch._dynamo as dynamo
 
     dynamo.reset()
-    counts = _counts(objective, batch)
+    counts = objective.counts(batch)
     explained = dynamo.explain(lambda b: objective(b, counts)[0])(batch)
     return explained.graph_break_count
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from encoderlab.data.collate import MaskingCollator
+from encoderlab.data.collate import MaskBudget, MaskingCollator
 from encoderlab.data.examples import PretrainingExamples
 from encoderlab.data.shards import TokenShards
 from encoderlab.engine import eval_mode
@@ -185,7 +185,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False,
 def build_objective(cfg: PretrainConfig, tokenizer: Tokenizer) -> Objective:
     """The recipe's objective (encoderlab.objectives.build_objective) over its data's tokenizer."""
     objective = build(cfg.objective, cfg.options, cfg.model, tokenizer, cfg.data, cfg.max_length)
-    objective.mask_budget = masking_collator(cfg, tokenizer).budget  # the collator's cap: a fixed MLM head size
+    objective.mask_budget = MaskBudget(cfg.mlm_probability)  # the collator's cap: a fixed MLM head size
     return objective
 
 
