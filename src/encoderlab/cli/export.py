@@ -39,7 +39,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                                    description="Export a model to another format.")
     formats = export.add_subparsers(dest="format", required=True, metavar="FORMAT")
     onnx = formats.add_parser("onnx", help="ONNX for onnxruntime, optionally int8", description=cmd_export_onnx.__doc__)
-    add_model(onnx, "checkpoint folder, alias ('minilm') or fine-tuned folder (classify, ner, qa, embed)")
+    add_model(onnx, "checkpoint folder, alias ('minilm'), Hub name, or any fine-tuned folder (its task's outputs)")
     onnx.add_argument("--out", required=True, metavar="DIR",
                       help="the export folder: DIR/model.onnx, DIR/model.onnx.json (its settings), config.json and the "
                            "tokenizer files (an absent or empty folder, unless --overwrite)")

@@ -71,7 +71,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                       help="files or folders: plain text (blank line between documents), JSONL with 'text', "
                            "WikiExtractor output; .gz allowed; or a Hub dataset hf:NAME[/CONFIG][:SPLIT] (its "
                            "text column, one document a row; split default: train)")
-    prep.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer folder (or a model folder)")
+    prep.add_argument("--tokenizer", required=True, metavar="DIR",
+                      help="tokenizer folder, or a model folder, alias or Hub name (org/name)")
     prep.add_argument("--out", required=True, metavar="DIR", help="output folder for shards and meta.json")
     prep.add_argument("--holdout", type=float, default=0.005, metavar="F",
                       help="fraction (<1) or number (>=1) of whole documents held out for evaluation (default: 0.005)")

@@ -62,7 +62,7 @@ def prepare(corpus: list[str | os.PathLike], tokenizer_dir: str | os.PathLike, o
     shards = splits.close(holdout)
     stats = _stats(files, readers, splits.counts, time.perf_counter() - started, workers)
     write_meta(out, dtype, _tokenizer_ids(tokenizer), shards, holdout=holdout, holdout_threshold=threshold,
-               corpus=[str(p) for p in files], stats=stats)
+               sources=[str(c) for c in corpus], corpus=[str(p) for p in files], stats=stats)
     log.info("prepared %s: %d documents, %d tokens, %.1f MB in %.1f s (%.2f MB/s)", out, stats["documents"],
              stats["tokens"], stats["bytes"] / 1e6, stats["seconds"], stats["mb_per_s"])
     return stats

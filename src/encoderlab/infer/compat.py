@@ -37,6 +37,7 @@ from encoderlab.infer.limits import Limits
 
 OPENAI = "/v1/"  # every path under it answers errors in OpenAI's shape
 OWNER = "encoderlab"
+OPENAI_TAG, TEI_TAG = "OpenAI-compatible", "Text Embeddings Inference"  # their sections in /docs
 TEI_MAX_CONCURRENT = 512  # /info's max_concurrent_requests: serve queues without a cap; TEI's default is shown
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 Result = TypeVar("Result")
@@ -176,7 +177,7 @@ def openai_vector(vector: list[float], encoding_format: str) -> list[float] | st
 
 def add_openai_routes(app: FastAPI, batchers: dict[str, Batcher], pipelines: dict[str, Any], model: str,
                       text: Any, limits: Limits) -> None:
-    """POST /v1/embeddings and GET /v1/models (hidden from /docs: OpenAI's API reference documents them)."""
+    """POST /v1/embeddings and GET /v1/models, under their own tag in /docs."""
     pipe, created = pipelines.get("embed"), int(time.time())
 
     async def embeddings(body: BaseModel) -> JSONResponse:
@@ -192,9 +193,9 @@ def add_openai_routes(app: FastAPI, batchers: dict[str, Batcher], pipelines: dic
                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     embeddings.__annotations__["body"] = openai_request(text, limits, getattr(pipe, "hidden_size", None))
-    app.post("/v1/embeddings", include_in_schema=False)(embeddings)
+    app.post("/v1/embeddings", tags=[OPENAI_TAG], summary="OpenAI-compatible embeddings")(embeddings)
     listing = {"object": "list", "data": [{"id": model, "object": "model", "created": created, "owned_by": OWNER}]}
-    app.get("/v1/models", include_in_schema=False)(lambda: listing)
+    app.get("/v1/models", tags=[OPENAI_TAG], summary="the served model, as OpenAI lists models")(lambda: listing)
 
 
 # ---- TEI: /embed and /rerank with TEI's bodies ------------------------------------------------------------------
@@ -257,7 +258,7 @@ def many(limits: Limits) -> Any:
 # ---- TEI: /predict, /tokenize, /info ----------------------------------------------------------------------------
 def add_tei_routes(app: FastAPI, batchers: dict[str, Batcher], pipelines: dict[str, Any], model: str,
                    text: Any, limits: Limits) -> None:
-    """POST /predict (a classifier), POST /tokenize and GET /info (hidden from /docs: TEI's OpenAPI has them)."""
+    """POST /predict (a classifier), POST /tokenize and GET /info, under TEI's tag in /docs."""
     pair = Annotated[list[text], Field(min_length=2, max_length=2)]
     predict_request = strict("TEIPredictRequest", truncate=(bool, False), inputs=(Annotated[
         text | pair | Annotated[list[text | pair], many(limits)], Field(union_mode="left_to_right")], ...))
@@ -275,10 +276,11 @@ def add_tei_routes(app: FastAPI, batchers: dict[str, Batcher], pipelines: dict[s
         return tei_tokens(tokenizing.tokenizer, texts, body.add_special_tokens)
 
     predict.__annotations__["body"], tokenize.__annotations__["body"] = predict_request, tokenize_request
-    app.post("/predict", include_in_schema=False)(predict)
+    app.post("/predict", tags=[TEI_TAG], summary="TEI: every label's probability")(predict)
     if tokenizing is not None:
-        app.post("/tokenize", include_in_schema=False)(tokenize)
-    app.get("/info", include_in_schema=False)(lambda: tei_info(pipelines, model, limits))
+        app.post("/tokenize", tags=[TEI_TAG], summary="TEI: the tokens of texts")(tokenize)
+    app.get("/info", tags=[TEI_TAG], summary="TEI: the model and the server's limits")(
+        lambda: tei_info(pipelines, model, limits))
 
 
 async def tei_predict(body: BaseModel, batcher: Batcher, pipe: Any) -> list:

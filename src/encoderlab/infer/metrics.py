@@ -39,8 +39,9 @@ class Metrics:
         self.queue.labels(task).set_function(depth)
 
     def add_route(self, app: FastAPI) -> None:
-        """GET /metrics (hidden from /docs: plain text for a scraper)."""
-        app.get("/metrics", include_in_schema=False)(
+        """GET /metrics: Prometheus' text format, for a scraper."""
+        app.get("/metrics", tags=["Monitoring"], summary="Prometheus metrics (text format)",
+                response_class=Response)(
             lambda: Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST))
 
 

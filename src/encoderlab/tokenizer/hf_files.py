@@ -12,6 +12,7 @@ from tokenizers import Tokenizer as RustTokenizer
 
 from encoderlab.errors import CheckpointError, InputError
 from encoderlab.io import atomic_write_text, read_json_file, read_text
+from encoderlab.hub import parse_hub_name
 from encoderlab.paths import model_aliases, resolve_model_path
 from encoderlab.tokenizer.kinds import (DEFAULT_MODEL_MAX_LENGTH, SPECIAL_TOKENS, SpecialTokens, choose_specials,
                                        configured_specials, require_kind, require_specials, wordpiece_pipeline)
@@ -43,13 +44,15 @@ def load(name_or_path: str | os.PathLike) -> Loaded:
 
 
 def _resolve(name_or_path: str | os.PathLike) -> Path:
-    """An existing path, or the folder behind a model alias; InputError naming the path otherwise."""
+    """An existing path, the folder behind a model alias, or a Hub model's snapshot (`org/name[@revision]`, fetched
+    as `--model` fetches it); InputError naming the path otherwise."""
     path = Path(name_or_path)
     if path.exists():
         return path
     aliases = model_aliases()
-    if str(name_or_path) not in aliases:
-        raise InputError(f"{path}: no such tokenizer file or folder, and not a known alias ({', '.join(aliases)})")
+    if str(name_or_path) not in aliases and parse_hub_name(str(name_or_path)) is None:
+        raise InputError(f"{path}: no such tokenizer file or folder, not a known alias ({', '.join(aliases)}) and "
+                         f"not a Hub name (org/name)")
     try:
         return resolve_model_path(name_or_path)
     except CheckpointError as err:

@@ -87,6 +87,9 @@ class PretrainConfig:
             raise ConfigError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
         if not str(self.data).strip():
             raise ConfigError("data is required: the folder `encoderlab prepare` wrote (shards and meta.json)")
+        if str(self.data).startswith("hf:"):
+            raise ConfigError(f"data {self.data}: pretraining reads token shards; write them first with `encoderlab "
+                              f"prepare --corpus {self.data} --tokenizer TOKENIZER --out DIR` and give data: DIR")
         if not isinstance(self.options, spec.options):
             raise ConfigError(f"objective {self.objective} takes {spec.options.__name__}, got "
                               f"{type(self.options).__name__}")
