@@ -22,7 +22,8 @@ TASKS = ("embed", *(command.name for command in COMMANDS))
 def cmd_serve(args: argparse.Namespace) -> None:
     """Serve one model over HTTP: /embed, /classify, /fill-mask, /ner, /qa, /rerank (whichever it supports), /health,
     /docs; OpenAI's /v1/embeddings, TEI's routes and /metrics beside them.
-    /fill-mask, where the model has no masked-LM head, is answered by the shipped encoderlab-fill-mask."""
+    /fill-mask, where the model has no masked-LM head, is answered by the shipped encoderlab-fill-mask.
+    With --index DIR, also POST /search over that index (docs/retrieval.md)."""
     key = api_key(args.api_key_file)  # --batch-size and --max-length: checked before any command runs (main)
     meta = check_index(args)
     device = resolve_device(args.device)

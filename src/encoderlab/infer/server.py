@@ -14,7 +14,8 @@ The API's own pages, /docs (Swagger UI) and /redoc (ReDoc), load their scripts f
 
 Beside ours, the APIs users' tools speak (encoderlab.infer.compat): OpenAI's POST /v1/embeddings and GET /v1/models,
 TEI's bodies on POST /embed and /rerank (told apart from ours by their keys), /predict, /tokenize and GET /info; and
-GET /metrics for Prometheus (encoderlab.infer.metrics).
+GET /metrics for Prometheus (encoderlab.infer.metrics). A layer above may add routes (Routes): `serve --index DIR`'s
+POST /search (encoderlab.retrieval.serving).
 
 Each endpoint has a micro-batching worker: requests that arrive within `batch_wait_ms` of the first (or until
 `max_batch` texts) go through the pipeline in one call, on one model thread, so the event loop keeps answering
