@@ -5,6 +5,10 @@ loads. The index: examples/corpus.jsonl (20 documents) by a tiny random embedder
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,7 +16,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from test_retrieval import tiny_folder
-from test_server import running
+from test_server import running, wait_for_health
 
 from encoderlab.cli import main
 from encoderlab.infer.pipelines import pipeline
@@ -175,3 +179,32 @@ def test_serve_refuses_another_model_for_the_index(built, capsys):
 def test_serve_refuses_what_it_cannot_serve(built, capsys, argv, reason):
     assert main([a.replace("{index}", str(built.folder)) for a in argv]) == 2
     assert reason in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a server process: torch's import and two models' loading
+def test_serve_index_serves_search_with_the_indexs_settings(tiny, reranker, tmp_path):
+    """`encoderlab serve --index` loads the index's model with the index's pooling and dimensions (here not the
+    model's own: CLS pooling, 16 of 32 dimensions), and --rerank's cross-encoder: its answers equal Index.search's."""
+    index = Index.build(tiny, CORPUS, tmp_path / "idx", pooling="cls", dimensions=16, bm25=True, progress=False)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "encoderlab", "serve", "--index", str(index.folder), "--port", str(port),
+               "--threads", "1", "--tasks", "embed", "--rerank", reranker.model_name]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        health = wait_for_health(url, process)
+        answers = [httpx.post(f"{url}/search", json={"query": QUERIES} | options, timeout=60)
+                   for options in ({"mode": "hybrid"}, {"rerank": True, "rerank_top": 5})]
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+    assert health["index"]["dimensions"] == 16 and health["index"]["reranker"] == reranker.model_name
+    assert set(health["tasks"]) == {"embed", "rerank"}
+    local = Index(index.folder, pipeline("embed", tiny, **query_settings(index.meta)))
+    for answer, options in zip(answers, ({"mode": "hybrid"}, {"rerank": reranker, "rerank_top": 5})):
+        assert answer.status_code == 200, answer.text
+        for result, hits in zip(answer.json()["results"], local.search(QUERIES, **options)):
+            same_hits(result["hits"], hits)
