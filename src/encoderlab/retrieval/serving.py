@@ -118,7 +118,7 @@ class IndexRoutes:
             self.index.document(self.index.ids[0])  # fills its id -> shard maps once: no search thread races to
         if self.index.meta["bm25"]:
             self.index.bm25(["warm"], 1)  # ... nor to load the BM25 index
-        self.executor = ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="search")
+        self.executor: ThreadPoolExecutor | None = None  # one per run of the server (start, stop)
 
     def add_routes(self, app: FastAPI, batchers: dict[str, Batcher], text: Any, limits: Limits) -> None:
         """POST /search on `app`, submitting to its batchers (filled when it starts)."""
@@ -147,11 +147,12 @@ class IndexRoutes:
                              "--rerank MODEL`)")
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The server's event loop is running: searches submit to it."""
+        """The server's event loop is running: searches run on a pool of their own and submit to that loop."""
         self.encoder.bind(loop)
+        self.executor = ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="search")
 
     def stop(self) -> None:
-        """The server is stopping: no more searches."""
+        """The server is stopping (uvicorn has answered the requests in flight): no more searches."""
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     def info(self) -> dict[str, Any]:
