@@ -30,7 +30,8 @@ from encoderlab.infer.compat import answered, embed_vectors, ours
 from encoderlab.infer.limits import Limits
 from encoderlab.retrieval.index import FUSIONS, MODES, Index
 
-MAX_TOP_K = 1000  # hits (and reranked candidates) one query may ask for: BEIR scores at most the best 1,000
+MAX_TOP_K = 1000  # hits (and reranked candidates) one query may ask for: BEIR retrieves max(k_values) = 1,000
+# by default (beir.retrieval.evaluation.EvaluateRetrieval), the deepest a benchmark looks
 SEARCH_THREADS = 4  # searches at once: a thread waiting on the embed batcher costs nothing, and waiting together
 # is what lets concurrent queries share a forward pass
 RERANK_KEY: Hashable = ((("top_k", None),), ("dict",))  # what our /rerank's request_items gives a plain request
