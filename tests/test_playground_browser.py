@@ -24,6 +24,8 @@ from test_server import ROOT, Stub, running, task_folders  # noqa: F401 (task_fo
 
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.infer.server import Limits, create_app, load_pipelines
+from encoderlab.retrieval.index import Index
+from encoderlab.retrieval.serving import IndexRoutes
 from encoderlab.viz.attention import attention_maps
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
@@ -233,6 +235,45 @@ def ranking(page) -> list[tuple[str, int, float]]:
     """(passage, its index in the request, score) of each row of the Rerank panel, as rendered."""
     return [(row.get_attribute("data-label"), int(row.get_attribute("data-index")),
              float(row.get_attribute("data-score"))) for row in page.query_selector_all("#panel-rerank .row")]
+
+
+@pytest.fixture(scope="module")
+def index(pipelines, minilm_path, tmp_path_factory):
+    """examples/corpus.jsonl indexed by MiniLM (the page's /embed pipeline), with BM25."""
+    return Index.build(minilm_path, ROOT / "examples" / "corpus.jsonl", tmp_path_factory.mktemp("index") / "idx",
+                       embedder=pipelines["embed"], bm25=True, progress=False)
+
+
+def test_search_panel_shows_the_indexs_hits(index, pipelines, browser, page, shots):
+    """Offered only by a server with an index: a query typed in, its hits as Index.search gives them (title, a
+    snippet, id and score), in each mode the index has; no rerank box without a reranker."""
+    assert not page.is_visible("#panel-search")  # the all-panels server has no index
+    served = {"embed": pipelines["embed"]}
+    with running(create_app(served, Limits(), model="search-test", index=IndexRoutes(index.folder, served))) as url:
+        tab = browser.new_page(viewport={"width": 1300, "height": 1000})
+        tab.goto(url)
+        tab.wait_for_selector("body[data-ready=yes]", timeout=20_000)
+        assert tab.is_visible("#panel-search form") and not tab.is_visible("#panel-search .rerank-option")
+        for mode, query in (("dense", "who discovered antibiotics?"), ("hybrid", "gravity bends light")):
+            tab.fill("#panel-search input[name=query]", query)
+            tab.select_option("#panel-search select[name=mode]", mode)
+            tab.fill("#panel-search input[name=top_k]", "3")
+            submit(tab, "panel-search")
+            expected = index.search(query, top_k=3, mode=mode)[0]
+            hits = tab.query_selector_all("#panel-search .hit")
+            assert [h.get_attribute("data-id") for h in hits] == [h["id"] for h in expected]
+            assert [float(h.get_attribute("data-score")) for h in hits] == pytest.approx(
+                [h["score"] for h in expected], abs=1e-5)
+            assert [h.query_selector(".title").inner_text() for h in hits] == [h["title"] for h in expected]
+            assert [h.query_selector(".snippet").inner_text() for h in hits] == [e["text"][:200] for e in expected]
+        assert tab.query_selector("#panel-search .hit .id").inner_text() == expected[0]["id"]
+        assert tab.evaluate("snippet('a  long\\ntext '.repeat(50))") == ("a long text " * 50)[:200] + "…"
+        tab.fill("#panel-search input[name=query]", "who discovered antibiotics?")
+        tab.select_option("#panel-search select[name=mode]", "dense")
+        submit(tab, "panel-search")
+        assert tab.get_attribute("#panel-search .hit", "data-id") == "penicillin"  # MiniLM at work
+        shoot(tab, shots, "panel-search", "search")
+        tab.close()
 
 
 def test_panels_without_a_model_say_so_and_the_key_is_asked_for(browser):

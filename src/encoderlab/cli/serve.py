@@ -7,10 +7,13 @@ import logging
 import os
 from pathlib import Path
 
-from encoderlab.cli.options import add_inference_options, add_model, add_options, apply_threads, resolve_device
+from typing import Any
+
+from encoderlab.cli.options import MODEL_HELP, add_inference_options, add_options, apply_threads, resolve_device
 from encoderlab.cli.pipelines import COMMANDS
 from encoderlab.errors import InputError
 from encoderlab.infer.limits import API_KEY_ENV, Limits
+from encoderlab.retrieval.meta import check_model, read_meta, require_complete
 
 # --tasks, before torch loads: embed (cli.models' commands) and each pipeline command; test_server pins it to PIPELINES
 TASKS = ("embed", *(command.name for command in COMMANDS))
@@ -19,17 +22,47 @@ TASKS = ("embed", *(command.name for command in COMMANDS))
 def cmd_serve(args: argparse.Namespace) -> None:
     """Serve one model over HTTP: /embed, /classify, /fill-mask, /ner, /qa, /rerank (whichever it supports), /health,
     /docs; OpenAI's /v1/embeddings, TEI's routes and /metrics beside them.
-    /fill-mask, where the model has no masked-LM head, is answered by the shipped encoderlab-fill-mask."""
+    /fill-mask, where the model has no masked-LM head, is answered by the shipped encoderlab-fill-mask.
+    With --index DIR, also POST /search over that index (docs/retrieval.md)."""
     key = api_key(args.api_key_file)  # --batch-size and --max-length: checked before any command runs (main)
+    meta = check_index(args)
     device = resolve_device(args.device)
     from encoderlab.infer import server  # FastAPI, uvicorn and torch: imported to serve, after the options are checked
 
     server.log.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # which endpoints are up, the docs URL
     apply_threads(args.threads)
     limits = Limits(args.max_batch, args.max_text_chars, args.max_body_bytes, args.batch_wait_ms, args.body_timeout_s)
-    server.serve(args.model, args.host, args.port, args.tasks, args.precision, limits, args.batch_size,
-                 args.max_length, "debug" if args.verbose else "info", args.compile, api_key=key,
-                 engine=args.engine, engine_cache=args.engine_cache, device=device)
+    server.serve(args.model or meta["model"]["path"], args.host, args.port, args.tasks, args.precision, limits,
+                 args.batch_size, args.max_length, "debug" if args.verbose else "info", args.compile, api_key=key,
+                 engine=args.engine, engine_cache=args.engine_cache, device=device, **index_options(args, meta))
+
+
+def check_index(args: argparse.Namespace) -> dict[str, Any]:
+    """--index's index.json (empty without --index): a finished index, served with its own model (--model, where
+    given, must be that model), with the embed endpoint; --model or --index given, --rerank only with --index.
+    Checked before torch loads."""
+    if not args.index:
+        if not args.model:
+            raise InputError("serve needs --model M, or --index DIR (an index, served with its own model)")
+        if args.rerank:
+            raise InputError("--rerank M reranks POST /search's hits: it needs --index DIR")
+        return {}
+    meta = read_meta(args.index)
+    require_complete(args.index, meta)
+    check_model(args.index, meta, args.model)
+    if args.tasks and "embed" not in args.tasks:
+        raise InputError(f"--tasks {' '.join(args.tasks)}: --index needs embed (its queries' encoder)")
+    return meta
+
+
+def index_options(args: argparse.Namespace, meta: dict[str, Any]) -> dict[str, Any]:
+    """server.serve's options for --index and --rerank: the embed pipeline as the index was built, the routes."""
+    if not args.index:
+        return {}
+    from encoderlab.retrieval.serving import IndexRoutes, query_settings  # torch: after the checks
+
+    return {"task_options": {"embed": query_settings(meta)}, "rerank_model": args.rerank,
+            "index": lambda pipelines: IndexRoutes(args.index, pipelines)}
 
 
 def api_key(path: Path | None) -> str | None:
@@ -44,7 +77,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """serve."""
     p = subparsers.add_parser("serve", help="serve a model over HTTP (FastAPI; docs at /docs)",
                               description=cmd_serve.__doc__)
-    add_model(p)
+    p.add_argument("--model", default=None, metavar="M", help=f"{MODEL_HELP}; with --index, the index's own model "
+                   f"unless given (it must be that model)")
+    p.add_argument("--index", default=None, metavar="DIR", help="also serve POST /search over this index folder "
+                   "(encoderlab index), its queries encoded by its own model")
+    p.add_argument("--rerank", default=None, metavar="M", help="--index: a cross-encoder that /search requests may "
+                   "ask to rerank their hits (\"rerank\": true); it serves /rerank too")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     p.add_argument("--api-key-file", type=Path, metavar="FILE", help=f"require the key in this file "

@@ -257,8 +257,9 @@ def many(limits: Limits) -> Any:
 
 # ---- TEI: /predict, /tokenize, /info ----------------------------------------------------------------------------
 def add_tei_routes(app: FastAPI, batchers: dict[str, Batcher], pipelines: dict[str, Any], model: str,
-                   text: Any, limits: Limits) -> None:
-    """POST /predict (a classifier), POST /tokenize and GET /info, under TEI's tag in /docs."""
+                   text: Any, limits: Limits, more_info: dict[str, Any] | None = None) -> None:
+    """POST /predict (a classifier), POST /tokenize and GET /info, under TEI's tag in /docs; more_info: keys /info
+    adds to TEI's (the served index)."""
     pair = Annotated[list[text], Field(min_length=2, max_length=2)]
     predict_request = strict("TEIPredictRequest", truncate=(bool, False), inputs=(Annotated[
         text | pair | Annotated[list[text | pair], many(limits)], Field(union_mode="left_to_right")], ...))
@@ -280,7 +281,7 @@ def add_tei_routes(app: FastAPI, batchers: dict[str, Batcher], pipelines: dict[s
     if tokenizing is not None:
         app.post("/tokenize", tags=[TEI_TAG], summary="TEI: the tokens of texts")(tokenize)
     app.get("/info", tags=[TEI_TAG], summary="TEI: the model and the server's limits")(
-        lambda: tei_info(pipelines, model, limits))
+        lambda: tei_info(pipelines, model, limits) | (more_info or {}))
 
 
 async def tei_predict(body: BaseModel, batcher: Batcher, pipe: Any) -> list:

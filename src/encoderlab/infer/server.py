@@ -14,7 +14,8 @@ The API's own pages, /docs (Swagger UI) and /redoc (ReDoc), load their scripts f
 
 Beside ours, the APIs users' tools speak (encoderlab.infer.compat): OpenAI's POST /v1/embeddings and GET /v1/models,
 TEI's bodies on POST /embed and /rerank (told apart from ours by their keys), /predict, /tokenize and GET /info; and
-GET /metrics for Prometheus (encoderlab.infer.metrics).
+GET /metrics for Prometheus (encoderlab.infer.metrics). A layer above may add routes (Routes): `serve --index DIR`'s
+POST /search (encoderlab.retrieval.serving).
 
 Each endpoint has a micro-batching worker: requests that arrive within `batch_wait_ms` of the first (or until
 `max_batch` texts) go through the pipeline in one call, on one model thread, so the event loop keeps answering
@@ -35,7 +36,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import fastapi_offline
 from fastapi import FastAPI, Request
@@ -126,6 +127,18 @@ class Health(BaseModel):
     uptime_s: float
     stats: dict[str, dict[str, int]] = Field(description="per task: requests, texts, forward batches, errors")
     limits: dict[str, int | float]
+    index: dict[str, Any] | None = Field(None, description="the index POST /search searches (serve --index): "
+                                                          "documents, dimensions, BM25, its model, the reranker")
+
+
+class Routes(Protocol):
+    """Routes a layer above adds to the app, with what /health and /info say of them: the retrieval layer's
+    POST /search (encoderlab.retrieval.serving.IndexRoutes, serve --index)."""
+
+    def add_routes(self, app: FastAPI, batchers: dict[str, Batcher], text: Any, limits: Limits) -> None: ...
+    def start(self, loop: asyncio.AbstractEventLoop) -> None: ...
+    def stop(self) -> None: ...
+    def info(self) -> dict[str, Any]: ...
 
 
 # ---- the app ----------------------------------------------------------------------------------------
@@ -275,10 +288,10 @@ def request_items(body: BaseModel) -> tuple[list[Any], Hashable]:
 
 def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
                unavailable: dict[str, str] | None = None, api_key: str | None = None,
-               loopback_only: bool = False) -> FastAPI:
+               loopback_only: bool = False, index: Routes | None = None) -> FastAPI:
     """The FastAPI app serving these pipelines (task -> pipeline) and the playground page at /; `unavailable`
     says why others are missing; with an api_key, every other request must carry it (KeyCheck); loopback_only:
-    answer only requests addressed to localhost (HostCheck)."""
+    answer only requests addressed to localhost (HostCheck); index: POST /search (serve --index)."""
     unknown = sorted(set(pipelines) - set(PIPELINES))
     if unknown:
         raise InputError(f"no endpoint for task(s) {', '.join(unknown)}; expected some of {', '.join(PIPELINES)}")
@@ -293,7 +306,11 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
                                                on_batch=metrics.batch_size.labels(task).observe)
             metrics.watch_queue(task, lambda b=batcher: len(b.pending) + b.running)
         workers = [asyncio.create_task(b.work(), name=f"batch-{t}") for t, b in batchers.items()]
+        if index:
+            index.start(asyncio.get_running_loop())
         yield
+        if index:
+            index.stop()
         for worker in workers:
             worker.cancel()
         executor.shutdown(wait=False, cancel_futures=True)
@@ -325,7 +342,8 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
                 "engine": {t: p.engine_name for t, p in pipelines.items()},
                 "queue": sum(len(b.pending) + b.running for b in batchers.values()),
                 "uptime_s": round(time.monotonic() - started, 3),
-                "stats": {t: dict(b.stats) for t, b in batchers.items()}, "limits": asdict(limits)}
+                "stats": {t: dict(b.stats) for t, b in batchers.items()}, "limits": asdict(limits),
+                "index": index.info() if index else None}
 
     for task, kind in PIPELINES.items():
         if task in pipelines:
@@ -334,7 +352,10 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
             _add_missing(app, task, (unavailable or {}).get(task, "not loaded"), model)
     _add_attention(app, attention_request(limits), pipelines, executor)
     compat.add_openai_routes(app, batchers, pipelines, model, limited_text(limits), limits)
-    compat.add_tei_routes(app, batchers, pipelines, model, limited_text(limits), limits)
+    compat.add_tei_routes(app, batchers, pipelines, model, limited_text(limits), limits,
+                          {"index": index.info()} if index else {})
+    if index:
+        index.add_routes(app, batchers, limited_text(limits), limits)
     metrics.add_route(app)
     routes.update(route.path for route in app.routes)
     return app
@@ -459,9 +480,11 @@ def _located(loc: tuple) -> list:
 
 # ---- loading and serving ----------------------------------------------------------------------------
 def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = "fp32",
-                   fill_mask_model: str | None = None, **options: Any) -> tuple[dict[str, Pipeline], dict[str, str]]:
+                   fill_mask_model: str | None = None, task_options: dict[str, dict[str, Any]] | None = None,
+                   **options: Any) -> tuple[dict[str, Pipeline], dict[str, str]]:
     """The pipelines this checkpoint loads as (of `tasks`, default all), and why each other one does not.
-    fill_mask_model: serves /fill-mask where `model` has no masked-LM head (serve: the shipped default)."""
+    fill_mask_model: serves /fill-mask where `model` has no masked-LM head (serve: the shipped default);
+    task_options: one task's own options over `options` (serve --index: embed encodes as the index was built)."""
     wanted = list(tasks or PIPELINES)
     unknown = [t for t in wanted if t not in PIPELINES]
     if unknown:
@@ -469,7 +492,7 @@ def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = 
     loaded, reasons = {}, {t: "not asked for (--tasks)" for t in PIPELINES if t not in wanted}
     for task in wanted:
         try:
-            loaded[task] = pipeline(task, model, precision, **options)
+            loaded[task] = pipeline(task, model, precision, **options | (task_options or {}).get(task, {}))
         except MissingHeadError as err:
             reasons[task] = str(err)
             if task == "fill-mask" and fill_mask_model:  # only then: a second model costs memory and start-up
@@ -511,18 +534,25 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, tasks: list[str
           precision: str = "fp32", limits: Limits | None = None, batch_size: int = 32,
           max_length: int | None = None, log_level: str = "info", compile: bool = False,
           fill_mask_model: str | None = DEFAULT_FILL_MASK_MODEL, api_key: str | None = None, engine: str = "torch",
-          engine_cache: str | None = None, device: str | torch.device = "cpu") -> None:
+          engine_cache: str | None = None, device: str | torch.device = "cpu",
+          task_options: dict[str, dict[str, Any]] | None = None, rerank_model: str | None = None,
+          index: Callable[[dict[str, Pipeline]], Routes] | None = None) -> None:
     """Load the model's pipelines (/fill-mask by fill_mask_model where the model has no masked-LM head) on `device`
     and serve them with uvicorn until interrupted; a host other than loopback needs an api_key (check_exposure);
-    engine: what runs the encoder (encoderlab.infer.backends)."""
+    engine: what runs the encoder (encoderlab.infer.backends); task_options: load_pipelines'; rerank_model: /rerank
+    by this cross-encoder; index: the routes of an index, made from the loaded pipelines (serve --index)."""
     import uvicorn
 
     check_exposure(host, api_key)
     options = {"batch_size": batch_size, "compile": compile, "engine": engine, "engine_cache": engine_cache,
                "device": device} | ({"max_length": max_length} if max_length else {})
-    pipelines, reasons = load_pipelines(model, tasks, precision, fill_mask_model, **options)
+    pipelines, reasons = load_pipelines(model, tasks, precision, fill_mask_model, task_options, **options)
+    if rerank_model:
+        pipelines["rerank"] = pipeline("rerank", rerank_model, precision, **options)
+        reasons.pop("rerank", None)
     app = create_app(pipelines, limits or Limits(), model=str(model), unavailable=reasons, api_key=api_key,
-                     loopback_only=not api_key)  # check_exposure: no key means a loopback host
+                     loopback_only=not api_key,  # check_exposure: no key means a loopback host
+                     index=index(pipelines) if index else None)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     log.info("encoderlab serve: %s on http://%s:%d/ (the playground; API docs: http://%s:%d/docs)%s", model, shown,
              port, shown, port, ", API key required" if api_key else "")

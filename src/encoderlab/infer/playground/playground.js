@@ -134,6 +134,26 @@ async function rerank(form) {
   return [el("div", { class: "ranking" }, ...rows)];
 }
 
+// POST /search's hits for one query, best first: the title, the text's first SNIPPET characters, the id and score.
+const SNIPPET = 200;
+
+function snippet(text) {
+  const flat = text.split(/\s+/).join(" ").trim();
+  return flat.length > SNIPPET ? `${flat.slice(0, SNIPPET)}…` : flat;
+}
+
+async function search(form) {
+  const body = { query: form.query.value, mode: form.mode.value, top_k: Number(form.top_k.value),
+    rerank: form.rerank.checked };
+  const hits = (await api("/search", body)).results[0].hits;
+  if (!hits.length) return [el("p", { class: "hint" }, "no hits")];
+  return [el("ol", { class: "hits" }, ...hits.map((hit) => el("li", { class: "hit", "data-id": hit.id,
+    "data-score": String(hit.score) },
+    el("div", { class: "hit-head" }, el("b", { class: "title" }, hit.title || hit.id),
+      el("code", { class: "id" }, hit.id), el("span", { class: "num" }, hit.score.toFixed(4))),
+    el("p", { class: "snippet" }, snippet(hit.text)))))];
+}
+
 async function ner(form) {
   const text = form.text.value;
   const result = (await api("/ner", { texts: [text] })).results[0];
@@ -282,6 +302,7 @@ async function attention(form) {
 // ---- start -----------------------------------------------------------------------------------------------------
 // Why a panel is not offered, or "" where it is.
 function missing(task, loaded) {
+  if (task === "search") return health.index ? "" : "This server has no index (serve --index DIR).";
   const served = task === "attention" ? loaded.size > 0 : loaded.has(task);
   if (!served) return `Not loaded on this server: ${health.unavailable[task] || "no such model was given to serve"}`;
   // A reranker is a one-score sequence classifier, so /classify loads it too (TEI's /predict asks it there), and
@@ -299,11 +320,25 @@ function showPanels() {
     panel.classList.toggle("unloaded", why !== "");
     panel.querySelector(".missing").textContent = why;
   }
+  showSearch();
   const models = new Map();  // model -> the first task it serves: attention can look into any loaded model
   for (const [task, model] of Object.entries(health.models)) if (!models.has(model)) models.set(model, task);
   const select = document.querySelector("#panel-attention select[name=task]");
   select.replaceChildren(...[...models].map(([model, task]) => el("option", { value: task, title: model },
     `${model.split(/[\\/]/).filter(Boolean).pop()} (${task})`)));
+}
+
+// The Search panel only where the server has an index: its modes (BM25 where it was built with one), and the
+// rerank box where the server has a cross-encoder.
+function showSearch() {
+  const panel = document.getElementById("panel-search");
+  panel.classList.toggle("served", Boolean(health.index));
+  if (!health.index) return;
+  const form = panel.querySelector("form");
+  const modes = health.index.modes;
+  fillOptions(form.mode, modes, modes.includes(form.mode.value) ? form.mode.value : "dense");
+  panel.querySelector(".rerank-option").hidden = !health.index.reranker;
+  if (!health.index.reranker) form.rerank.checked = false;
 }
 
 function resetLayers() {  // another model: its own layer and head counts
@@ -323,7 +358,8 @@ async function connect() {
   }
   status.textContent = "";
   document.getElementById("key-form").classList.remove("needed");
-  document.getElementById("server").textContent = `model ${health.model} · endpoints: ${health.tasks.join(", ")}`;
+  const index = health.index ? ` · index of ${health.index.documents} documents` : "";
+  document.getElementById("server").textContent = `model ${health.model} · endpoints: ${health.tasks.join(", ")}${index}`;
   showPanels();
   document.body.dataset.ready = "yes";  // tests wait for this
 }
@@ -335,6 +371,7 @@ document.getElementById("key-form").addEventListener("submit", (event) => {
   connect();
 });
 document.querySelector("#panel-attention select[name=task]").addEventListener("change", resetLayers);
+onSubmit("panel-search", search);
 onSubmit("panel-fill-mask", fillMask);
 onSubmit("panel-attention", attention);
 onSubmit("panel-similarity", similarity);
