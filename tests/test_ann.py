@@ -106,6 +106,17 @@ def test_index_records_the_settings_and_search_equals_exact(tiny, corpus, tmp_pa
     assert code == 0 and [h["id"] for h in json.loads(out)[0]["hits"][:5]] == [h["id"] for h in exact[0]]
 
 
+def test_matryoshka_dimensions_reach_the_structure(tiny, corpus, tmp_path, capsys):
+    folder = tmp_path / "idx"
+    code, _, _ = run_cli(capsys, "index", "--model", tiny, "--corpus", corpus, "--out", folder, "--dimensions", "16",
+                         "--ann", "hnsw", "--quantize", "binary", "--no-progress")
+    assert code == 0 and faiss.read_index_binary(str(folder / ANN / ann.FILE)).d == 16
+    index = Index(folder)
+    assert index.vectors().shape == (40, 16)
+    queries = ["river king castle", "ocean bird winter"]
+    assert [h[0]["id"] for h in index.search(queries)] == [h[0]["id"] for h in index.search(queries, exact=True)]
+
+
 def test_add_rebuilds_and_a_finished_index_takes_a_structure_later(tiny, corpus, tmp_path, capsys):
     folder = tmp_path / "idx"
     assert run_cli(capsys, "index", "--model", tiny, "--corpus", corpus, "--out", folder, "--no-progress")[0] == 0
@@ -125,7 +136,7 @@ def test_bad_ann_input_exits_2_with_one_line_and_writes_nothing(tiny, corpus, tm
     assert run_cli(capsys, "index", "--model", tiny, "--corpus", corpus, "--out", folder, "--no-progress")[0] == 0
     before = hashes(folder)
     cases = [
-        (("index", "--model", tiny, "--out", tmp_path / "empty", "--ann", "hnsw"), "no index.json there"),
+        (("index", "--model", tiny, "--out", tmp_path / "empty", "--ann", "hnsw"), "empty: no index.json there"),
         (("index", "--model", tiny, "--out", folder), "--corpus FILE is required"),
         (("index", "--model", tiny, "--out", folder, "--ann", "hnsw", "--ef-search", "0"), "--ef-search 0"),
         (("index", "--model", tiny, "--corpus", corpus, "--out", tmp_path / "b", "--quantize", "binary",

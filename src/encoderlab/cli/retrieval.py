@@ -109,6 +109,9 @@ def cmd_index_ann(args: argparse.Namespace) -> dict[str, Any]:
     if not (args.ann or args.quantize):
         raise InputError("--corpus FILE is required, unless --ann or --quantize adds a search structure to the "
                          "finished index at --out")
+    if not (Path(args.out) / INDEX_FILE).is_file():
+        raise InputError(f"--out {args.out}: no {INDEX_FILE} there: --ann/--quantize without --corpus adds a search "
+                         f"structure to a finished index (build one with --corpus FILE)")
     meta = read_meta(args.out)
     require_complete(args.out, meta)
     check_model(args.out, meta, args.model)
