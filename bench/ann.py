@@ -3,7 +3,8 @@ and usearch side by side, and what encoderlab's index gives with the library it 
 
 Data: 100-word passages cut from ../shared/data/wikipedia (WikiExtractor output; recipe: prepare() below), indexed once
 with `encoderlab index`'s Index (minilm, max_length 128, ONNX Runtime int8 engine: 1.6x torch fp32's speed on this
-CPU, cosine 0.99 to it, docs/inference.md), cached in /work/cache/ann/ so reruns and bigger runs reuse the vectors.
+CPU, cosine 0.99 to it, docs/inference.md), cached in $ANN_BENCH_CACHE (/work/cache/ann) so reruns and bigger runs
+reuse the vectors.
 The recipe (prepare()): the articles in sorted file order; each article's lines of 8 words or more (section
 headings and list stubs dropped) joined and cut into consecutive 100-word passages (a last piece under 50 words
 dropped), id "ARTICLE-N", the article's title as title; the corpus is the first N passages, in blocks of 10,000 so a
@@ -30,6 +31,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import os
 import re
 import resource
 import sys
@@ -58,7 +60,7 @@ from encoderlab.retrieval.index import Index  # noqa: E402
 from encoderlab.retrieval.meta import EF_CONSTRUCTION, EF_SEARCH, HNSW_M, read_meta  # noqa: E402
 from encoderlab.retrieval.metrics import evaluate  # noqa: E402
 
-CACHE = Path("/work/cache/ann")
+CACHE = Path(os.environ.get("ANN_BENCH_CACHE", "/work/cache/ann"))  # vectors kept between runs, outside git
 WIKIPEDIA = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikipedia"
 BLOCK = 10_000  # passages per corpus block: the unit a run adds to the cached index
 WORDS = 100  # words per passage: ~140 WordPiece tokens with the title, so max_length 128 cuts 3 in 4 of them a little
