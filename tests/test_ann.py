@@ -93,10 +93,10 @@ def test_index_records_the_settings_and_search_equals_exact(tiny, corpus, tmp_pa
     folder = tmp_path / "idx"
     code, out, _ = run_cli(capsys, "index", "--model", tiny, "--corpus", corpus, "--out", folder, "--ann", "hnsw",
                            "--quantize", "int8", "--hnsw-m", "8", "--shard-size", "15", "--no-progress")
-    assert code == 0 and "HNSW (M 8, ef_search 64) over int8 vectors" in out
+    assert code == 0 and "HNSW (M 8, ef_search 128) over int8 vectors" in out
     meta = json.loads((folder / "index.json").read_text())
     assert meta["ann"] | {"library": None} == {"kind": "hnsw", "quantize": "int8", "m": 8, "ef_construction": 200,
-                                               "ef_search": 64, "rescore": 4, "library": None}
+                                               "ef_search": 128, "rescore": 4, "library": None}
     assert faiss.read_index(str(folder / ANN / ann.FILE)).ntotal == 40
     queries = ["river king castle", "ocean bird winter", "music war"]
     approximate = Index(folder).search(queries, top_k=5)
