@@ -9,10 +9,10 @@ The recipe (prepare()): the articles in sorted file order; each article's lines 
 headings and list stubs dropped) joined and cut into consecutive 100-word passages (a last piece under 50 words
 dropped), id "ARTICLE-N", the article's title as title; the corpus is the first N passages, in blocks of 10,000 so a
 bigger run adds blocks to the index a smaller run built. Queries: the first sentence (at most 40 words) of each of
-the 1,000 articles after the corpus's last (none of them indexed), encoded by the same pipeline. "Exact" is brute force over
-the float32 vectors; recall@10 is the share of the exact top 10 that a search returns. Figures, all at one thread
-(torch, faiss.omp_set_num_threads(1), usearch threads=1), per query (one vector at a time, the query's encoding not
-included: it is the same for every structure):
+the 1,000 articles after the corpus's last (none of them indexed), encoded by the same pipeline. "Exact" is brute
+force over the float32 vectors; recall@10 is the share of the exact top 10 that a search returns. Figures, all at
+one thread (torch, faiss.omp_set_num_threads(1), usearch threads=1), per query (one vector at a time, the query's
+encoding not included: it is the same for every structure):
 - faiss IndexHNSWFlat and usearch Index (f32, inner product), M (connectivity) 16 and 32, ef_construction
   (expansion_add) 200, ef_search (expansion) 16..128: recall@10, p50/p99 latency, build time, size;
 - int8 codes (faiss SQ8, usearch i8) and binary codes (sign bits, Hamming) without rescoring;
@@ -207,8 +207,9 @@ def libraries(vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray, mode:
                 else:
                     index.expansion_search = ef
                     search = lambda q: index.search(q, K, threads=1).keys  # noqa: E731
-                rows.append({"library": library, "m": m, "ef_search": ef, "recall_at_10": recall(search(queries), truth),
-                             **latency(search, queries), "build_seconds": seconds, "megabytes": round(size_ / 2**20, 1)})
+                rows.append({"library": library, "m": m, "ef_search": ef,
+                             "recall_at_10": recall(search(queries), truth), **latency(search, queries),
+                             "build_seconds": seconds, "megabytes": round(size_ / 2**20, 1)})
                 print(rows[-1], file=sys.stderr, flush=True)
     return {"hnsw": rows, "codes_without_rescoring": raw_codes(vectors, queries, truth)}
 
@@ -319,7 +320,7 @@ def main() -> None:
         else:
             blocks, query_file = prepare(CACHE / "data", PASSAGES[mode])
             index = encode(blocks, CACHE / "index", **ENGINE)
-            index = index.save(CACHE / f"run-{mode}", overwrite=True)  # the structures built below stay out of the cache
+            index = index.save(CACHE / f"run-{mode}", overwrite=True)  # the structures below stay out of the cache
             queries = cached(CACHE / f"queries-{len(index)}.npy",
                              lambda: index.embedder.embed(list(read_queries(query_file).values())))
         vectors = index.vectors()

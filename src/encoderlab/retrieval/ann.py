@@ -52,7 +52,8 @@ def settings(kind: str | None, quantize: str | None, dimensions: int, m: int = H
         if value < 1:
             raise InputError(f"{name} {value}: expected a positive number")
     return {"kind": kind or "flat", "quantize": quantize, "m": m, "ef_construction": ef_construction,
-            "ef_search": ef_search, "rescore": RESCORE[quantize], "library": f"faiss-cpu {metadata.version('faiss-cpu')}"}
+            "ef_search": ef_search, "rescore": RESCORE[quantize],
+            "library": f"faiss-cpu {metadata.version('faiss-cpu')}"}
 
 
 def create(ann: dict[str, Any], dimensions: int) -> Any:

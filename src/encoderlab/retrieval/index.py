@@ -31,7 +31,7 @@ from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, pro
 from encoderlab.paths import resolve_model_path
 from encoderlab.retrieval import ann, fusion, lexical
 from encoderlab.retrieval.corpus import Document, read_documents, scan
-from encoderlab.retrieval.meta import (ANN, BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, read_meta,
+from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, read_meta,
                                        require_complete, source, write_meta)
 
 SHARD_SIZE = 10_000  # documents per shard: 15 MB of minilm's float32 vectors, and the unit of resuming
