@@ -17,7 +17,11 @@ from encoderlab.cli.options import (add_inference_options, add_json, add_model, 
 from encoderlab.errors import InputError
 from encoderlab.io import check_out_folder
 from encoderlab.retrieval.corpus import read_documents, read_queries, scan
-from encoderlab.retrieval.meta import INDEX_FILE, OWN, SHARDS, check_model, read_meta, require_complete
+from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX_FILE, OWN, SHARDS, check_model,
+                                       read_meta, require_complete)
+
+ANN_KINDS = ("hnsw",)  # encoderlab.retrieval.ann's, which loads faiss
+QUANTIZE = ("int8", "binary")
 
 MODES = ("dense", "bm25", "hybrid")  # encoderlab.retrieval.index.MODES, which loads torch
 FUSIONS = ("rrf", "weighted")
@@ -26,7 +30,10 @@ SNIPPET = 160  # characters of a hit's text shown
 
 # ---- index ------------------------------------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace) -> dict[str, Any]:
-    """Embed a corpus into an index folder of vector shards (and a BM25 index with --bm25)."""
+    """Embed a corpus into an index folder of vector shards (and a BM25 index with --bm25, an HNSW index with --ann
+    hnsw, quantised vectors with --quantize); without --corpus, add --ann/--quantize to the index at --out."""
+    if args.corpus is None:
+        return cmd_index_ann(args)
     if args.dimensions is not None and args.dimensions < 1:
         raise InputError(f"--dimensions {args.dimensions}: expected a positive number")
     if args.shard_size < 1:
@@ -42,6 +49,8 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any]:
                              f"--resume to finish a build that was cut off, or --overwrite to build it again")
         check_out_folder(args.out, args.overwrite, args.resume, own=OWN if args.resume else (),
                          inputs=[args.corpus, args.model])
+    if args.ann or args.quantize:  # checked before the model loads (binary's dimensions: once it has)
+        ann_settings(args, 8)
     count = scan(args.corpus)  # a bad line, a duplicate id or an empty corpus: refused before the model loads
     embedder = load_pipeline("embed", args, dimensions=args.dimensions, normalize=args.normalize,
                              **({"pooling": args.pooling} if args.pooling else {}))
@@ -50,22 +59,75 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     if args.add:
         index = Index(args.out, embedder)
+        if args.ann or args.quantize:  # the add rebuilds the structure over every vector, as now asked
+            index.meta["ann"] = ann_settings(args, index.meta["dimensions"])
         index.add(args.corpus, progress=not args.no_progress)
     else:
         index = Index.build(args.model, args.corpus, args.out, embedder=embedder, bm25=args.bm25,
                             shard_size=args.shard_size, overwrite=args.overwrite, resume=args.resume,
-                            progress=not args.no_progress)
+                            progress=not args.no_progress, ann_kind=args.ann, quantize=args.quantize,
+                            hnsw=hnsw_options(args))
     seconds = time.perf_counter() - started
     meta = index.meta
     summary = {"index": str(args.out), "documents": len(index), "added": count, "shards": len(index.shards),
                "dimensions": meta["dimensions"], "similarity": meta["similarity"], "bm25": meta["bm25"],
-               "seconds": round(seconds, 2), "documents_per_second": round(count / seconds, 1)}
+               "ann": meta.get("ann"), "seconds": round(seconds, 2),
+               "documents_per_second": round(count / seconds, 1)}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(f"wrote {args.out}: {len(index)} documents in {len(index.shards)} shard(s), {meta['dimensions']} "
               f"dimensions ({meta['pooling']} pooling, {meta['similarity']}){', BM25' if meta['bm25'] else ''}; "
-              f"{count} embedded at {summary['documents_per_second']} documents/s")
+              f"{count} embedded at {summary['documents_per_second']} documents/s{ann_text(meta.get('ann'))}")
+    return summary
+
+
+def ann_settings(args: argparse.Namespace, dimensions: int) -> dict[str, Any]:
+    """index.json's "ann" record from --ann, --quantize, --hnsw-m, --ef-construction and --ef-search, checked."""
+    from encoderlab.retrieval import ann
+
+    return ann.settings(args.ann, args.quantize, dimensions, **hnsw_options(args))
+
+
+def hnsw_options(args: argparse.Namespace) -> dict[str, int]:
+    """--hnsw-m, --ef-construction and --ef-search as ann.settings takes them."""
+    return {"m": args.hnsw_m, "ef_construction": args.ef_construction, "ef_search": args.ef_search}
+
+
+def ann_text(settings: dict[str, Any] | None) -> str:
+    """How the summary line names the ann structure ("" without one)."""
+    if not settings:
+        return ""
+    quantized = f" over {settings['quantize']} vectors, candidates rescored" if settings["quantize"] else ""
+    graph = f"HNSW (M {settings['m']}, ef_search {settings['ef_search']})" if settings["kind"] == "hnsw" else \
+        "exact search"
+    return f"; {graph}{quantized}"
+
+
+def cmd_index_ann(args: argparse.Namespace) -> dict[str, Any]:
+    """Build --ann/--quantize's structure over the vectors of the finished index at --out (no --corpus)."""
+    if not (args.ann or args.quantize):
+        raise InputError("--corpus FILE is required, unless --ann or --quantize adds a search structure to the "
+                         "finished index at --out")
+    if not (Path(args.out) / INDEX_FILE).is_file():
+        raise InputError(f"--out {args.out}: no {INDEX_FILE} there: --ann/--quantize without --corpus adds a search "
+                         f"structure to a finished index (build one with --corpus FILE)")
+    meta = read_meta(args.out)
+    require_complete(args.out, meta)
+    check_model(args.out, meta, args.model)
+    ann_settings(args, meta["dimensions"])  # checked before torch loads
+    from encoderlab.retrieval.index import Index
+
+    started = time.perf_counter()
+    index = Index(args.out)
+    index.build_ann(args.ann, args.quantize, **hnsw_options(args))
+    summary = {"index": str(args.out), "documents": len(index), "ann": index.meta["ann"],
+               "seconds": round(time.perf_counter() - started, 2)}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"wrote {args.out}/ann: {len(index)} documents{ann_text(index.meta['ann'])}, built in "
+              f"{summary['seconds']} s")
     return summary
 
 
@@ -86,7 +148,8 @@ def search_options(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError(f"--rerank-top {args.rerank_top}: expected a positive number")
     if not 0.0 <= args.alpha <= 1.0:
         raise InputError(f"--alpha {args.alpha}: expected a weight from 0 to 1")
-    return {"mode": args.mode, "fusion": args.fusion, "alpha": args.alpha, "rerank_top": args.rerank_top}
+    return {"mode": args.mode, "fusion": args.fusion, "alpha": args.alpha, "rerank_top": args.rerank_top,
+            "exact": args.exact}
 
 
 def open_index(args: argparse.Namespace, folder: str) -> Any:
@@ -202,6 +265,8 @@ def add_search_options(parser: argparse.ArgumentParser, top_k: int) -> None:
     """--mode, --fusion, --alpha, --rerank, --rerank-top, --top-k, --tag."""
     parser.add_argument("--mode", choices=MODES, default="dense", help="dense: exact search of the vectors; bm25; "
                         "hybrid: both, fused (default: dense)")
+    parser.add_argument("--exact", action="store_true", help="dense search compares every float32 vector, ignoring "
+                        "the index's --ann/--quantize structure")
     parser.add_argument("--fusion", choices=FUSIONS, default="rrf", help="hybrid: reciprocal rank fusion (k=60, "
                         "Cormack et al. 2009), or a weighted sum of min-max normalised scores (default: rrf)")
     add_options(parser, (
@@ -217,8 +282,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     index = subparsers.add_parser("index", help="embed a corpus into a searchable index folder",
                                   description=cmd_index.__doc__)
     add_model(index)
-    index.add_argument("--corpus", required=True, metavar="FILE", help="BEIR corpus.jsonl (_id, title, text), a "
-                       "TSV/CSV with id and text columns, Parquet, or one text per line (ids: line numbers)")
+    index.add_argument("--corpus", metavar="FILE", help="BEIR corpus.jsonl (_id, title, text), a TSV/CSV with id and "
+                       "text columns, Parquet, or one text per line (ids: line numbers); left out with --ann or "
+                       "--quantize: build that structure for the finished index at --out")
     index.add_argument("--out", required=True, metavar="DIR", help="the index folder")
     index.add_argument("--pooling", choices=("mean", "cls"), default=None, help="default: the model's")
     index.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
@@ -231,6 +297,17 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         ("--add", bool, None, None, "append the corpus's documents to the index at --out (their ids must be new)"),
         ("--resume", bool, None, None, "finish an index whose build was cut off, from its first unfinished shard"),
         ("--no-progress", bool, None, None, "no progress bar")))
+    index.add_argument("--ann", choices=ANN_KINDS, default=None, help="also build an approximate index over the "
+                       "vectors, which search then uses (--exact skips it): hnsw, faiss's HNSW graph")
+    index.add_argument("--quantize", choices=QUANTIZE, default=None, help="search int8 (a byte a dimension) or "
+                       "binary (a bit) codes of the vectors, candidates rescored by the float32 vectors; with --ann "
+                       "hnsw the graph holds the codes")
+    add_options(index, (
+        ("--hnsw-m", int, HNSW_M, "M", f"--ann hnsw: links per node (default: {HNSW_M})"),
+        ("--ef-construction", int, EF_CONSTRUCTION, "N", f"--ann hnsw: candidates kept while linking (default: "
+         f"{EF_CONSTRUCTION})"),
+        ("--ef-search", int, EF_SEARCH, "N", f"--ann hnsw: candidates kept while searching, recorded in index.json "
+         f"(default: {EF_SEARCH})")))
     add_overwrite(index)
     add_inference_options(index)
     add_json(index, "print a summary as JSON")

@@ -29,7 +29,7 @@ from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import Embed, pipeline
 from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, progress_bar
 from encoderlab.paths import resolve_model_path
-from encoderlab.retrieval import fusion, lexical
+from encoderlab.retrieval import ann, fusion, lexical
 from encoderlab.retrieval.corpus import Document, read_documents, scan
 from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, read_meta,
                                        require_complete, source, write_meta)
@@ -54,16 +54,21 @@ class Index:
         self.ids = [i for name in self.shards for i in json.loads(self._path(name, ".ids.json").read_text("utf-8"))]
         self._docs: dict[str, list[Document]] = {}
         self._bm25 = None
+        self._ann = None
+        self._mapped: list[np.ndarray] = []
 
     # ---- building ---------------------------------------------------------------------------------------------
     @classmethod
     def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
               embedder: Pipeline | None = None, dimensions: int | None = None, bm25: bool = False,
               shard_size: int = SHARD_SIZE, overwrite: bool = False, resume: bool = False, progress: bool = True,
+              ann_kind: str | None = None, quantize: str | None = None, hnsw: dict[str, int] | None = None,
               **options: Any) -> Index:
         """Index a corpus file (encoderlab.retrieval.corpus's formats) into `folder` with `model`'s Embed pipeline
         (embedder: one already loaded; else pipeline("embed", model, dimensions=..., **options)). Refuses a folder
-        holding anything unless overwrite, or resume (an unfinished build of the same model and corpus)."""
+        holding anything unless overwrite, or resume (an unfinished build of the same model and corpus). ann_kind
+        ("hnsw") and quantize ("int8", "binary"): also build that structure (encoderlab.retrieval.ann), hnsw: its
+        m, ef_construction, ef_search where not the defaults."""
         folder = Path(folder)
         check_out_folder(folder, overwrite, resume, inputs=[corpus])
         if shard_size < 1:
@@ -72,6 +77,8 @@ class Index:
         previous = read_meta(folder) if resume and (folder / "index.json").is_file() else None
         embedder = embedder or pipeline("embed", model, dimensions=dimensions, **options)
         meta = new_meta(model, embedder, shard_size, bm25)
+        if ann_kind or quantize:
+            meta["ann"] = ann.settings(ann_kind, quantize, embedder.dimensions, **(hnsw or {}))
         meta["sources"] = [source(corpus, 0) | {"documents": count}]
         if previous is not None:
             meta = check_resumable(folder, previous, meta)
@@ -132,9 +139,19 @@ class Index:
         meta["count"] = sum(len(json.loads((folder / SHARDS / f"{n}.ids.json").read_text("utf-8"))) for n in names)
         if meta["bm25"]:
             lexical.build(([d.joined for d in shard_documents(folder, n)] for n in names), folder / BM25)
+        if meta.get("ann"):  # rebuilt from every vector: HNSW graphs are built whole (faiss adds, never merges)
+            ann.build(np.concatenate([np.load(folder / SHARDS / f"{n}.npy") for n in names]), meta["ann"], folder)
         meta["complete"] = True
         write_meta(folder, meta)
         return cls(folder, embedder)
+
+    def build_ann(self, kind: str | None, quantize: str | None, **options: int) -> None:
+        """(Re)build the approximate or quantised structure (encoderlab.retrieval.ann) over every vector, as
+        ann.settings(kind, quantize, dimensions, **options) describes, and record it in index.json."""
+        settings = ann.settings(kind, quantize, self.meta["dimensions"], **options)
+        ann.build(self.vectors(), settings, self.folder)
+        self.meta["ann"], self._ann = settings, None
+        write_meta(self.folder, self.meta)
 
     # ---- searching --------------------------------------------------------------------------------------------
     @property
@@ -148,10 +165,20 @@ class Index:
         """Every document vector, (N, D), in index order (for tests and exports; search reads shard by shard)."""
         return np.concatenate([np.load(self._path(name, ".npy")) for name in self.shards])
 
-    def dense(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact search: each query's best k documents by the dot product of the vectors (the cosine where they are
-        normalised), shard by shard with a running top-k: scores (Q, k) and positions (Q, k), best first."""
-        q = torch.from_numpy(self.embedder.embed(list(queries)))  # (Q, D)
+    def dense(self, queries: Sequence[str], k: int, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each query's best k documents by the dot product of the vectors (the cosine where they are normalised):
+        scores (Q, k) and positions (Q, k), best first (nearest)."""
+        return self.nearest(self.embedder.embed(list(queries)), k, exact)
+
+    def nearest(self, vectors: np.ndarray, k: int, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Query vectors' (Q, D) best k: by the ann structure where index.json records one (and not exact), else
+        exactly, shard by shard with a running top-k. Scores (Q, k) and positions (Q, k), best first."""
+        if self.meta.get("ann") and not exact:
+            if self._ann is None:
+                self._ann = ann.load(self.folder, self.meta["ann"])
+            scores, positions = ann.search(self._ann, self.meta["ann"], vectors, k, self.rows)
+            return torch.from_numpy(scores), torch.from_numpy(positions.astype(np.int64))
+        q = torch.from_numpy(vectors)  # (Q, D)
         best = torch.empty(len(q), 0)
         where = torch.empty(len(q), 0, dtype=torch.long)
         offset = 0
@@ -164,6 +191,18 @@ class Index:
             best, offset = merged.values, offset + shard.shape[0]
         return best, where
 
+    def rows(self, positions: np.ndarray) -> np.ndarray:
+        """The float32 vectors (n, D) at index positions (n,), read from the memory-mapped shards."""
+        if not self._mapped:
+            self._mapped = [np.load(self._path(name, ".npy"), mmap_mode="r") for name in self.shards]
+            self._offsets = np.cumsum([0] + [len(m) for m in self._mapped])
+        shard = np.searchsorted(self._offsets, positions, side="right") - 1
+        out = np.empty((len(positions), self._mapped[0].shape[1]), dtype=np.float32)
+        for number in np.unique(shard):
+            mask = shard == number
+            out[mask] = self._mapped[number][positions[mask] - self._offsets[number]]
+        return out
+
     def bm25(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """BM25's best k documents per query: scores (Q, k) and positions (Q, k)."""
         if not self.meta.get("bm25"):
@@ -173,16 +212,17 @@ class Index:
         return lexical.search(self._bm25, queries, k)
 
     def rank(self, queries: Sequence[str], k: int, mode: str = "dense", fusion_name: str = "rrf",
-             alpha: float = 0.5, depth: int = DEPTH) -> list[list[tuple[str, float]]]:
+             alpha: float = 0.5, depth: int = DEPTH, exact: bool = False) -> list[list[tuple[str, float]]]:
         """Each query's best k (doc id, score), best first, by mode: dense, bm25, or hybrid (the two rankings' best
-        max(depth, k) fused by reciprocal rank or min-max weighted sum; alpha weighs dense)."""
+        max(depth, k) fused by reciprocal rank or min-max weighted sum; alpha weighs dense); exact: dense search
+        ignores the ann structure."""
         if mode not in MODES:
             raise InputError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
         if mode != "hybrid":
-            scores, positions = self.dense(queries, k) if mode == "dense" else self.bm25(queries, k)
+            scores, positions = self.dense(queries, k, exact) if mode == "dense" else self.bm25(queries, k)
             return [[(self.ids[int(p)], float(s)) for s, p in zip(row_s, row_p)]
                     for row_s, row_p in zip(scores.tolist(), positions.tolist())]
-        dense = self.rank(queries, max(depth, k), "dense")
+        dense = self.rank(queries, max(depth, k), "dense", exact=exact)
         lexical_ = self.rank(queries, max(depth, k), "bm25")
         if fusion_name not in FUSIONS:
             raise InputError(f"fusion {fusion_name!r}: expected one of {', '.join(FUSIONS)}")
@@ -192,13 +232,14 @@ class Index:
 
     def search(self, queries: str | Sequence[str], top_k: int = 10, mode: str = "dense", fusion: str = "rrf",
                alpha: float = 0.5, rerank: Pipeline | str | None = None, rerank_top: int = 100,
-               depth: int = DEPTH) -> list[list[dict[str, Any]]]:
+               depth: int = DEPTH, exact: bool = False) -> list[list[dict[str, Any]]]:
         """Each query's best top_k hits, {"id", "score", "title", "text"}, best first; rerank: a cross-encoder (a
-        Rerank pipeline or its model) reorders the first stage's best rerank_top."""
+        Rerank pipeline or its model) reorders the first stage's best rerank_top; exact: ignore the ann
+        structure (the float32 vectors searched whole)."""
         queries = [queries] if isinstance(queries, str) else list(queries)
         if top_k < 1 or rerank_top < 1:
             raise InputError(f"top_k {top_k}, rerank_top {rerank_top}: expected positive numbers")
-        first = self.rank(queries, max(top_k, rerank_top) if rerank else top_k, mode, fusion, alpha, depth)
+        first = self.rank(queries, max(top_k, rerank_top) if rerank else top_k, mode, fusion, alpha, depth, exact)
         if rerank is not None:
             reranker = pipeline("rerank", rerank) if isinstance(rerank, (str, os.PathLike)) else rerank
             first = self.rerank(reranker, queries, first, rerank_top)
@@ -258,7 +299,7 @@ def new_meta(model: str | os.PathLike, embedder: Pipeline, shard_size: int, bm25
             "model": {"name": str(model), "path": str(resolve_model_path(model).resolve()), "fingerprint": fingerprint(model)},
             "pooling": embedder.pooling, "normalize": embedder.normalize, "dimensions": embedder.dimensions,
             "max_length": embedder.max_length, "similarity": "cosine" if embedder.normalize else "dot",
-            "dtype": "float32", "shard_size": shard_size, "bm25": bm25, "count": 0,
+            "dtype": "float32", "shard_size": shard_size, "bm25": bm25, "ann": None, "count": 0,
             "text": "title + ' ' + text (BEIR's dense models)"}
 
 
@@ -268,7 +309,7 @@ def check_resumable(folder: Path, previous: dict[str, Any], meta: dict[str, Any]
     if previous.get("complete"):
         raise InputError(f"--out {folder} holds a finished index: nothing to resume (--overwrite builds it again, "
                          f"--add appends documents)")
-    keys = ("model", "pooling", "normalize", "dimensions", "max_length", "shard_size", "bm25")
+    keys = ("model", "pooling", "normalize", "dimensions", "max_length", "shard_size", "bm25", "ann")
     differ = [key for key in keys if previous.get(key) != meta.get(key)]
     last, given = previous["sources"][-1], meta["sources"][0]
     differ += ["corpus"] if any(last[key] != given[key] for key in ("path", "bytes", "mtime")) else []

@@ -6,6 +6,7 @@ The command line reads it to refuse a mismatched model before torch loads.
     DIR/shards/00000.npy    (n, D) float32 vectors of documents 0..n-1 of the shard, in corpus order
     DIR/shards/00000.ids.json, 00000.docs.jsonl   their ids, and their {"_id", "title", "text"} for display and rerank
     DIR/bm25/               bm25s's index (with --bm25)
+    DIR/ann/index.faiss     the approximate or quantised structure (with --ann or --quantize), settings in "ann"
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ from encoderlab.paths import resolve_model_path
 INDEX_FILE = "index.json"
 SHARDS = "shards"
 BM25 = "bm25"
+ANN = "ann"
+# --ann hnsw's defaults: links per node, candidates kept while linking and while searching. Picked by bench/ann.py
+# (docs/retrieval.md, "Approximate search"): on 10,000 minilm Wikipedia vectors M 32 beat M 16 at every ef_search,
+# and ef_search 128 kept 0.999 of the exact top 10 (64: 0.990) at 0.55 ms: the margin a corpus 20x bigger needs.
+HNSW_M, EF_CONSTRUCTION, EF_SEARCH = 32, 200, 128
 FORMAT = 1
-OWN = (INDEX_FILE, SHARDS, BM25)  # what an index folder holds: --add and --resume find these and nothing else
+OWN = (INDEX_FILE, SHARDS, BM25, ANN)  # what an index folder holds: --add and --resume find these and nothing else
 # Files that decide a model's vectors, hashed whole (small), and weights, fingerprinted by name and size: hashing
 # 90 MB of weights would take longer than searching.
 HASHED = ("config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "modules.json",
