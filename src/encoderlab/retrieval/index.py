@@ -8,7 +8,8 @@ gives), searched exactly (dense), by BM25, or both fused; the best hits optional
 A build streams the corpus a shard (shard_size documents) at a time: memory stays flat in the corpus's size. Each
 shard's files are written atomically, its vectors last, so a shard whose .npy exists is finished; a build that was
 cut off resumes (resume=True, `index --resume`) from the first unfinished shard and gives the vectors an unbroken
-build gives (a shard is the same documents, embedded in the same batches). Layout: encoderlab.retrieval.meta.
+build gives (a shard is the same documents, embedded in the same batches). Under torchrun each rank encodes every
+world_size-th shard and rank 0 finishes the index: encoderlab.retrieval.distributed. Layout: encoderlab.retrieval.meta.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from encoderlab.infer.pipelines import Embed, pipeline
 from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, progress_bar
 from encoderlab.paths import resolve_model_path
 from encoderlab.retrieval import fusion, lexical
+from encoderlab.retrieval.distributed import WAIT, Dist, join, main_then_all, own_documents, owns, wait
 from encoderlab.retrieval.corpus import Document, read_documents, scan
 from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, read_meta,
                                        require_complete, source, write_meta)
@@ -60,30 +62,38 @@ class Index:
     def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
               embedder: Pipeline | None = None, dimensions: int | None = None, bm25: bool = False,
               shard_size: int = SHARD_SIZE, overwrite: bool = False, resume: bool = False, progress: bool = True,
-              **options: Any) -> Index:
+              ranks: Dist | None = None, **options: Any) -> Index:
         """Index a corpus file (encoderlab.retrieval.corpus's formats) into `folder` with `model`'s Embed pipeline
         (embedder: one already loaded; else pipeline("embed", model, dimensions=..., **options)). Refuses a folder
-        holding anything unless overwrite, or resume (an unfinished build of the same model and corpus)."""
+        holding anything unless overwrite, or resume (an unfinished build of the same model and corpus). ranks:
+        this process's place under torchrun (None: distributed.join(), alone without torchrun)."""
         folder = Path(folder)
         check_out_folder(folder, overwrite, resume, inputs=[corpus])
         if shard_size < 1:
             raise InputError(f"shard size {shard_size}: expected a positive number")
         count = scan(corpus)  # the whole corpus checked before anything is written
         previous = read_meta(folder) if resume and (folder / "index.json").is_file() else None
+        ranks = ranks or join(options.get("device"))
+        if ranks.world_size > 1:
+            options["device"] = ranks.device
         embedder = embedder or pipeline("embed", model, dimensions=dimensions, **options)
         meta = new_meta(model, embedder, shard_size, bm25)
         meta["sources"] = [source(corpus, 0) | {"documents": count}]
         if previous is not None:
             meta = check_resumable(folder, previous, meta)
-        elif overwrite and folder.exists():
-            shutil.rmtree(folder)  # only now, with the corpus and the model checked
-        folder.mkdir(parents=True, exist_ok=True)
-        write_meta(folder, meta)
-        return cls._finish(folder, meta, embedder, progress)
 
-    def add(self, corpus: str | os.PathLike, progress: bool = True) -> int:
+        def start() -> None:
+            if previous is None and overwrite and folder.exists():
+                shutil.rmtree(folder)  # only now, with the corpus and the model checked (by every rank)
+            folder.mkdir(parents=True, exist_ok=True)
+            write_meta(folder, meta)
+
+        main_then_all(ranks, start)
+        return cls._finish(folder, meta, embedder, progress, ranks)
+
+    def add(self, corpus: str | os.PathLike, progress: bool = True, ranks: Dist | None = None) -> int:
         """Append a corpus file's documents as new shards (BM25 rebuilt if the index has one); InputError, before
-        anything is written, for an id the index holds already. The number of documents added."""
+        anything is written, for an id the index holds already. The number of documents added. ranks: as build's."""
         count = scan(corpus)
         known = set(self.ids)
         for document in read_documents(corpus):
@@ -91,8 +101,9 @@ class Index:
                 raise InputError(f"{document.where}: id {document.id!r} is in the index already")
         self.meta["sources"].append(source(corpus, len(self.shards)) | {"documents": count})
         self.meta["complete"] = False
-        write_meta(self.folder, self.meta)
-        done = self._finish(self.folder, self.meta, self.embedder, progress)
+        ranks = ranks or join()
+        main_then_all(ranks, lambda: write_meta(self.folder, self.meta))
+        done = self._finish(self.folder, self.meta, self.embedder, progress, ranks)
         self.__dict__.update(done.__dict__)
         return count
 
@@ -116,24 +127,31 @@ class Index:
         return cls(folder, embedder)
 
     @classmethod
-    def _finish(cls, folder: Path, meta: dict[str, Any], embedder: Pipeline, progress: bool) -> Index:
-        """Encode every unfinished shard of every source, build BM25 if asked, mark the index complete."""
-        total = sum(s["documents"] for s in meta["sources"])
-        bar = progress_bar(total=total, unit="doc", desc="index", disable=not progress)
+    def _finish(cls, folder: Path, meta: dict[str, Any], embedder: Pipeline, progress: bool, ranks: Dist) -> Index:
+        """Encode every unfinished shard of every source that is this rank's; once every rank has, rank 0 builds
+        BM25 if asked and marks the index complete."""
+        bar = progress_bar(total=own_documents(meta, ranks), unit="doc", desc="index",
+                           disable=not progress or not ranks.is_main)
         for corpus in meta["sources"]:
             chunks = batched(read_documents(corpus["path"]), meta["shard_size"])
             for number, chunk in enumerate(chunks, corpus["first_shard"]):
                 name = f"{number:05d}"
+                if not owns(ranks, number):
+                    continue
                 if not (folder / SHARDS / f"{name}.npy").is_file():
                     write_shard(folder, name, chunk, embedder.embed([d.joined for d in chunk]))
                 bar.update(len(chunk))
         bar.close()
-        names = shard_names(folder)
-        meta["count"] = sum(len(json.loads((folder / SHARDS / f"{n}.ids.json").read_text("utf-8"))) for n in names)
-        if meta["bm25"]:
-            lexical.build(([d.joined for d in shard_documents(folder, n)] for n in names), folder / BM25)
-        meta["complete"] = True
-        write_meta(folder, meta)
+        wait(ranks, WAIT)  # every rank's shards are on disk
+        if ranks.is_main:
+            names = shard_names(folder)
+            meta["count"] = sum(len(json.loads((folder / SHARDS / f"{n}.ids.json").read_text("utf-8")))
+                                for n in names)
+            if meta["bm25"]:
+                lexical.build(([d.joined for d in shard_documents(folder, n)] for n in names), folder / BM25)
+            meta["complete"] = True
+            write_meta(folder, meta)
+        wait(ranks, WAIT)  # the others open the finished index
         return cls(folder, embedder)
 
     # ---- searching --------------------------------------------------------------------------------------------
