@@ -3,12 +3,12 @@ with one thread a rank, on the same SQuAD paragraphs, the same model and the sam
 equal file for file (vectors, ids, documents, index.json).
 
 Figures: each run's documents/s as the command reports it (the build: shards encoded and written, after the model
-loaded), and its wall time (Python start, torch import and each rank's model load included); best of REPEATS runs
+loaded), and its wall time (Python start, torch import and each rank's model load included); best of REPEATS (2) runs
 of each, alternated, with the machine's load average before and after each (the machine is shared: a second core
 busy with another job costs the two-rank run its speed-up, not the one-process run).
 Goal: two ranks at 1.7x one process's documents/s or better, and the indexes equal.
 
-    python bench/index_scale.py            # all of SQuAD part A: 1,545 paragraphs, minilm, best of 3 (~10 minutes)
+    python bench/index_scale.py            # all of SQuAD part A: 1,545 paragraphs, minilm, best of 2 (~8 minutes, quiet)
     python bench/index_scale.py --quick    # 200 paragraphs, one run each (under a minute)
     python bench/index_scale.py --smoke    # a tiny random model on a synthetic corpus (make test)
 
@@ -38,7 +38,7 @@ from squad_beir import squad_to_beir  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = {"full": None, "quick": 200, "smoke": 40}  # paragraphs indexed (None: all of part A)
 SHARD_SIZE = {"full": 100, "quick": 25, "smoke": 5}  # an even number of shards, so both ranks get the same share
-REPEATS = {"full": 3, "quick": 1, "smoke": 1}
+REPEATS = {"full": 2, "quick": 1, "smoke": 1}
 
 
 def corpus_of(mode: str, scratch: Path) -> Path:

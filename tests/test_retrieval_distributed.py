@@ -55,7 +55,8 @@ def test_each_rank_encodes_on_its_local_gpu_or_the_cpu(asked, local_rank, cuda, 
     assert rank_device(asked, local_rank, cuda) == expected
 
 
-@pytest.mark.parametrize("asked, cuda, message", [("cuda:1", True, "cuda:LOCAL_RANK"), ("cuda", False, "not available")])
+@pytest.mark.parametrize("asked, cuda, message", [("cuda:1", True, "cuda:LOCAL_RANK"),
+                                                  ("cuda", False, "not available")])
 def test_a_device_no_rank_can_use_is_refused(asked, cuda, message):
     with pytest.raises(InputError, match=message):
         rank_device(asked, 0, cuda)
