@@ -4,11 +4,14 @@ file is written; each rank's device and share of the shards."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,15 @@ def torchrun(*argv: str, ranks: int = 2) -> subprocess.CompletedProcess:
     env = os.environ | {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
                            "-m", "encoderlab", *map(str, argv)], env=env, capture_output=True, text=True, timeout=300)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs (Linux's /proc/PID/task/*/children)."""
+    found = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in map(int, children.read_text().split()):
+            found += [child, *descendants(child)]
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +120,35 @@ def test_bad_input_fails_every_rank_before_a_file_is_written(tiny, tmp_path):
     assert done.returncode != 0
     assert done.stderr.count("bad.jsonl:2: duplicate id 'a'") == 2  # each rank's one line
     assert not (tmp_path / "idx").exists()
+
+
+@pytest.mark.slow
+def test_a_two_rank_build_killed_mid_shard_resumes_to_the_vectors_of_an_unbroken_one(tiny, tmp_path):
+    """SIGKILL to both ranks and torchrun once the first shards are on disk; --resume under two ranks finishes it,
+    equal to one process's unbroken build (the temp files the kill left aside)."""
+    corpus = write_corpus(tmp_path / "corpus.jsonl", count=3000)
+    unbroken = Index.build(tiny, corpus, tmp_path / "unbroken", bm25=True, shard_size=10, progress=False)
+    out = tmp_path / "idx"
+    argv = index_args(tiny, corpus, out, "--no-progress")
+    argv[argv.index("--shard-size") + 1] = "10"
+    env = os.environ | {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    launched = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                                 "-m", "encoderlab", *argv], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list((out / "shards").glob("*.npy"))) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        for pid in [*descendants(launched.pid), launched.pid]:  # the ranks (torchrun gives them their own sessions)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        launched.wait()
+    finished = len(list((out / "shards").glob("*.npy")))
+    if json.loads((out / "index.json").read_text())["complete"]:
+        pytest.skip("the build finished before the kill: nothing to resume")
+    assert 4 <= finished < 300
+    done = torchrun(*index_args(tiny, corpus, out, "--resume", "--no-progress", "--shard-size", "10"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    own = {name: digest for name, digest in hashes(out).items() if not Path(name).name.startswith(".")}
+    assert own == hashes(unbroken.folder)
