@@ -62,7 +62,7 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
                             progress=not args.no_progress, ranks=ranks)
     seconds = time.perf_counter() - started
     teardown()
-    if not ranks.is_main:
+    if not ranks.is_main:  # rank 0 reports
         return None
     meta = index.meta
     summary = {"index": str(args.out), "documents": len(index), "added": count, "shards": len(index.shards),

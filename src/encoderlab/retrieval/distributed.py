@@ -9,8 +9,7 @@ marks the index complete.
     barrier      START
     every rank:  its unfinished shards, on its device (cuda:LOCAL_RANK under CUDA, else the CPU)
     barrier      WAIT: the slowest rank's shards
-    rank 0:      BM25, index.json complete
-    barrier      WAIT: the others open the finished index
+    rank 0:      BM25, index.json complete; the other ranks leave (the index is rank 0's to open)
 
 The only collectives are barriers, so the process group is gloo on CUDA too (no tensor crosses ranks; gloo's
 monitored_barrier names a rank that never arrives instead of hanging).
@@ -49,7 +48,7 @@ def rank_device(device: str | None, local_rank: int, cuda: bool) -> str:
 
 def join(device: str | None = None) -> Dist:
     """This process's rank and device: alone without torchrun (--device resolved as every command does), else the
-    process group torchrun describes, joined (gloo, START to arrive) after the caller's checks."""
+    process group torchrun describes, joined (gloo; a collective waits up to WAIT) after the caller's checks."""
     if distributed.world_size() == 1:
         return Dist(0, 1, resolve_device(device))
     name = rank_device(device, int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.is_available())

@@ -9,7 +9,8 @@ A build streams the corpus a shard (shard_size documents) at a time: memory stay
 shard's files are written atomically, its vectors last, so a shard whose .npy exists is finished; a build that was
 cut off resumes (resume=True, `index --resume`) from the first unfinished shard and gives the vectors an unbroken
 build gives (a shard is the same documents, embedded in the same batches). Under torchrun each rank encodes every
-world_size-th shard and rank 0 finishes the index: encoderlab.retrieval.distributed. Layout: encoderlab.retrieval.meta.
+world_size-th shard and rank 0 finishes the index (encoderlab.retrieval.distributed). Layout:
+encoderlab.retrieval.meta.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from encoderlab.infer.pipelines import Embed, pipeline
 from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, progress_bar
 from encoderlab.paths import resolve_model_path
 from encoderlab.retrieval import fusion, lexical
-from encoderlab.retrieval.distributed import WAIT, Dist, join, main_then_all, own_documents, owns, wait
 from encoderlab.retrieval.corpus import Document, read_documents, scan
+from encoderlab.retrieval.distributed import WAIT, Dist, join, main_then_all, own_documents, owns, wait
 from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, read_meta,
                                        require_complete, source, write_meta)
 
@@ -62,11 +63,12 @@ class Index:
     def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
               embedder: Pipeline | None = None, dimensions: int | None = None, bm25: bool = False,
               shard_size: int = SHARD_SIZE, overwrite: bool = False, resume: bool = False, progress: bool = True,
-              ranks: Dist | None = None, **options: Any) -> Index:
+              ranks: Dist | None = None, **options: Any) -> Index | None:
         """Index a corpus file (encoderlab.retrieval.corpus's formats) into `folder` with `model`'s Embed pipeline
         (embedder: one already loaded; else pipeline("embed", model, dimensions=..., **options)). Refuses a folder
         holding anything unless overwrite, or resume (an unfinished build of the same model and corpus). ranks:
-        this process's place under torchrun (None: distributed.join(), alone without torchrun)."""
+        this process's place under torchrun (None: distributed.join(), alone without torchrun); the ranks other
+        than 0 return None (opening the index reads every id: gigabytes at 100M documents, on every rank)."""
         folder = Path(folder)
         check_out_folder(folder, overwrite, resume, inputs=[corpus])
         if shard_size < 1:
@@ -104,7 +106,8 @@ class Index:
         ranks = ranks or join()
         main_then_all(ranks, lambda: write_meta(self.folder, self.meta))
         done = self._finish(self.folder, self.meta, self.embedder, progress, ranks)
-        self.__dict__.update(done.__dict__)
+        if done is not None:  # rank 0 (build's note on the others)
+            self.__dict__.update(done.__dict__)
         return count
 
     def save(self, folder: str | os.PathLike, overwrite: bool = False) -> Index:
@@ -127,9 +130,10 @@ class Index:
         return cls(folder, embedder)
 
     @classmethod
-    def _finish(cls, folder: Path, meta: dict[str, Any], embedder: Pipeline, progress: bool, ranks: Dist) -> Index:
+    def _finish(cls, folder: Path, meta: dict[str, Any], embedder: Pipeline, progress: bool,
+                ranks: Dist) -> Index | None:
         """Encode every unfinished shard of every source that is this rank's; once every rank has, rank 0 builds
-        BM25 if asked and marks the index complete."""
+        BM25 if asked, marks the index complete and opens it (the other ranks: None)."""
         bar = progress_bar(total=own_documents(meta, ranks), unit="doc", desc="index",
                            disable=not progress or not ranks.is_main)
         for corpus in meta["sources"]:
@@ -143,15 +147,14 @@ class Index:
                 bar.update(len(chunk))
         bar.close()
         wait(ranks, WAIT)  # every rank's shards are on disk
-        if ranks.is_main:
-            names = shard_names(folder)
-            meta["count"] = sum(len(json.loads((folder / SHARDS / f"{n}.ids.json").read_text("utf-8")))
-                                for n in names)
-            if meta["bm25"]:
-                lexical.build(([d.joined for d in shard_documents(folder, n)] for n in names), folder / BM25)
-            meta["complete"] = True
-            write_meta(folder, meta)
-        wait(ranks, WAIT)  # the others open the finished index
+        if not ranks.is_main:
+            return None
+        names = shard_names(folder)
+        meta["count"] = sum(len(json.loads((folder / SHARDS / f"{n}.ids.json").read_text("utf-8"))) for n in names)
+        if meta["bm25"]:
+            lexical.build(([d.joined for d in shard_documents(folder, n)] for n in names), folder / BM25)
+        meta["complete"] = True
+        write_meta(folder, meta)
         return cls(folder, embedder)
 
     # ---- searching --------------------------------------------------------------------------------------------
