@@ -29,9 +29,10 @@ SNIPPET = 160  # characters of a hit's text shown
 
 
 # ---- index ------------------------------------------------------------------------------------------------------
-def cmd_index(args: argparse.Namespace) -> dict[str, Any]:
+def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
     """Embed a corpus into an index folder of vector shards (and a BM25 index with --bm25, an HNSW index with --ann
-    hnsw, quantised vectors with --quantize); without --corpus, add --ann/--quantize to the index at --out."""
+    hnsw, quantised vectors with --quantize); without --corpus, add --ann/--quantize to the index at --out. Under
+    torchrun, each rank its share of the shards, rank 0 printing the summary."""
     if args.corpus is None:
         return cmd_index_ann(args)
     if args.dimensions is not None and args.dimensions < 1:
@@ -52,27 +53,34 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any]:
     if args.ann or args.quantize:  # checked before the model loads (binary's dimensions: once it has)
         ann_settings(args, 8)
     count = scan(args.corpus)  # a bad line, a duplicate id or an empty corpus: refused before the model loads
+    from encoderlab.retrieval.distributed import join
+    from encoderlab.retrieval.index import Index
+    from encoderlab.train.distributed import teardown
+
+    ranks = join(args.device)  # after the checks: every rank ran them on the same files
+    args.device = str(ranks.device) if ranks.world_size > 1 else args.device
     embedder = load_pipeline("embed", args, dimensions=args.dimensions, normalize=args.normalize,
                              **({"pooling": args.pooling} if args.pooling else {}))
-    from encoderlab.retrieval.index import Index
-
     started = time.perf_counter()
     if args.add:
         index = Index(args.out, embedder)
         if args.ann or args.quantize:  # the add rebuilds the structure over every vector, as now asked
             index.meta["ann"] = ann_settings(args, index.meta["dimensions"])
-        index.add(args.corpus, progress=not args.no_progress)
+        index.add(args.corpus, progress=not args.no_progress, ranks=ranks)
     else:
         index = Index.build(args.model, args.corpus, args.out, embedder=embedder, bm25=args.bm25,
                             shard_size=args.shard_size, overwrite=args.overwrite, resume=args.resume,
                             progress=not args.no_progress, ann_kind=args.ann, quantize=args.quantize,
-                            hnsw=hnsw_options(args))
+                            hnsw=hnsw_options(args), ranks=ranks)
     seconds = time.perf_counter() - started
+    teardown()
+    if not ranks.is_main:  # rank 0 reports
+        return None
     meta = index.meta
     summary = {"index": str(args.out), "documents": len(index), "added": count, "shards": len(index.shards),
                "dimensions": meta["dimensions"], "similarity": meta["similarity"], "bm25": meta["bm25"],
                "ann": meta.get("ann"), "seconds": round(seconds, 2),
-               "documents_per_second": round(count / seconds, 1)}
+               "documents_per_second": round(count / seconds, 1), "ranks": ranks.world_size}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

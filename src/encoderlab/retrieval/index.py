@@ -8,7 +8,9 @@ gives), searched exactly (dense), by BM25, or both fused; the best hits optional
 A build streams the corpus a shard (shard_size documents) at a time: memory stays flat in the corpus's size. Each
 shard's files are written atomically, its vectors last, so a shard whose .npy exists is finished; a build that was
 cut off resumes (resume=True, `index --resume`) from the first unfinished shard and gives the vectors an unbroken
-build gives (a shard is the same documents, embedded in the same batches). Layout: encoderlab.retrieval.meta.
+build gives (a shard is the same documents, embedded in the same batches). Under torchrun each rank encodes every
+world_size-th shard and rank 0 finishes the index (encoderlab.retrieval.distributed). Layout:
+encoderlab.retrieval.meta.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, pro
 from encoderlab.paths import resolve_model_path
 from encoderlab.retrieval import ann, fusion, lexical
 from encoderlab.retrieval.corpus import Document, read_documents, scan
+from encoderlab.retrieval.distributed import WAIT, Dist, join, main_then_all, own_documents, owns, wait
 from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, read_meta,
                                        require_complete, source, write_meta)
 
@@ -63,18 +66,23 @@ class Index:
               embedder: Pipeline | None = None, dimensions: int | None = None, bm25: bool = False,
               shard_size: int = SHARD_SIZE, overwrite: bool = False, resume: bool = False, progress: bool = True,
               ann_kind: str | None = None, quantize: str | None = None, hnsw: dict[str, int] | None = None,
-              **options: Any) -> Index:
+              ranks: Dist | None = None, **options: Any) -> Index | None:
         """Index a corpus file (encoderlab.retrieval.corpus's formats) into `folder` with `model`'s Embed pipeline
         (embedder: one already loaded; else pipeline("embed", model, dimensions=..., **options)). Refuses a folder
         holding anything unless overwrite, or resume (an unfinished build of the same model and corpus). ann_kind
         ("hnsw") and quantize ("int8", "binary"): also build that structure (encoderlab.retrieval.ann), hnsw: its
-        m, ef_construction, ef_search where not the defaults."""
+        m, ef_construction, ef_search where not the defaults. ranks: this process's place under torchrun (None:
+        distributed.join(), alone without torchrun); the ranks other than 0 return None (opening the index reads
+        every id: gigabytes at 100M documents, on every rank)."""
         folder = Path(folder)
         check_out_folder(folder, overwrite, resume, inputs=[corpus])
         if shard_size < 1:
             raise InputError(f"shard size {shard_size}: expected a positive number")
         count = scan(corpus)  # the whole corpus checked before anything is written
         previous = read_meta(folder) if resume and (folder / "index.json").is_file() else None
+        ranks = ranks or join(options.get("device"))
+        if ranks.world_size > 1:
+            options["device"] = ranks.device
         embedder = embedder or pipeline("embed", model, dimensions=dimensions, **options)
         meta = new_meta(model, embedder, shard_size, bm25)
         if ann_kind or quantize:
@@ -82,15 +90,19 @@ class Index:
         meta["sources"] = [source(corpus, 0) | {"documents": count}]
         if previous is not None:
             meta = check_resumable(folder, previous, meta)
-        elif overwrite and folder.exists():
-            shutil.rmtree(folder)  # only now, with the corpus and the model checked
-        folder.mkdir(parents=True, exist_ok=True)
-        write_meta(folder, meta)
-        return cls._finish(folder, meta, embedder, progress)
 
-    def add(self, corpus: str | os.PathLike, progress: bool = True) -> int:
+        def start() -> None:
+            if previous is None and overwrite and folder.exists():
+                shutil.rmtree(folder)  # only now, with the corpus and the model checked (by every rank)
+            folder.mkdir(parents=True, exist_ok=True)
+            write_meta(folder, meta)
+
+        main_then_all(ranks, start)
+        return cls._finish(folder, meta, embedder, progress, ranks)
+
+    def add(self, corpus: str | os.PathLike, progress: bool = True, ranks: Dist | None = None) -> int:
         """Append a corpus file's documents as new shards (BM25 rebuilt if the index has one); InputError, before
-        anything is written, for an id the index holds already. The number of documents added."""
+        anything is written, for an id the index holds already. The number of documents added. ranks: as build's."""
         count = scan(corpus)
         known = set(self.ids)
         for document in read_documents(corpus):
@@ -98,9 +110,11 @@ class Index:
                 raise InputError(f"{document.where}: id {document.id!r} is in the index already")
         self.meta["sources"].append(source(corpus, len(self.shards)) | {"documents": count})
         self.meta["complete"] = False
-        write_meta(self.folder, self.meta)
-        done = self._finish(self.folder, self.meta, self.embedder, progress)
-        self.__dict__.update(done.__dict__)
+        ranks = ranks or join()
+        main_then_all(ranks, lambda: write_meta(self.folder, self.meta))
+        done = self._finish(self.folder, self.meta, self.embedder, progress, ranks)
+        if done is not None:  # rank 0 (build's note on the others)
+            self.__dict__.update(done.__dict__)
         return count
 
     def save(self, folder: str | os.PathLike, overwrite: bool = False) -> Index:
@@ -123,18 +137,25 @@ class Index:
         return cls(folder, embedder)
 
     @classmethod
-    def _finish(cls, folder: Path, meta: dict[str, Any], embedder: Pipeline, progress: bool) -> Index:
-        """Encode every unfinished shard of every source, build BM25 if asked, mark the index complete."""
-        total = sum(s["documents"] for s in meta["sources"])
-        bar = progress_bar(total=total, unit="doc", desc="index", disable=not progress)
+    def _finish(cls, folder: Path, meta: dict[str, Any], embedder: Pipeline, progress: bool,
+                ranks: Dist) -> Index | None:
+        """Encode every unfinished shard of every source that is this rank's; once every rank has, rank 0 builds
+        BM25 if asked, marks the index complete and opens it (the other ranks: None)."""
+        bar = progress_bar(total=own_documents(meta, ranks), unit="doc", desc="index",
+                           disable=not progress or not ranks.is_main)
         for corpus in meta["sources"]:
             chunks = batched(read_documents(corpus["path"]), meta["shard_size"])
             for number, chunk in enumerate(chunks, corpus["first_shard"]):
                 name = f"{number:05d}"
+                if not owns(ranks, number):
+                    continue
                 if not (folder / SHARDS / f"{name}.npy").is_file():
                     write_shard(folder, name, chunk, embedder.embed([d.joined for d in chunk]))
                 bar.update(len(chunk))
         bar.close()
+        wait(ranks, WAIT)  # every rank's shards are on disk
+        if not ranks.is_main:
+            return None
         names = shard_names(folder)
         meta["count"] = sum(len(json.loads((folder / SHARDS / f"{n}.ids.json").read_text("utf-8"))) for n in names)
         if meta["bm25"]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -40,8 +41,9 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def setup(device: str = "auto") -> Dist:
-    """Join the process group torchrun describes in the environment, or run alone."""
+def setup(device: str = "auto", backend: str | None = None, timeout: timedelta | None = None) -> Dist:
+    """Join the process group torchrun describes in the environment, or run alone; backend: None for NCCL on CUDA
+    and gloo on the CPU; timeout: how long a collective waits for the slowest rank (None: torch's default)."""
     use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
     ranks = world_size()
     rank = int(os.environ.get("RANK", "0"))
@@ -50,7 +52,7 @@ def setup(device: str = "auto") -> Dist:
     if use_cuda:
         torch.cuda.set_device(target)
     if ranks > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if use_cuda else "gloo")
+        dist.init_process_group(backend or ("nccl" if use_cuda else "gloo"), timeout=timeout)
     return Dist(rank, ranks, target)
 
 
