@@ -118,7 +118,9 @@ def test_bad_input_fails_every_rank_before_a_file_is_written(tiny, tmp_path):
     bad.write_text('{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n')
     done = torchrun(*index_args(tiny, bad, tmp_path / "idx", "--no-progress"))
     assert done.returncode != 0
-    assert done.stderr.count("bad.jsonl:2: duplicate id 'a'") == 2  # each rank's one line
+    # each rank checks and refuses on its own; torchrun stops a rank still running once another has failed, so
+    # the second line is there only when both finished their checks first (a race the machine's load decides)
+    assert done.stderr.count("bad.jsonl:2: duplicate id 'a'") >= 1
     assert not (tmp_path / "idx").exists()
 
 
