@@ -163,6 +163,18 @@ def test_weighted_fusion_equals_a_hand_computation():
     assert fused == pytest.approx({"a": 0.25, "b": 0.75, "c": 0.125, "d": 0.0})
 
 
+def test_z_score_fusion_equals_a_hand_computation():
+    fused = dict(fusion.weighted({"a": 3.0, "b": 1.0, "c": 2.0}, {"b": 10.0, "d": 0.0}, alpha=0.25,
+                                 normalisation="z-score"))
+    # z-scores: dense mean 2, std sqrt(2/3): a +1.2247, b -1.2247, c 0; bm25 mean 5, std 5: b +1, d -1; a missing
+    # document gets its ranking's lowest z-score
+    s = math.sqrt(2 / 3)
+    expected = {"a": 0.25 * 1 / s + 0.75 * -1, "b": 0.25 * -1 / s + 0.75, "c": 0.75 * -1, "d": 0.25 * -1 / s - 0.75}
+    assert fused == pytest.approx(expected)
+    with pytest.raises(ValueError, match="normalisation 'rank'"):
+        fusion.weighted({"a": 1.0}, {"a": 1.0}, 0.5, "rank")
+
+
 def test_hybrid_fuses_the_dense_and_bm25_rankings(built):
     query = "river king castle"
     dense = [h["id"] for h in built.search(query, top_k=25)[0]]

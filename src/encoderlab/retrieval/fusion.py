@@ -3,14 +3,16 @@
 - Reciprocal rank fusion (Cormack, Clarke and Buettcher 2009, "Reciprocal Rank Fusion outperforms Condorcet and
   individual Rank Learning Methods", SIGIR): score(d) = sum over rankings r of 1 / (k + rank_r(d)), ranks from 1,
   k = 60 as in the paper; a document absent from a ranking gets nothing from it.
-- Weighted: each ranking's scores min-max normalised to [0, 1] over its own candidates, then
-  alpha * first + (1 - alpha) * second (a document absent from a ranking gets 0 from it), the convex combination
-  Bruch, Gai and Ingber 2023 ("An Analysis of Fusion Functions for Hybrid Retrieval", TOIS) study.
+- Weighted: each ranking's scores normalised over its own candidates (min-max onto [0, 1], or z-score: minus their
+  mean, over their standard deviation), then alpha * first + (1 - alpha) * second (a document absent from a ranking
+  gets that ranking's lowest normalised score, or 0 if lower: 0 under min-max), the convex combination Bruch, Gai and Ingber 2023
+  ("An Analysis of Fusion Functions for Hybrid Retrieval", TOIS) study, with the two normalisations they compare.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Sequence
 
 RRF_K = 60  # Cormack et al. 2009, section 2: k = 60 was fixed during a pilot investigation and not tuned
 
@@ -31,11 +33,26 @@ def min_max(scores: dict[str, float]) -> dict[str, float]:
     return {ident: (s - low) / (high - low) if high > low else 1.0 for ident, s in scores.items()}
 
 
-def weighted(first: dict[str, float], second: dict[str, float], alpha: float) -> list[tuple[str, float]]:
-    """alpha * min-max(first) + (1 - alpha) * min-max(second): (id, fused score), best first."""
+def z_score(scores: dict[str, float]) -> dict[str, float]:
+    """Scores minus their mean, over their (population) standard deviation (all 0 when they are equal)."""
+    values = list(scores.values())
+    mean = statistics.fmean(values) if values else 0.0
+    spread = statistics.pstdev(values) if len(values) > 1 else 0.0
+    return {ident: (s - mean) / spread if spread > 0 else 0.0 for ident, s in scores.items()}
+
+
+NORMALISATIONS: dict[str, Callable[[dict[str, float]], dict[str, float]]] = {"min-max": min_max, "z-score": z_score}
+
+
+def weighted(first: dict[str, float], second: dict[str, float], alpha: float,
+             normalisation: str = "min-max") -> list[tuple[str, float]]:
+    """alpha * norm(first) + (1 - alpha) * norm(second): (id, fused score), best first."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha {alpha}: expected a weight from 0 to 1")
-    a, b = min_max(first), min_max(second)
-    fused = {ident: alpha * a.get(ident, 0.0) + (1 - alpha) * b.get(ident, 0.0) for ident in {**a, **b}}
+    if normalisation not in NORMALISATIONS:
+        raise ValueError(f"normalisation {normalisation!r}: expected one of {', '.join(NORMALISATIONS)}")
+    a, b = NORMALISATIONS[normalisation](first), NORMALISATIONS[normalisation](second)
+    floor_a, floor_b = min([*a.values(), 0.0]), min([*b.values(), 0.0])  # min-max: 0, as before
+    fused = {ident: alpha * a.get(ident, floor_a) + (1 - alpha) * b.get(ident, floor_b) for ident in {**a, **b}}
     order = {ident: i for i, ident in enumerate({**a, **b})}  # ties: first-seen order, deterministic
     return sorted(fused.items(), key=lambda item: (-item[1], order[item[0]]))
