@@ -183,6 +183,15 @@ def test_hybrid_fuses_the_dense_and_bm25_rankings(built):
     assert [h["id"] for h in hybrid] == [i for i, _ in fusion.rrf([dense, lexical])[:5]]
 
 
+def test_hybrid_takes_rrfs_k_and_the_weighted_sums_normalisation(built):
+    query = "river king castle"
+    dense, lexical = built.rank([query], 25, "dense")[0], built.rank([query], 25, "bm25")[0]
+    small_k = built.rank([query], 5, "hybrid", "rrf", depth=25, rrf_k=2)[0]
+    assert small_k == fusion.rrf([[i for i, _ in dense], [i for i, _ in lexical]], 2)[:5]
+    z = built.rank([query], 5, "hybrid", "weighted", alpha=0.3, depth=25, normalisation="z-score")[0]
+    assert z == fusion.weighted(dict(dense), dict(lexical), 0.3, "z-score")[:5]
+
+
 # ---- metrics ----------------------------------------------------------------------------------------------------
 def test_metrics_equal_a_hand_computation_on_three_documents():
     qrels = {"q1": {"d1": 2, "d3": 1}}

@@ -16,6 +16,7 @@ from encoderlab.choices import split_names
 from encoderlab.cli.finetune import given
 from encoderlab.cli.options import (DEVICE, add_inference_options, add_json, add_model, add_options, add_overwrite,
                                     add_precision, add_threads, apply_threads, load_pipeline, resolve_device)
+from encoderlab.cli.retrieval import add_fusion_options, fusion_options
 from encoderlab.errors import InputError
 from encoderlab.io import check_out_folder
 
@@ -71,10 +72,8 @@ def beir_settings(args: argparse.Namespace) -> dict[str, Any]:
     unknown = [m for m in modes if m not in BEIR_MODES]
     if unknown or not modes:
         raise InputError(f"--modes {','.join(modes)}: expected some of {','.join(BEIR_MODES)}")
-    if not 0.0 <= args.alpha <= 1.0:
-        raise InputError(f"--alpha {args.alpha}: expected a weight from 0 to 1")
-    return {"model": args.model, "split": args.split, "modes": modes, "fusion": args.fusion, "alpha": args.alpha,
-            "max_length": args.max_length}
+    return {"model": args.model, "split": args.split, "modes": modes, "max_length": args.max_length} | \
+        fusion_options(args)
 
 
 def cmd_benchmark_beir(args: argparse.Namespace) -> dict[str, Any]:
@@ -90,7 +89,7 @@ def cmd_benchmark_beir(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     if args.overwrite and out.is_dir():
         shutil.rmtree(out)
-    search = {"fusion": args.fusion, "alpha": args.alpha}
+    search = fusion_options(args)
     results = beir.run_sets(sets, out, settings, lambda files: beir.score_set(
         args.model, embedder, files, settings["modes"], search, not args.no_progress), redo=False)
     header = {"suite": "beir", "data": str(args.data), "command": shlex.join(["encoderlab", *args.argv]),
@@ -116,9 +115,7 @@ def add_beir(suites: argparse._SubParsersAction) -> None:
         ("--modes", split_names, None, "A,B", f"retrieval modes, some of {','.join(BEIR_MODES)} (default: all)"),
         ("--split", None, "test", "NAME", "the qrels file, qrels/NAME.tsv (default: test)"),
         ("--no-progress", bool, None, None, "no progress bar while indexing")))
-    sub.add_argument("--fusion", choices=("rrf", "weighted"), default="rrf", help="hybrid's fusion (default: rrf)")
-    sub.add_argument("--alpha", type=float, default=0.5, metavar="A", help="--fusion weighted: the dense scores' "
-                     "weight (default: 0.5)")
+    add_fusion_options(sub)
     add_overwrite(sub)
     add_inference_options(sub)
     add_json(sub, "print the results as JSON")

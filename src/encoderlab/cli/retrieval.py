@@ -21,6 +21,7 @@ from encoderlab.retrieval.meta import INDEX_FILE, OWN, SHARDS, check_model, read
 
 MODES = ("dense", "bm25", "hybrid")  # encoderlab.retrieval.index.MODES, which loads torch
 FUSIONS = ("rrf", "weighted")
+NORMALISATIONS = ("min-max", "z-score")  # encoderlab.retrieval.fusion.NORMALISATIONS
 SNIPPET = 160  # characters of a hit's text shown
 
 
@@ -80,13 +81,20 @@ def check_new_ids(corpus: str, folder: Path) -> None:
 
 
 # ---- search -----------------------------------------------------------------------------------------------------
+def fusion_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Hybrid's fusion options from the command line (add_fusion_options), checked before torch loads."""
+    if not 0.0 <= args.alpha <= 1.0:
+        raise InputError(f"--alpha {args.alpha}: expected a weight from 0 to 1")
+    if args.rrf_k < 0:
+        raise InputError(f"--rrf-k {args.rrf_k}: expected 0 or more")
+    return {"fusion": args.fusion, "alpha": args.alpha, "rrf_k": args.rrf_k, "normalisation": args.normalisation}
+
+
 def search_options(args: argparse.Namespace) -> dict[str, Any]:
     """search()'s options from the command line, checked before torch loads (--top-k by cli.options.check_counts)."""
     if args.rerank_top < 1:
         raise InputError(f"--rerank-top {args.rerank_top}: expected a positive number")
-    if not 0.0 <= args.alpha <= 1.0:
-        raise InputError(f"--alpha {args.alpha}: expected a weight from 0 to 1")
-    return {"mode": args.mode, "fusion": args.fusion, "alpha": args.alpha, "rerank_top": args.rerank_top}
+    return {"mode": args.mode, "rerank_top": args.rerank_top} | fusion_options(args)
 
 
 def open_index(args: argparse.Namespace, folder: str) -> Any:
@@ -202,14 +210,23 @@ def add_search_options(parser: argparse.ArgumentParser, top_k: int) -> None:
     """--mode, --fusion, --alpha, --rerank, --rerank-top, --top-k, --tag."""
     parser.add_argument("--mode", choices=MODES, default="dense", help="dense: exact search of the vectors; bm25; "
                         "hybrid: both, fused (default: dense)")
-    parser.add_argument("--fusion", choices=FUSIONS, default="rrf", help="hybrid: reciprocal rank fusion (k=60, "
-                        "Cormack et al. 2009), or a weighted sum of min-max normalised scores (default: rrf)")
+    add_fusion_options(parser)
     add_options(parser, (
-        ("--alpha", float, 0.5, "A", "--fusion weighted: the dense scores' weight, BM25's is 1 - A (default: 0.5)"),
         ("--rerank", None, None, "M", "reorder the best hits with this cross-encoder (encoderlab finetune rerank)"),
         ("--rerank-top", int, 100, "N", "hits the cross-encoder reorders (default: 100)"),
         ("--top-k", int, top_k, "K", f"hits per query (default: {top_k})"),
         ("--tag", None, "encoderlab", "TAG", "the run's tag, its last column (default: encoderlab)")))
+
+
+def add_fusion_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--fusion, --alpha, --rrf-k, --normalisation: how hybrid fuses the dense and BM25 rankings."""
+    parser.add_argument("--fusion", choices=FUSIONS, default="rrf", help="hybrid: reciprocal rank fusion "
+                        "(Cormack et al. 2009), or a weighted sum of normalised scores (default: rrf)")
+    parser.add_argument("--normalisation", choices=NORMALISATIONS, default="min-max", help="--fusion weighted: "
+                        "each ranking's scores min-max scaled or z-scored (default: min-max)")
+    add_options(parser, (
+        ("--alpha", float, 0.5, "A", "--fusion weighted: the dense scores' weight, BM25's is 1 - A (default: 0.5)"),
+        ("--rrf-k", int, 60, "K", "--fusion rrf: score = sum of 1 / (K + rank) (default: 60, the paper's)")))
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

@@ -37,6 +37,7 @@ from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, f
 SHARD_SIZE = 10_000  # documents per shard: 15 MB of minilm's float32 vectors, and the unit of resuming
 MODES = ("dense", "bm25", "hybrid")
 FUSIONS = ("rrf", "weighted")
+RRF_K = fusion.RRF_K  # search's argument `fusion` hides the module there
 DEPTH = 100  # candidates each retriever gives a fused ranking (BEIR's hybrid baselines fuse top-100 lists too)
 
 
@@ -173,9 +174,10 @@ class Index:
         return lexical.search(self._bm25, queries, k)
 
     def rank(self, queries: Sequence[str], k: int, mode: str = "dense", fusion_name: str = "rrf",
-             alpha: float = 0.5, depth: int = DEPTH) -> list[list[tuple[str, float]]]:
+             alpha: float = 0.5, depth: int = DEPTH, rrf_k: int = fusion.RRF_K,
+             normalisation: str = "min-max") -> list[list[tuple[str, float]]]:
         """Each query's best k (doc id, score), best first, by mode: dense, bm25, or hybrid (the two rankings' best
-        max(depth, k) fused by reciprocal rank or min-max weighted sum; alpha weighs dense)."""
+        max(depth, k) fused by reciprocal rank (rrf_k) or a weighted sum of normalised scores; alpha weighs dense)."""
         if mode not in MODES:
             raise InputError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
         if mode != "hybrid":
@@ -187,18 +189,19 @@ class Index:
         if fusion_name not in FUSIONS:
             raise InputError(f"fusion {fusion_name!r}: expected one of {', '.join(FUSIONS)}")
         if fusion_name == "rrf":
-            return [fusion.rrf([[i for i, _ in a], [i for i, _ in b]])[:k] for a, b in zip(dense, lexical_)]
-        return [fusion.weighted(dict(a), dict(b), alpha)[:k] for a, b in zip(dense, lexical_)]
+            return [fusion.rrf([[i for i, _ in a], [i for i, _ in b]], rrf_k)[:k] for a, b in zip(dense, lexical_)]
+        return [fusion.weighted(dict(a), dict(b), alpha, normalisation)[:k] for a, b in zip(dense, lexical_)]
 
     def search(self, queries: str | Sequence[str], top_k: int = 10, mode: str = "dense", fusion: str = "rrf",
                alpha: float = 0.5, rerank: Pipeline | str | None = None, rerank_top: int = 100,
-               depth: int = DEPTH) -> list[list[dict[str, Any]]]:
+               depth: int = DEPTH, rrf_k: int = RRF_K, normalisation: str = "min-max") -> list[list[dict[str, Any]]]:
         """Each query's best top_k hits, {"id", "score", "title", "text"}, best first; rerank: a cross-encoder (a
         Rerank pipeline or its model) reorders the first stage's best rerank_top."""
         queries = [queries] if isinstance(queries, str) else list(queries)
         if top_k < 1 or rerank_top < 1:
             raise InputError(f"top_k {top_k}, rerank_top {rerank_top}: expected positive numbers")
-        first = self.rank(queries, max(top_k, rerank_top) if rerank else top_k, mode, fusion, alpha, depth)
+        first = self.rank(queries, max(top_k, rerank_top) if rerank else top_k, mode, fusion, alpha, depth, rrf_k,
+                          normalisation)
         if rerank is not None:
             reranker = pipeline("rerank", rerank) if isinstance(rerank, (str, os.PathLike)) else rerank
             first = self.rerank(reranker, queries, first, rerank_top)
