@@ -179,8 +179,11 @@ def test_hybrid_fuses_the_dense_and_bm25_rankings(built):
     query = "river king castle"
     dense = [h["id"] for h in built.search(query, top_k=25)[0]]
     lexical = [h["id"] for h in built.search(query, top_k=25, mode="bm25")[0]]
-    hybrid = built.search(query, top_k=5, mode="hybrid")[0]
+    hybrid = built.search(query, top_k=5, mode="hybrid", fusion="rrf")[0]
     assert [h["id"] for h in hybrid] == [i for i, _ in fusion.rrf([dense, lexical])[:5]]
+    scored = [dict(built.rank([query], 25, mode)[0]) for mode in ("dense", "bm25")]
+    default = built.search(query, top_k=5, mode="hybrid")[0]  # the weighted sum of z-scores, dense weighing 0.55
+    assert [h["id"] for h in default] == [i for i, _ in fusion.weighted(*scored, 0.55, "z-score")[:5]]
 
 
 def test_hybrid_takes_rrfs_k_and_the_weighted_sums_normalisation(built):

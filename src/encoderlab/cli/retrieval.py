@@ -17,11 +17,12 @@ from encoderlab.cli.options import (add_inference_options, add_json, add_model, 
 from encoderlab.errors import InputError
 from encoderlab.io import check_out_folder
 from encoderlab.retrieval.corpus import read_documents, read_queries, scan
+from encoderlab.retrieval.fusion import (DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORMALISATION, NORMALISATIONS,
+                                         RRF_K)
 from encoderlab.retrieval.meta import INDEX_FILE, OWN, SHARDS, check_model, read_meta, require_complete
 
 MODES = ("dense", "bm25", "hybrid")  # encoderlab.retrieval.index.MODES, which loads torch
-FUSIONS = ("rrf", "weighted")
-NORMALISATIONS = ("min-max", "z-score")  # encoderlab.retrieval.fusion.NORMALISATIONS
+FUSIONS = ("weighted", "rrf")
 SNIPPET = 160  # characters of a hit's text shown
 
 
@@ -220,13 +221,16 @@ def add_search_options(parser: argparse.ArgumentParser, top_k: int) -> None:
 
 def add_fusion_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """--fusion, --alpha, --rrf-k, --normalisation: how hybrid fuses the dense and BM25 rankings."""
-    parser.add_argument("--fusion", choices=FUSIONS, default="rrf", help="hybrid: reciprocal rank fusion "
-                        "(Cormack et al. 2009), or a weighted sum of normalised scores (default: rrf)")
-    parser.add_argument("--normalisation", choices=NORMALISATIONS, default="min-max", help="--fusion weighted: "
-                        "each ranking's scores min-max scaled or z-scored (default: min-max)")
+    parser.add_argument("--fusion", choices=FUSIONS, default=DEFAULT_FUSION, help="hybrid: a weighted sum of "
+                        "normalised scores, or reciprocal rank fusion (Cormack et al. 2009) (default: "
+                        f"{DEFAULT_FUSION}, picked on training questions: docs/retrieval.md)")
+    parser.add_argument("--normalisation", choices=tuple(NORMALISATIONS), default=DEFAULT_NORMALISATION,
+                        help=f"--fusion weighted: each ranking's scores z-scored or min-max scaled (default: "
+                        f"{DEFAULT_NORMALISATION})")
     add_options(parser, (
-        ("--alpha", float, 0.5, "A", "--fusion weighted: the dense scores' weight, BM25's is 1 - A (default: 0.5)"),
-        ("--rrf-k", int, 60, "K", "--fusion rrf: score = sum of 1 / (K + rank) (default: 60, the paper's)")))
+        ("--alpha", float, DEFAULT_ALPHA, "A", "--fusion weighted: the dense scores' weight, BM25's is 1 - A "
+         f"(default: {DEFAULT_ALPHA})"),
+        ("--rrf-k", int, RRF_K, "K", f"--fusion rrf: score = sum of 1 / (K + rank) (default: {RRF_K}, the paper's)")))
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

@@ -37,7 +37,6 @@ from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, f
 SHARD_SIZE = 10_000  # documents per shard: 15 MB of minilm's float32 vectors, and the unit of resuming
 MODES = ("dense", "bm25", "hybrid")
 FUSIONS = ("rrf", "weighted")
-RRF_K = fusion.RRF_K  # search's argument `fusion` hides the module there
 DEPTH = 100  # candidates each retriever gives a fused ranking (BEIR's hybrid baselines fuse top-100 lists too)
 
 
@@ -173,9 +172,9 @@ class Index:
             self._bm25 = lexical.load(self.folder / BM25)
         return lexical.search(self._bm25, queries, k)
 
-    def rank(self, queries: Sequence[str], k: int, mode: str = "dense", fusion_name: str = "rrf",
-             alpha: float = 0.5, depth: int = DEPTH, rrf_k: int = fusion.RRF_K,
-             normalisation: str = "min-max") -> list[list[tuple[str, float]]]:
+    def rank(self, queries: Sequence[str], k: int, mode: str = "dense", fusion_name: str = fusion.DEFAULT_FUSION,
+             alpha: float = fusion.DEFAULT_ALPHA, depth: int = DEPTH, rrf_k: int = fusion.RRF_K,
+             normalisation: str = fusion.DEFAULT_NORMALISATION) -> list[list[tuple[str, float]]]:
         """Each query's best k (doc id, score), best first, by mode: dense, bm25, or hybrid (the two rankings' best
         max(depth, k) fused by reciprocal rank (rrf_k) or a weighted sum of normalised scores; alpha weighs dense)."""
         if mode not in MODES:
@@ -192,9 +191,11 @@ class Index:
             return [fusion.rrf([[i for i, _ in a], [i for i, _ in b]], rrf_k)[:k] for a, b in zip(dense, lexical_)]
         return [fusion.weighted(dict(a), dict(b), alpha, normalisation)[:k] for a, b in zip(dense, lexical_)]
 
-    def search(self, queries: str | Sequence[str], top_k: int = 10, mode: str = "dense", fusion: str = "rrf",
-               alpha: float = 0.5, rerank: Pipeline | str | None = None, rerank_top: int = 100,
-               depth: int = DEPTH, rrf_k: int = RRF_K, normalisation: str = "min-max") -> list[list[dict[str, Any]]]:
+    def search(self, queries: str | Sequence[str], top_k: int = 10, mode: str = "dense",
+               fusion: str = fusion.DEFAULT_FUSION, alpha: float = fusion.DEFAULT_ALPHA,
+               rerank: Pipeline | str | None = None, rerank_top: int = 100, depth: int = DEPTH,
+               rrf_k: int = fusion.RRF_K, normalisation: str = fusion.DEFAULT_NORMALISATION
+               ) -> list[list[dict[str, Any]]]:
         """Each query's best top_k hits, {"id", "score", "title", "text"}, best first; rerank: a cross-encoder (a
         Rerank pipeline or its model) reorders the first stage's best rerank_top."""
         queries = [queries] if isinstance(queries, str) else list(queries)
