@@ -154,9 +154,8 @@ def fuse(setting: dict, dense: dict, lexical: dict, cut: int = DEPTH) -> Run:
     out = {}
     for q in dense:
         a, b = dense[q][:setting["depth"]], lexical[q][:setting["depth"]]
-        fused = fusion.rrf([[i for i, _ in a], [i for i, _ in b]], setting["k"]) if setting["fusion"] == "rrf" else \
-            fusion.weighted(dict(a), dict(b), setting["alpha"], setting["normalisation"])
-        out[q] = dict(fused[:cut])
+        out[q] = dict(fusion.fuse(a, b, setting["fusion"], setting.get("alpha", 0.0), setting.get("k", 0),
+                                  setting.get("normalisation", "min-max"))[:cut])
     return out
 
 

@@ -282,6 +282,26 @@ def test_evaluate_retrieval_scores_the_run_it_writes(tiny, corpus, tmp_path, cap
                                                        read_run(tmp_path / "run.tsv")), abs=1e-6)
 
 
+@pytest.mark.parametrize("fusion_args", [[], ["--fusion", "rrf", "--rrf-k", "5"]])
+def test_fusing_two_run_files_equals_the_indexs_hybrid(fusion_args, built, corpus, tmp_path, capsys):
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    shutil.copy(corpus, data / "corpus.jsonl")
+    (data / "queries.jsonl").write_text('{"_id": "q1", "text": "river king"}\n{"_id": "q2", "text": "ocean bird"}\n')
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td3\t1\nq2\td7\t1\nq2\td9\t1\n")
+    for mode in ("dense", "bm25"):
+        assert run_cli(capsys, "search", "--index", built.folder, "--queries", data / "queries.jsonl", "--out",
+                       tmp_path / f"{mode}.tsv", "--mode", mode, "--top-k", "100")[0] == 0
+    code, out, _ = run_cli(capsys, "evaluate", "retrieval", "--data", data, "--fuse", tmp_path / "dense.tsv",
+                           tmp_path / "bm25.tsv", "--json", *fusion_args)
+    hybrid = run_cli(capsys, "evaluate", "retrieval", "--index", built.folder, "--data", data, "--mode", "hybrid",
+                     "--json", *fusion_args)[1]
+    assert code == 0 and json.loads(out)["metrics"] == pytest.approx(json.loads(hybrid)["metrics"], abs=1e-6)
+    code, _, err = run_cli(capsys, "evaluate", "retrieval", "--data", data, "--fuse", tmp_path / "dense.tsv",
+                           data / "corpus.jsonl")
+    assert code == 2 and "corpus.jsonl:1: expected `qid Q0 docid rank score tag`" in err
+
+
 def test_rerank_reorders_the_best_hits_by_the_cross_encoder(built, tmp_path):
     folder = tiny_folder(tmp_path / "ce", SequenceClassifier, num_labels=1, multilabel=True)
     reranker = pipeline("rerank", folder)

@@ -16,9 +16,9 @@ from encoderlab.cli.options import (add_inference_options, add_json, add_model, 
                                     load_pipeline)
 from encoderlab.errors import InputError
 from encoderlab.io import check_out_folder
-from encoderlab.retrieval.corpus import read_documents, read_queries, scan
+from encoderlab.retrieval.corpus import read_documents, read_qrels, read_queries, scan
 from encoderlab.retrieval.fusion import (DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORMALISATION, NORMALISATIONS,
-                                         RRF_K)
+                                         RRF_K, fuse)
 from encoderlab.retrieval.meta import INDEX_FILE, OWN, SHARDS, check_model, read_meta, require_complete
 
 MODES = ("dense", "bm25", "hybrid")  # encoderlab.retrieval.index.MODES, which loads torch
@@ -160,6 +160,8 @@ def cmd_search(args: argparse.Namespace) -> list[list[dict[str, Any]]]:
 def cmd_evaluate_retrieval(args: argparse.Namespace) -> dict[str, Any]:
     """Score an index (or --model, indexed on the fly) on a BEIR folder: nDCG@10, MRR@10, Recall@10/100, MAP@100."""
     options = search_options(args)
+    if args.fuse:
+        return evaluate_fused(args, options)
     args.batch_size = args.batch_size or 32  # evaluate's default is the task's; retrieval's is embed's
     if not (args.index or args.model):
         raise InputError("evaluate retrieval needs --index DIR (an index of the data's corpus), or --model M to "
@@ -187,6 +189,31 @@ def cmd_evaluate_retrieval(args: argparse.Namespace) -> dict[str, Any]:
     else:
         print(f"retrieval on {args.data} ({result['queries']} queries, {result['documents']} documents, "
               f"{args.mode}): " + ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()))
+    return result
+
+
+def evaluate_fused(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    """Score the fusion of two TREC runs (--fuse A B, e.g. a dense and a BM25 run of `search --out`) on --data's
+    qrels, by the hybrid options; no model loads."""
+    from encoderlab.retrieval.evaluation import BeirFolder
+    from encoderlab.retrieval.metrics import evaluate, read_run, write_run
+
+    qrels = read_qrels(BeirFolder.of(args.data, args.split).qrels)
+    first, second = (read_run(path) for path in args.fuse)
+    ranked = lambda hits: sorted(hits.items(), key=lambda item: -item[1])[:max(100, args.top_k)]  # noqa: E731
+    fused = {q: dict(fuse(ranked(first.get(q, {})), ranked(second.get(q, {})), options["fusion"], options["alpha"],
+                          options["rrf_k"], options["normalisation"])[:max(100, args.top_k)])
+             for q in {**first, **second}}
+    if args.run:
+        write_run(args.run, fused, args.tag)
+    result = {"data": str(args.data), "split": args.split, "fused": [str(p) for p in args.fuse],
+              "fusion": {k: options[k] for k in ("fusion", "alpha", "rrf_k", "normalisation")},
+              "metrics": evaluate(qrels, fused, not args.keep_identical_ids), "queries": len(qrels)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"fusion of {' and '.join(result['fused'])} on {args.data} ({len(qrels)} queries, {options['fusion']}): "
+              + ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()))
     return result
 
 
@@ -277,6 +304,8 @@ def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("retrieval (evaluate retrieval --data BEIR_DIR)")
     group.add_argument("--index", default=None, metavar="DIR", help="the index of --data's corpus (or --model: "
                        "indexed on the fly)")
+    group.add_argument("--fuse", nargs=2, default=None, metavar="RUN", help="score the fusion of two TREC runs "
+                       "(e.g. `search --out` of a dense and a BM25 search) by --fusion and its options; no model")
     add_options(group, (
         ("--split", None, "test", "NAME", "the qrels file, qrels/NAME.tsv (default: test)"),
         ("--run", None, None, "FILE", "also write the run (TREC format), e.g. for fusion with other runs"),

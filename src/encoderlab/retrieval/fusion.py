@@ -60,3 +60,14 @@ def weighted(first: dict[str, float], second: dict[str, float], alpha: float,
     fused = {ident: alpha * a.get(ident, floor_a) + (1 - alpha) * b.get(ident, floor_b) for ident in {**a, **b}}
     order = {ident: i for i, ident in enumerate({**a, **b})}  # ties: first-seen order, deterministic
     return sorted(fused.items(), key=lambda item: (-item[1], order[item[0]]))
+
+
+def fuse(first: Sequence[tuple[str, float]], second: Sequence[tuple[str, float]], fusion: str = DEFAULT_FUSION,
+         alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K,
+         normalisation: str = DEFAULT_NORMALISATION) -> list[tuple[str, float]]:
+    """Two rankings of (id, score), best first, fused by `fusion` (rrf or weighted): (id, fused score), best first."""
+    if fusion == "rrf":
+        return rrf([[i for i, _ in first], [i for i, _ in second]], rrf_k)
+    if fusion == "weighted":
+        return weighted(dict(first), dict(second), alpha, normalisation)
+    raise ValueError(f"fusion {fusion!r}: expected rrf or weighted")

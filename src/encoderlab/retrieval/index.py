@@ -187,9 +187,7 @@ class Index:
         lexical_ = self.rank(queries, max(depth, k), "bm25")
         if fusion_name not in FUSIONS:
             raise InputError(f"fusion {fusion_name!r}: expected one of {', '.join(FUSIONS)}")
-        if fusion_name == "rrf":
-            return [fusion.rrf([[i for i, _ in a], [i for i, _ in b]], rrf_k)[:k] for a, b in zip(dense, lexical_)]
-        return [fusion.weighted(dict(a), dict(b), alpha, normalisation)[:k] for a, b in zip(dense, lexical_)]
+        return [fusion.fuse(a, b, fusion_name, alpha, rrf_k, normalisation)[:k] for a, b in zip(dense, lexical_)]
 
     def search(self, queries: str | Sequence[str], top_k: int = 10, mode: str = "dense",
                fusion: str = fusion.DEFAULT_FUSION, alpha: float = fusion.DEFAULT_ALPHA,
