@@ -276,7 +276,8 @@ def main() -> None:
                   abs(dense - peer["sentence_transformers_dense_ndcg_at_10"]), 0.002, at_most=True),
              goal("BM25 nDCG@10 minus bm25s run directly (absolute)", abs(lexical - peer["bm25s_ndcg_at_10"]), 0.002,
                   at_most=True),
-             goal("hybrid (Index's default fusion) nDCG@10 minus the better of dense and BM25 (points)", 100 * (hybrid - max(dense, lexical)),
+             goal("hybrid (Index's default fusion) nDCG@10 minus the better of dense and BM25 (points)",
+                  100 * (hybrid - max(dense, lexical)),
                   1.0),
              goal("index documents/s over embed's on the same texts", figures["index_documents_per_second"]
                   / figures["embed_documents_per_second"], 0.95)]

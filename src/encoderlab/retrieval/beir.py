@@ -1,5 +1,5 @@
-"""`encoderlab benchmark beir`: one embedder scored on every BEIR set of a folder (Thakur et al. 2021, arXiv:2104.08663),
-dense, BM25 and hybrid side by side, and the mean over the sets (BEIR's own summary is each set's nDCG@10 and their
+"""`encoderlab benchmark beir`: one embedder scored on every BEIR set of a folder (Thakur et al. 2021,
+arXiv:2104.08663), dense, BM25 and hybrid side by side, and the mean over the sets (BEIR's own summary is each set's nDCG@10 and their
 plain mean, Table 2 of the paper).
 
 A set is a folder holding corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv: --data itself, or each folder under it

@@ -5,8 +5,9 @@
   k = 60 as in the paper; a document absent from a ranking gets nothing from it.
 - Weighted: each ranking's scores normalised over its own candidates (min-max onto [0, 1], or z-score: minus their
   mean, over their standard deviation), then alpha * first + (1 - alpha) * second (a document absent from a ranking
-  gets that ranking's lowest normalised score, or 0 if lower: 0 under min-max), the convex combination Bruch, Gai and Ingber 2023
-  ("An Analysis of Fusion Functions for Hybrid Retrieval", TOIS) study, with the two normalisations they compare.
+  gets that ranking's lowest normalised score, or 0 if lower: 0 under min-max), the convex combination Bruch, Gai
+  and Ingber 2023 ("An Analysis of Fusion Functions for Hybrid Retrieval", TOIS) study, with the two normalisations
+  they compare.
 """
 
 from __future__ import annotations
