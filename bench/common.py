@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel, save_pretrained
+from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel, SequenceClassifier, save_pretrained
 from encoderlab.checkpoint import resolve_model_path
 from encoderlab.cli import main as encoderlab_main
 from encoderlab.compare import cpu_name
@@ -238,15 +238,18 @@ def smoke_data(folder: Path) -> Path:
     return folder
 
 
-def tiny_model(folder: Path, masked_lm: bool = False) -> Path:
-    """A random BERT of 2 layers x 32 (BertModel, or BertForMaskedLM) in Hugging Face's layout, with minilm's
-    tokenizer and sentence-transformers files: what every contender can load, in a fraction of a second."""
+def tiny_model(folder: Path, masked_lm: bool = False, cross_encoder: bool = False) -> Path:
+    """A random BERT of 2 layers x 32 (BertModel, BertForMaskedLM, or a one-logit cross-encoder for the rerank
+    pipeline) in Hugging Face's layout, with minilm's tokenizer and sentence-transformers files: what every contender
+    can load, in a fraction of a second."""
     minilm = resolve_model_path("minilm")
     vocab_size = json.loads((minilm / "config.json").read_text(encoding="utf-8"))["vocab_size"]
     config = EncoderConfig.from_preset("bert-tiny", vocab_size=vocab_size, hidden_size=32, num_heads=2,
                                        intermediate_size=64)
     torch.manual_seed(0)
-    save_pretrained((MaskedLMModel if masked_lm else EncoderModel)(config), folder)
+    model = SequenceClassifier(config, num_labels=1, multilabel=True) if cross_encoder else \
+        (MaskedLMModel if masked_lm else EncoderModel)(config)
+    save_pretrained(model, folder)
     for item in minilm.iterdir():
         if item.name in ("config.json", "model.safetensors", "README.md"):
             continue

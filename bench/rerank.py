@@ -14,6 +14,7 @@ dev set that picks the best checkpoint; the held-out articles are never seen bef
     python bench/rerank.py            # 1,600 training questions of 23 articles, 1 epoch, 400 held out (about 1 h)
     python bench/rerank.py --save runs/rerank-1   # ... and keep the cross-encoder
     python bench/rerank.py --init runs/rerank-1 --save runs/rerank-2   # 1 more epoch on the next 1,600 questions
+    python bench/rerank.py --train-questions 1000 --save DIR   # a shortened run: the first 1,000 of the 1,600
     python bench/rerank.py --quick    # 32 / 16 from 2 articles each: that it runs, not a measurement
     python bench/rerank.py --smoke    # a tiny random model on synthetic articles (make test)
 
@@ -115,15 +116,19 @@ def main() -> None:
     cli.add_argument("--init", metavar="FOLDER", help="continue from this cross-encoder (a folder --save wrote) on the "
                      "next training questions, none of those of the first run; results in rerank_continued.json")
     cli.add_argument("--save", metavar="FOLDER", help="keep the fine-tuned cross-encoder in FOLDER")
+    cli.add_argument("--train-questions", type=int, metavar="N", help="train on N questions instead of the size's "
+                     "count (a shortened run where an hour is not available; the dev and held-out sets stay)")
     args = cli.parse_args()
     mode = size(args)
     train_count, dev_count, held_count, top, max_length, most = SIZES[mode]
+    if args.train_questions is not None and not 0 < args.train_questions <= train_count:
+        raise SystemExit(f"--train-questions: expected 1 to {train_count}, got {args.train_questions}")
     if mode != "smoke" and not SQUAD.is_file():
         raise SystemExit(f"{SQUAD} is absent: this bench needs SQuAD (run --smoke for the synthetic check)")
     articles = synthetic_articles() if mode == "smoke" else articles_of_squad()
     rng = random.Random(0)
     training = pick(articles, False, train_count + dev_count, rng, most[0])
-    training, dev = training[:train_count], training[train_count:]
+    training, dev = training[:train_count][:args.train_questions], training[train_count:]
     testing = pick(articles, True, held_count, rng, most[1])
     if args.init:  # the same dev and held-out questions; training questions the first run did not see
         seen = set(training + dev)

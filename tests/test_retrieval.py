@@ -163,12 +163,36 @@ def test_weighted_fusion_equals_a_hand_computation():
     assert fused == pytest.approx({"a": 0.25, "b": 0.75, "c": 0.125, "d": 0.0})
 
 
+def test_z_score_fusion_equals_a_hand_computation():
+    fused = dict(fusion.weighted({"a": 3.0, "b": 1.0, "c": 2.0}, {"b": 10.0, "d": 0.0}, alpha=0.25,
+                                 normalisation="z-score"))
+    # z-scores: dense mean 2, std sqrt(2/3): a +1.2247, b -1.2247, c 0; bm25 mean 5, std 5: b +1, d -1; a missing
+    # document gets its ranking's lowest z-score
+    s = math.sqrt(2 / 3)
+    expected = {"a": 0.25 * 1 / s + 0.75 * -1, "b": 0.25 * -1 / s + 0.75, "c": 0.75 * -1, "d": 0.25 * -1 / s - 0.75}
+    assert fused == pytest.approx(expected)
+    with pytest.raises(ValueError, match="normalisation 'rank'"):
+        fusion.weighted({"a": 1.0}, {"a": 1.0}, 0.5, "rank")
+
+
 def test_hybrid_fuses_the_dense_and_bm25_rankings(built):
     query = "river king castle"
     dense = [h["id"] for h in built.search(query, top_k=25)[0]]
     lexical = [h["id"] for h in built.search(query, top_k=25, mode="bm25")[0]]
-    hybrid = built.search(query, top_k=5, mode="hybrid")[0]
+    hybrid = built.search(query, top_k=5, mode="hybrid", fusion="rrf")[0]
     assert [h["id"] for h in hybrid] == [i for i, _ in fusion.rrf([dense, lexical])[:5]]
+    scored = [dict(built.rank([query], 25, mode)[0]) for mode in ("dense", "bm25")]
+    default = built.search(query, top_k=5, mode="hybrid")[0]  # the weighted sum of z-scores, dense weighing 0.55
+    assert [h["id"] for h in default] == [i for i, _ in fusion.weighted(*scored, 0.55, "z-score")[:5]]
+
+
+def test_hybrid_takes_rrfs_k_and_the_weighted_sums_normalisation(built):
+    query = "river king castle"
+    dense, lexical = built.rank([query], 25, "dense")[0], built.rank([query], 25, "bm25")[0]
+    small_k = built.rank([query], 5, "hybrid", "rrf", depth=25, rrf_k=2)[0]
+    assert small_k == fusion.rrf([[i for i, _ in dense], [i for i, _ in lexical]], 2)[:5]
+    z = built.rank([query], 5, "hybrid", "weighted", alpha=0.3, depth=25, normalisation="z-score")[0]
+    assert z == fusion.weighted(dict(dense), dict(lexical), 0.3, "z-score")[:5]
 
 
 # ---- metrics ----------------------------------------------------------------------------------------------------
@@ -256,6 +280,26 @@ def test_evaluate_retrieval_scores_the_run_it_writes(tiny, corpus, tmp_path, cap
     assert code == 0 and result["queries"] == 2 and result["unknown_judgements"] == 1
     assert result["metrics"] == pytest.approx(evaluate(read_qrels(data / "qrels" / "test.tsv"),
                                                        read_run(tmp_path / "run.tsv")), abs=1e-6)
+
+
+@pytest.mark.parametrize("fusion_args", [[], ["--fusion", "rrf", "--rrf-k", "5"]])
+def test_fusing_two_run_files_equals_the_indexs_hybrid(fusion_args, built, corpus, tmp_path, capsys):
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    shutil.copy(corpus, data / "corpus.jsonl")
+    (data / "queries.jsonl").write_text('{"_id": "q1", "text": "river king"}\n{"_id": "q2", "text": "ocean bird"}\n')
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td3\t1\nq2\td7\t1\nq2\td9\t1\n")
+    for mode in ("dense", "bm25"):
+        assert run_cli(capsys, "search", "--index", built.folder, "--queries", data / "queries.jsonl", "--out",
+                       tmp_path / f"{mode}.tsv", "--mode", mode, "--top-k", "100")[0] == 0
+    code, out, _ = run_cli(capsys, "evaluate", "retrieval", "--data", data, "--fuse", tmp_path / "dense.tsv",
+                           tmp_path / "bm25.tsv", "--json", *fusion_args)
+    hybrid = run_cli(capsys, "evaluate", "retrieval", "--index", built.folder, "--data", data, "--mode", "hybrid",
+                     "--json", *fusion_args)[1]
+    assert code == 0 and json.loads(out)["metrics"] == pytest.approx(json.loads(hybrid)["metrics"], abs=1e-6)
+    code, _, err = run_cli(capsys, "evaluate", "retrieval", "--data", data, "--fuse", tmp_path / "dense.tsv",
+                           data / "corpus.jsonl")
+    assert code == 2 and "corpus.jsonl:1: expected `qid Q0 docid rank score tag`" in err
 
 
 def test_rerank_reorders_the_best_hits_by_the_cross_encoder(built, tmp_path):

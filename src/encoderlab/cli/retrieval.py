@@ -16,7 +16,9 @@ from encoderlab.cli.options import (add_inference_options, add_json, add_model, 
                                     load_pipeline)
 from encoderlab.errors import InputError
 from encoderlab.io import check_out_folder
-from encoderlab.retrieval.corpus import read_documents, read_queries, scan
+from encoderlab.retrieval.corpus import read_documents, read_qrels, read_queries, scan
+from encoderlab.retrieval.fusion import (DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORMALISATION, NORMALISATIONS,
+                                         RRF_K, fuse)
 from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX_FILE, OWN, SHARDS, check_model,
                                        read_meta, require_complete)
 
@@ -24,7 +26,7 @@ ANN_KINDS = ("hnsw",)  # encoderlab.retrieval.ann's, which loads faiss
 QUANTIZE = ("int8", "binary")
 
 MODES = ("dense", "bm25", "hybrid")  # encoderlab.retrieval.index.MODES, which loads torch
-FUSIONS = ("rrf", "weighted")
+FUSIONS = ("weighted", "rrf")
 SNIPPET = 160  # characters of a hit's text shown
 
 
@@ -150,14 +152,20 @@ def check_new_ids(corpus: str, folder: Path) -> None:
 
 
 # ---- search -----------------------------------------------------------------------------------------------------
+def fusion_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Hybrid's fusion options from the command line (add_fusion_options), checked before torch loads."""
+    if not 0.0 <= args.alpha <= 1.0:
+        raise InputError(f"--alpha {args.alpha}: expected a weight from 0 to 1")
+    if args.rrf_k < 0:
+        raise InputError(f"--rrf-k {args.rrf_k}: expected 0 or more")
+    return {"fusion": args.fusion, "alpha": args.alpha, "rrf_k": args.rrf_k, "normalisation": args.normalisation}
+
+
 def search_options(args: argparse.Namespace) -> dict[str, Any]:
     """search()'s options from the command line, checked before torch loads (--top-k by cli.options.check_counts)."""
     if args.rerank_top < 1:
         raise InputError(f"--rerank-top {args.rerank_top}: expected a positive number")
-    if not 0.0 <= args.alpha <= 1.0:
-        raise InputError(f"--alpha {args.alpha}: expected a weight from 0 to 1")
-    return {"mode": args.mode, "fusion": args.fusion, "alpha": args.alpha, "rerank_top": args.rerank_top,
-            "exact": args.exact}
+    return {"mode": args.mode, "rerank_top": args.rerank_top, "exact": args.exact} | fusion_options(args)
 
 
 def open_index(args: argparse.Namespace, folder: str) -> Any:
@@ -222,6 +230,8 @@ def cmd_search(args: argparse.Namespace) -> list[list[dict[str, Any]]]:
 def cmd_evaluate_retrieval(args: argparse.Namespace) -> dict[str, Any]:
     """Score an index (or --model, indexed on the fly) on a BEIR folder: nDCG@10, MRR@10, Recall@10/100, MAP@100."""
     options = search_options(args)
+    if args.fuse:
+        return evaluate_fused(args, options)
     args.batch_size = args.batch_size or 32  # evaluate's default is the task's; retrieval's is embed's
     if not (args.index or args.model):
         raise InputError("evaluate retrieval needs --index DIR (an index of the data's corpus), or --model M to "
@@ -252,6 +262,31 @@ def cmd_evaluate_retrieval(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def evaluate_fused(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    """Score the fusion of two TREC runs (--fuse A B, e.g. a dense and a BM25 run of `search --out`) on --data's
+    qrels, by the hybrid options; no model loads."""
+    from encoderlab.retrieval.evaluation import BeirFolder
+    from encoderlab.retrieval.metrics import evaluate, read_run, write_run
+
+    qrels = read_qrels(BeirFolder.of(args.data, args.split).qrels)
+    first, second = (read_run(path) for path in args.fuse)
+    ranked = lambda hits: sorted(hits.items(), key=lambda item: -item[1])[:max(100, args.top_k)]  # noqa: E731
+    fused = {q: dict(fuse(ranked(first.get(q, {})), ranked(second.get(q, {})), options["fusion"], options["alpha"],
+                          options["rrf_k"], options["normalisation"])[:max(100, args.top_k)])
+             for q in {**first, **second}}
+    if args.run:
+        write_run(args.run, fused, args.tag)
+    result = {"data": str(args.data), "split": args.split, "fused": [str(p) for p in args.fuse],
+              "fusion": {k: options[k] for k in ("fusion", "alpha", "rrf_k", "normalisation")},
+              "metrics": evaluate(qrels, fused, not args.keep_identical_ids), "queries": len(qrels)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"fusion of {' and '.join(result['fused'])} on {args.data} ({len(qrels)} queries, {options['fusion']}): "
+              + ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()))
+    return result
+
+
 def evaluate_folder(args: argparse.Namespace, folder: str, data: Any, options: dict[str, Any]) -> dict[str, Any]:
     """The metrics of the index at `folder`; the run written to --run if asked."""
     from encoderlab.retrieval.evaluation import evaluate_index
@@ -275,14 +310,26 @@ def add_search_options(parser: argparse.ArgumentParser, top_k: int) -> None:
                         "hybrid: both, fused (default: dense)")
     parser.add_argument("--exact", action="store_true", help="dense search compares every float32 vector, ignoring "
                         "the index's --ann/--quantize structure")
-    parser.add_argument("--fusion", choices=FUSIONS, default="rrf", help="hybrid: reciprocal rank fusion (k=60, "
-                        "Cormack et al. 2009), or a weighted sum of min-max normalised scores (default: rrf)")
+    add_fusion_options(parser)
     add_options(parser, (
-        ("--alpha", float, 0.5, "A", "--fusion weighted: the dense scores' weight, BM25's is 1 - A (default: 0.5)"),
         ("--rerank", None, None, "M", "reorder the best hits with this cross-encoder (encoderlab finetune rerank)"),
         ("--rerank-top", int, 100, "N", "hits the cross-encoder reorders (default: 100)"),
         ("--top-k", int, top_k, "K", f"hits per query (default: {top_k})"),
         ("--tag", None, "encoderlab", "TAG", "the run's tag, its last column (default: encoderlab)")))
+
+
+def add_fusion_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--fusion, --alpha, --rrf-k, --normalisation: how hybrid fuses the dense and BM25 rankings."""
+    parser.add_argument("--fusion", choices=FUSIONS, default=DEFAULT_FUSION, help="hybrid: a weighted sum of "
+                        "normalised scores, or reciprocal rank fusion (Cormack et al. 2009) (default: "
+                        f"{DEFAULT_FUSION}, picked on training questions: docs/retrieval.md)")
+    parser.add_argument("--normalisation", choices=tuple(NORMALISATIONS), default=DEFAULT_NORMALISATION,
+                        help=f"--fusion weighted: each ranking's scores z-scored or min-max scaled (default: "
+                        f"{DEFAULT_NORMALISATION})")
+    add_options(parser, (
+        ("--alpha", float, DEFAULT_ALPHA, "A", "--fusion weighted: the dense scores' weight, BM25's is 1 - A "
+         f"(default: {DEFAULT_ALPHA})"),
+        ("--rrf-k", int, RRF_K, "K", f"--fusion rrf: score = sum of 1 / (K + rank) (default: {RRF_K}, the paper's)")))
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -341,6 +388,8 @@ def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("retrieval (evaluate retrieval --data BEIR_DIR)")
     group.add_argument("--index", default=None, metavar="DIR", help="the index of --data's corpus (or --model: "
                        "indexed on the fly)")
+    group.add_argument("--fuse", nargs=2, default=None, metavar="RUN", help="score the fusion of two TREC runs "
+                       "(e.g. `search --out` of a dense and a BM25 search) by --fusion and its options; no model")
     add_options(group, (
         ("--split", None, "test", "NAME", "the qrels file, qrels/NAME.tsv (default: test)"),
         ("--run", None, None, "FILE", "also write the run (TREC format), e.g. for fusion with other runs"),

@@ -232,11 +232,12 @@ class Index:
             self._bm25 = lexical.load(self.folder / BM25)
         return lexical.search(self._bm25, queries, k)
 
-    def rank(self, queries: Sequence[str], k: int, mode: str = "dense", fusion_name: str = "rrf",
-             alpha: float = 0.5, depth: int = DEPTH, exact: bool = False) -> list[list[tuple[str, float]]]:
+    def rank(self, queries: Sequence[str], k: int, mode: str = "dense", fusion_name: str = fusion.DEFAULT_FUSION,
+             alpha: float = fusion.DEFAULT_ALPHA, depth: int = DEPTH, rrf_k: int = fusion.RRF_K,
+             normalisation: str = fusion.DEFAULT_NORMALISATION, exact: bool = False) -> list[list[tuple[str, float]]]:
         """Each query's best k (doc id, score), best first, by mode: dense, bm25, or hybrid (the two rankings' best
-        max(depth, k) fused by reciprocal rank or min-max weighted sum; alpha weighs dense); exact: dense search
-        ignores the ann structure."""
+        max(depth, k) fused by reciprocal rank (rrf_k) or a weighted sum of normalised scores; alpha weighs dense);
+        exact: dense search ignores the ann structure."""
         if mode not in MODES:
             raise InputError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
         if mode != "hybrid":
@@ -247,20 +248,21 @@ class Index:
         lexical_ = self.rank(queries, max(depth, k), "bm25")
         if fusion_name not in FUSIONS:
             raise InputError(f"fusion {fusion_name!r}: expected one of {', '.join(FUSIONS)}")
-        if fusion_name == "rrf":
-            return [fusion.rrf([[i for i, _ in a], [i for i, _ in b]])[:k] for a, b in zip(dense, lexical_)]
-        return [fusion.weighted(dict(a), dict(b), alpha)[:k] for a, b in zip(dense, lexical_)]
+        return [fusion.fuse(a, b, fusion_name, alpha, rrf_k, normalisation)[:k] for a, b in zip(dense, lexical_)]
 
-    def search(self, queries: str | Sequence[str], top_k: int = 10, mode: str = "dense", fusion: str = "rrf",
-               alpha: float = 0.5, rerank: Pipeline | str | None = None, rerank_top: int = 100,
-               depth: int = DEPTH, exact: bool = False) -> list[list[dict[str, Any]]]:
+    def search(self, queries: str | Sequence[str], top_k: int = 10, mode: str = "dense",
+               fusion: str = fusion.DEFAULT_FUSION, alpha: float = fusion.DEFAULT_ALPHA,
+               rerank: Pipeline | str | None = None, rerank_top: int = 100, depth: int = DEPTH,
+               rrf_k: int = fusion.RRF_K, normalisation: str = fusion.DEFAULT_NORMALISATION, exact: bool = False
+               ) -> list[list[dict[str, Any]]]:
         """Each query's best top_k hits, {"id", "score", "title", "text"}, best first; rerank: a cross-encoder (a
         Rerank pipeline or its model) reorders the first stage's best rerank_top; exact: ignore the ann
         structure (the float32 vectors searched whole)."""
         queries = [queries] if isinstance(queries, str) else list(queries)
         if top_k < 1 or rerank_top < 1:
             raise InputError(f"top_k {top_k}, rerank_top {rerank_top}: expected positive numbers")
-        first = self.rank(queries, max(top_k, rerank_top) if rerank else top_k, mode, fusion, alpha, depth, exact)
+        first = self.rank(queries, max(top_k, rerank_top) if rerank else top_k, mode, fusion, alpha, depth, rrf_k,
+                          normalisation, exact)
         if rerank is not None:
             reranker = pipeline("rerank", rerank) if isinstance(rerank, (str, os.PathLike)) else rerank
             first = self.rerank(reranker, queries, first, rerank_top)
