@@ -81,7 +81,8 @@ def same_hits(got: list[dict], expected: list[dict]) -> None:
 
 @pytest.mark.parametrize("options", [{"mode": "dense"}, {"mode": "bm25", "top_k": 3},
                                      {"mode": "hybrid", "top_k": 7}, {"mode": "hybrid", "fusion": "weighted",
-                                                                      "alpha": 0.3}])
+                                                                      "alpha": 0.3, "normalisation": "min-max"},
+                                     {"mode": "hybrid", "fusion": "rrf", "rrf_k": 5}, {"mode": "dense", "exact": True}])
 def test_search_gives_what_index_search_gives(client, built, pipelines, options):
     answer = client.post("/search", json={"query": QUERIES} | options)
     assert answer.status_code == 200, answer.text

@@ -28,6 +28,7 @@ from encoderlab.errors import InputError
 from encoderlab.infer.batching import Batcher, submit
 from encoderlab.infer.compat import answered, embed_vectors, ours
 from encoderlab.infer.limits import Limits
+from encoderlab.retrieval import fusion
 from encoderlab.retrieval.index import FUSIONS, MODES, Index
 
 MAX_TOP_K = 1000  # hits (and reranked candidates) one query may ask for: BEIR retrieves max(k_values) = 1,000
@@ -79,9 +80,17 @@ def search_request(text: Any, limits: Limits) -> type[BaseModel]:
         top_k=(int, Field(10, ge=1, le=MAX_TOP_K, description="hits per query")),
         mode=(Literal[MODES], Field("dense", description="dense: exact search of the vectors; bm25 (an index built "
                                                          "with --bm25); hybrid: both, fused")),
-        fusion=(Literal[FUSIONS], Field("rrf", description="hybrid: reciprocal rank fusion, or a weighted sum of "
-                                                           "min-max normalised scores")),
-        alpha=(float, Field(0.5, ge=0.0, le=1.0, description="fusion weighted: the dense scores' weight")),
+        fusion=(Literal[FUSIONS], Field(fusion.DEFAULT_FUSION, description="hybrid: a weighted sum of normalised "
+                                        "scores, or reciprocal rank fusion (default: the fusion tuned on training "
+                                        "questions, docs/retrieval.md)")),
+        alpha=(float, Field(fusion.DEFAULT_ALPHA, ge=0.0, le=1.0, description="fusion weighted: the dense scores' "
+                                                                              "weight")),
+        normalisation=(Literal[tuple(fusion.NORMALISATIONS)], Field(
+            fusion.DEFAULT_NORMALISATION, description="fusion weighted: each ranking's scores z-scored or min-max "
+                                                      "scaled")),
+        rrf_k=(int, Field(fusion.RRF_K, ge=0, description="fusion rrf: score = sum of 1 / (rrf_k + rank)")),
+        exact=(bool, Field(False, description="dense search compares every float32 vector, ignoring the index's "
+                                              "approximate or quantised structure")),
         rerank=(bool, Field(False, description="reorder the best hits by the server's cross-encoder (--rerank)")),
         rerank_top=(int, Field(100, ge=1, le=MAX_TOP_K, description="hits the cross-encoder reorders")))
 
@@ -130,7 +139,8 @@ class IndexRoutes:
             self.check(body)
             reranker = self.encoder.rerank if body.rerank else None
             found = await answered(asyncio.get_running_loop().run_in_executor(self.executor, lambda: self.index.search(
-                queries, body.top_k, body.mode, body.fusion, body.alpha, reranker, body.rerank_top)), ours)
+                queries, body.top_k, body.mode, body.fusion, body.alpha, reranker, body.rerank_top,
+                rrf_k=body.rrf_k, normalisation=body.normalisation, exact=body.exact)), ours)
             return {"results": [{"query": q, "hits": hits} for q, hits in zip(queries, found)],
                     "model": self.index.meta["model"]["name"], "index": str(self.index.folder)}
 
