@@ -100,6 +100,10 @@ def test_metrics_are_micro_and_macro_f1_over_the_classes():
     assert got["micro_f1"] == pytest.approx(2 * tp / (gold.sum() + predicted.sum()))
     assert got["macro_f1"] == pytest.approx(f1_score(gold, predicted, average="macro"))
     assert got["subset_accuracy"] == pytest.approx(np.mean([(g == p).all() for g, p in zip(gold, predicted)]))
+    gold[:, 0], predicted[:, 0] = 0, 0  # a class neither gold nor predicted: F1 0 (zero_division=0), still averaged
+    got = multilabel_metrics(gold, predicted)
+    assert got["macro_f1"] == pytest.approx(f1_score(gold, predicted, average="macro", zero_division=0))
+    assert got["micro_f1"] == pytest.approx(f1_score(gold, predicted, average="micro", zero_division=0))
 
 
 def topics(rng: random.Random) -> tuple[str, str]:
