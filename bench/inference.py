@@ -22,7 +22,7 @@ threads, measured in the same run. Goals: the issue's "Measured goals" (issue 18
 
     python bench/inference.py            # the full run, about 10 minutes on 2 quiet cores
     python bench/inference.py --quick    # under a minute: all cores only, small subsets, one round (see SIZES)
-    python bench/inference.py --smoke    # a tiny random model on synthetic text, every engine (make test)
+    python bench/inference.py --smoke    # a tiny random model on synthetic text, --quick's engines less two (make test)
 """
 
 from __future__ import annotations
