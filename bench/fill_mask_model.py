@@ -411,12 +411,14 @@ def parse_args() -> Namespace:
     parser.add_argument("--no-sst2", action="store_true",
                         help="skip the SST-2 fine-tuning of both models (about 11 minutes each per seed on 2 free "
                              "CPU cores) and its goal")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (default: 2)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: 2; 1 with --smoke, which make test runs beside another worker)")
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
+    args.threads = args.threads or (1 if args.smoke else 2)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="fill-mask-model-") as tmp:
         work = Path(tmp)

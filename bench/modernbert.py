@@ -245,7 +245,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60, help="bert-mini pretraining steps in (c) (default: 60)")
     parser.add_argument("--max-train", type=int, default=2000, help="SST-2 training sentences (default: 2000)")
     parser.add_argument("--lr", type=float, default=1e-4, help="SST-2 fine-tuning learning rate (default: 1e-4)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: 2; 1 with --smoke, which make test runs beside another worker)")
     parser.add_argument("--sentences", type=int, help="SST-2 dev sentences in (a) (default: all 872)")
     parser.add_argument("--mixed", type=int, help="texts of the mixed set in (a) (default: 128)")
     parser.add_argument("--parts", default="inference,pretraining,compute",
@@ -253,6 +254,7 @@ def main() -> None:
                              "(default: all three; (c) needs --shards)")
     opts = parser.parse_args()
     size = common.size(opts)
+    opts.threads = opts.threads or (1 if size == "smoke" else 2)
     torch.set_num_threads(opts.threads)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="encoderlab-modernbert-") as tmp:

@@ -262,7 +262,7 @@ def main() -> None:
     parser.add_argument("--modes", help="comma-separated subset of modes (nothing is written then)")
     args = parser.parse_args()
     started, load_before = time.perf_counter(), _loadavg()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1 if args.smoke else 2)  # --smoke runs beside another make-test worker: no second thread
     if load_before and load_before[0] > 2.5:
         print(f"warning: load average {load_before[0]} before starting: other work shares the cores, so every "
               "figure is lower and the ratios are squeezed towards 1", flush=True)

@@ -229,6 +229,18 @@ def kill_and_resume(argv: list[str], run: Path, kill_steps: list[int]) -> dict[s
             "stderr_tail": err[-500:] if process.returncode else ""}
 
 
+def reference_run(command: str, argv: list[str], out: Path) -> None:
+    """The uninterrupted run, in this process: one torch thread as in the killed ones, so the same bits (as
+    tests/test_crash.py's references), without a second interpreter's imports (~6 CPU s of a --smoke run)."""
+    from encoderlab.cli import main as cli
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli([*argv, "--out", str(out)])
+    if code:
+        raise SystemExit(f"{command} reference run failed: {err.getvalue()[-2000:]}")
+
+
 def crashes(kills_per_command: int, size: str) -> dict[str, Any]:
     """Kill-and-resume runs of pretrain and finetune (shorter for --quick and --smoke) against uninterrupted
     references."""
@@ -241,10 +253,7 @@ def crashes(kills_per_command: int, size: str) -> dict[str, Any]:
             root = Path(tmp) / command
             root.mkdir()
             argv, steps = make(root, length)
-            reference = subprocess.run([sys.executable, "-m", "encoderlab", *argv, "--out", str(root / "reference")],
-                                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600, check=False)
-            if reference.returncode:
-                raise SystemExit(f"{command} reference run failed: {reference.stderr[-2000:]}")
+            reference_run(command, argv, root / "reference")
             kill_steps = sorted(rng.sample(range(2, steps - 2), kills_per_command))
             result = kill_and_resume(argv, root / "run", kill_steps)
             result |= {"kill_steps": kill_steps,

@@ -128,8 +128,8 @@ def test_argparse_lives_only_in_the_cli_package():
 
 @pytest.mark.slow
 def test_runtime_never_imports_the_oracles():
-    """transformers and sentence-transformers are test oracles: no encoderlab module may import them."""
-    pattern = re.compile(r"^\s*(import|from)\s+(transformers|sentence_transformers)\b", re.M)
+    """transformers, sentence-transformers and scikit-learn are test oracles: no encoderlab module may import them."""
+    pattern = re.compile(r"^\s*(import|from)\s+(transformers|sentence_transformers|sklearn)\b", re.M)
     offenders = [str(p) for p in (ROOT / "src" / "encoderlab").rglob("*.py") if pattern.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
     probe = ("import sys, encoderlab.cli as c; c.main(['similarity', '--model', 'minilm', 'a cat', 'a dog']); "

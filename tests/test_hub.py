@@ -16,6 +16,7 @@ import pytest
 from torch.testing import assert_close
 
 from encoderlab import hub, paths
+from encoderlab.cli import main
 from encoderlab.errors import CheckpointError, InputError
 from encoderlab.folder import model_card
 
@@ -40,6 +41,14 @@ def embed(env: dict[str, str], model: str, out: Path) -> np.ndarray:
     return np.load(out)
 
 
+def embed_here(model: Path, out: Path) -> np.ndarray:
+    """`encoderlab embed` of a local folder in this process: the reference a Hub copy must equal. A folder needs none
+    of hub_env's settings (huggingface_hub reads them at import, hence the subprocesses), and another interpreter
+    would only add its imports (about 4 CPU s)."""
+    assert main(["embed", "--model", str(model), "--input", str(SENTENCES), "--out", str(out)]) == 0
+    return np.load(out)
+
+
 # ---- download, revisions, the warm cache offline --------------------------------------------------------------
 @pytest.mark.slow  # subprocess runs that load torch: over 5 CPU s on 2 shared cores
 def test_a_hub_name_downloads_and_then_loads_offline_from_the_warm_cache(tmp_path, loopback, tiny):
@@ -48,7 +57,7 @@ def test_a_hub_name_downloads_and_then_loads_offline_from_the_warm_cache(tmp_pat
     loopback.repos["org/tiny"].commit(folder_files(tiny))
     (tiny / "pytorch_model.bin").unlink()
     env = hub_env(tmp_path, loopback)
-    local = embed(env, str(tiny), tmp_path / "local.npy")
+    local = embed_here(tiny, tmp_path / "local.npy")
     assert_close(embed(env, "org/tiny", tmp_path / "hub.npy"), local)
     fetched = [r for r in loopback.requests if "/resolve/" in r]
     assert fetched and not any("pytorch_model.bin" in r for r in fetched)  # only what a model needs
@@ -74,11 +83,11 @@ def test_a_revision_picks_that_commit(tmp_path, loopback, tiny):
               metadata={"format": "pt"})
     repo.commit(folder_files(other), ref="main")
     env = hub_env(tmp_path, loopback)
-    original = embed(env, str(tiny), tmp_path / "a.npy")
+    original = embed_here(tiny, tmp_path / "a.npy")
     assert_close(embed(env, "org/tiny@v1", tmp_path / "v1.npy"), original)
     assert_close(embed(env, f"org/tiny@{old}", tmp_path / "sha.npy"), original)
     changed = embed(env, "org/tiny", tmp_path / "main.npy")
-    assert_close(changed, embed(env, str(other), tmp_path / "b.npy"))
+    assert_close(changed, embed_here(other, tmp_path / "b.npy"))
     assert not np.allclose(changed, original)
 
 

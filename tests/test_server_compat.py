@@ -12,10 +12,8 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import openai
 import pytest
 import torch
-from langchain_openai import OpenAIEmbeddings
 from prometheus_client.parser import text_string_to_metric_families
 
 from encoderlab import EncoderConfig
@@ -50,6 +48,8 @@ def embedder(minilm):
 
 @pytest.fixture(scope="module")
 def client(url) -> openai.OpenAI:
+    import openai  # here, not at the top: openai and langchain-openai cost 3 CPU s in every xdist worker's collection
+
     return openai.OpenAI(base_url=f"{url}/v1", api_key="anything", max_retries=0)
 
 
@@ -84,6 +84,8 @@ def test_base64_is_little_endian_float32_of_the_float_vectors(url, embedder):
 
 
 def test_token_ids_embed_as_their_text(client, embedder):
+    import openai
+
     ids = [embedder.tokenizer.encode(text, max_length=None) for text in SENTENCES[:3]]
     several = client.embeddings.create(model="minilm", input=ids)
     one = client.embeddings.create(model="minilm", input=ids[0])
@@ -94,6 +96,8 @@ def test_token_ids_embed_as_their_text(client, embedder):
 
 
 def test_dimensions_cut_and_renormalise_and_are_refused_past_the_width(client, embedder):
+    import openai
+
     got = vectors(client.embeddings.create(model="minilm", input=SENTENCES[:2], dimensions=128))
     full = embedder.embed(SENTENCES[:2])
     assert got.shape == (2, 128)
@@ -123,6 +127,8 @@ def test_models_lists_the_served_model(client):
 
 
 def test_the_api_key_is_taken_as_a_bearer_token(minilm, embedder):
+    import openai
+
     with running(create_app(minilm[0], Limits(), model="minilm", api_key=KEY)) as base:
         good = openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0)
         wrong = openai.OpenAI(base_url=f"{base}/v1", api_key=KEY + "x", max_retries=0)
@@ -139,6 +145,8 @@ def test_the_api_key_is_taken_as_a_bearer_token(minilm, embedder):
 
 
 def test_langchain_openai_embeddings_equal_the_pipeline(url, embedder):
+    from langchain_openai import OpenAIEmbeddings
+
     lc = OpenAIEmbeddings(base_url=f"{url}/v1", api_key="anything", model="minilm", check_embedding_ctx_length=False,
                           max_retries=0)
     documents = np.array(lc.embed_documents(SENTENCES))

@@ -28,6 +28,24 @@ def test_multiclass_f1_is_macro():
     assert classification_metrics(gold, predicted, 3)["f1"] == pytest.approx(f1_score(gold, predicted, average="macro"))
 
 
+@pytest.mark.filterwarnings("ignore:A single label was found")  # sklearn on its one-class corner cases
+@pytest.mark.parametrize("num_labels", [2, 3, 5])
+def test_classification_equals_scikit_learn_on_random_and_degenerate_labels(num_labels):
+    """encoderlab counts its own confusion matrix (no sklearn import at run time); scikit-learn is the oracle, on
+    random labels and on the corners: one class only, the positive class absent, every prediction wrong."""
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    rng = np.random.default_rng(num_labels)
+    cases = [(rng.integers(0, num_labels, n).tolist(), rng.integers(0, num_labels, n).tolist()) for n in (1, 7, 50)]
+    cases += [([0, 0, 0], [0, 0, 0]), ([0, 0, 1], [0, 0, 0]), ([1, 1, 0], [0, 0, 1]), ([0, 1, 0, 1], [0, 1, 0, 1])]
+    average = "binary" if num_labels == 2 else "macro"
+    for gold, predicted in cases:
+        got = classification_metrics(gold, predicted, num_labels)
+        assert got["accuracy"] == pytest.approx(accuracy_score(gold, predicted)), (gold, predicted)
+        assert got["f1"] == pytest.approx(f1_score(gold, predicted, average=average, zero_division=0)), (gold, predicted)
+        assert got["mcc"] == pytest.approx(matthews_corrcoef(gold, predicted)), (gold, predicted)
+
+
 def test_correlations():
     gold, predicted = [0.0, 1.0, 2.0, 3.0, 5.0], [0.1, 0.3, 0.2, 0.9, 2.0]
     metrics = correlation_metrics(gold, predicted)

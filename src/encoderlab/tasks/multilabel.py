@@ -16,6 +16,7 @@ from torch import nn
 from encoderlab.errors import InputError
 from encoderlab.nn.model import SequenceClassifier
 from encoderlab.tasks.classify import ClassifyTask, read_classes
+from encoderlab.tasks.metrics import f1_from_counts
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tasks.spec import TaskSpec, numbered_labels, register_task
 
@@ -43,10 +44,10 @@ def label_sets(examples: list[TextExample]) -> list[str]:
 
 def multilabel_metrics(gold: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
     """Micro and macro F1 over the classes of 0/1 matrices (N, L), and exact-match (subset) accuracy."""
-    from sklearn.metrics import f1_score
-
-    return {"micro_f1": float(f1_score(gold, predicted, average="micro", zero_division=0)),
-            "macro_f1": float(f1_score(gold, predicted, average="macro", zero_division=0)),
+    gold, predicted = gold.astype(bool), predicted.astype(bool)
+    tp, fp, fn = (gold & predicted).sum(0), (~gold & predicted).sum(0), (gold & ~predicted).sum(0)  # (L,) each
+    return {"micro_f1": float(f1_from_counts(tp.sum(), fp.sum(), fn.sum())),  # scikit-learn's average="micro"
+            "macro_f1": float(f1_from_counts(tp, fp, fn).mean()),  # average="macro": every class counts once
             "subset_accuracy": float((gold == predicted).all(axis=1).mean())}
 
 
