@@ -20,7 +20,7 @@ from encoderlab.retrieval.corpus import read_documents, read_qrels, read_queries
 from encoderlab.retrieval.fusion import (DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORMALISATION, NORMALISATIONS,
                                          RRF_K, fuse)
 from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX_FILE, OWN, SHARDS, check_model,
-                                       read_meta, require_complete)
+                                       query_settings, read_meta, require_complete)
 
 ANN_KINDS = ("hnsw",)  # encoderlab.retrieval.ann's, which loads faiss
 QUANTIZE = ("int8", "binary")
@@ -177,8 +177,7 @@ def open_index(args: argparse.Namespace, folder: str) -> Any:
     embedder = None
     if args.mode != "bm25":
         embedder = load_pipeline("embed", argparse.Namespace(**{**vars(args), "model": args.model or meta["model"][
-            "path"]}), dimensions=meta["dimensions"], pooling=meta["pooling"], normalize=meta["normalize"],
-            max_length=meta["max_length"])
+            "path"]}), **query_settings(meta))
     return Index(folder, embedder)
 
 

@@ -59,7 +59,8 @@ def index_options(args: argparse.Namespace, meta: dict[str, Any]) -> dict[str, A
     """server.serve's options for --index and --rerank: the embed pipeline as the index was built, the routes."""
     if not args.index:
         return {}
-    from encoderlab.retrieval.serving import IndexRoutes, query_settings  # torch: after the checks
+    from encoderlab.retrieval.meta import query_settings
+    from encoderlab.retrieval.serving import IndexRoutes  # torch: after the checks
 
     return {"task_options": {"embed": query_settings(meta)}, "rerank_model": args.rerank,
             "index": lambda pipelines: IndexRoutes(args.index, pipelines)}

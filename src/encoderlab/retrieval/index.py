@@ -34,8 +34,8 @@ from encoderlab.paths import resolve_model_path
 from encoderlab.retrieval import ann, fusion, lexical
 from encoderlab.retrieval.corpus import Document, read_documents, scan
 from encoderlab.retrieval.distributed import WAIT, Dist, join, main_then_all, own_documents, owns, wait
-from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, read_meta,
-                                       require_complete, source, write_meta)
+from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, query_settings,
+                                       read_meta, require_complete, source, write_meta)
 
 SHARD_SIZE = 10_000  # documents per shard: 15 MB of minilm's float32 vectors, and the unit of resuming
 MODES = ("dense", "bm25", "hybrid")
@@ -310,8 +310,7 @@ class Index:
 def embedder_for(meta: dict[str, Any], model: str | os.PathLike, **options: Any) -> Pipeline:
     """The Embed pipeline that encodes queries as the index's documents were: pooling, normalisation, dimensions,
     window."""
-    return pipeline("embed", model, dimensions=meta["dimensions"], pooling=meta["pooling"],
-                    normalize=meta["normalize"], **{"max_length": meta["max_length"]} | options)
+    return pipeline("embed", model, **query_settings(meta) | options)
 
 
 def new_meta(model: str | os.PathLike, embedder: Pipeline, shard_size: int, bm25: bool) -> dict[str, Any]:

@@ -51,6 +51,12 @@ def fingerprint(model: str | os.PathLike) -> str:
     return digest.hexdigest()[:16]
 
 
+def query_settings(meta: dict[str, Any]) -> dict[str, Any]:
+    """The embed pipeline's options that encode queries as the index's documents were (its index.json's)."""
+    return {"pooling": meta["pooling"], "normalize": meta["normalize"], "dimensions": meta["dimensions"],
+            "max_length": meta["max_length"]}
+
+
 def source(path: str | os.PathLike, first_shard: int) -> dict[str, Any]:
     """A corpus file as index.json records it: where, its size and time (a resume reads the same file) and the
     shard its documents start at."""

@@ -30,18 +30,13 @@ from encoderlab.infer.compat import answered, embed_vectors, ours
 from encoderlab.infer.limits import Limits
 from encoderlab.retrieval import fusion
 from encoderlab.retrieval.index import FUSIONS, MODES, Index
+from encoderlab.retrieval.meta import query_settings
 
 MAX_TOP_K = 1000  # hits (and reranked candidates) one query may ask for: BEIR retrieves max(k_values) = 1,000
 # by default (beir.retrieval.evaluation.EvaluateRetrieval), the deepest a benchmark looks
 SEARCH_THREADS = 4  # searches at once: a thread waiting on the embed batcher costs nothing, and waiting together
 # is what lets concurrent queries share a forward pass
 RERANK_KEY: Hashable = ((("top_k", None),), ("dict",))  # what our /rerank's request_items gives a plain request
-
-
-def query_settings(meta: dict[str, Any]) -> dict[str, Any]:
-    """The embed pipeline's options that encode queries as the index's documents were (its index.json's)."""
-    return {"pooling": meta["pooling"], "normalize": meta["normalize"], "dimensions": meta["dimensions"],
-            "max_length": meta["max_length"]}
 
 
 class QueryEncoder:
