@@ -73,6 +73,18 @@ def test_quantised_search_rescored_finds_the_exact_best_hit_for_most_queries(uni
     assert (np.diff(scores, axis=1) <= 1e-7).all()
 
 
+def test_hnsw_that_finds_fewer_than_asked_marks_the_rest_missing(tmp_path):
+    """Near-duplicate vectors in a sparse graph (M 4, ef_construction 8): HNSW returns -1 for what it did not reach;
+    those positions must come back scored -inf (never as the last document, which position -1 would index)."""
+    rng = np.random.default_rng(0)
+    documents = (np.ones((3000, 16)) + 1e-7 * rng.normal(size=(3000, 16))).astype(np.float32)
+    settings = ann.settings("hnsw", None, 16, m=4, ef_construction=8)
+    ann.build(documents, settings, tmp_path)
+    scores, positions = ann.search(ann.load(tmp_path, settings), settings, -documents[:5], 500, lambda p: documents[p])
+    assert (positions < 0).any()  # the case exists: faiss left some unfound
+    assert np.isneginf(scores[positions < 0]).all() and np.isfinite(scores[positions >= 0]).all()
+
+
 def test_binary_needs_dimensions_in_whole_bytes():
     with pytest.raises(Exception, match="not a multiple of 8"):
         ann.settings(None, "binary", 12)

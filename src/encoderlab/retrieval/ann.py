@@ -105,8 +105,8 @@ def search(index: Any, ann: dict[str, Any], queries: np.ndarray, k: int, rows: C
     if ann["kind"] == "hnsw":
         index.hnsw.efSearch = max(ef_search or ann["ef_search"], depth)  # HNSW returns at most ef results
     scores, positions = index.search(codes(queries, ann["quantize"]), depth)  # (Q, depth)
-    if ann["quantize"] is None:
-        return scores[:, :k], positions[:, :k]
+    if ann["quantize"] is None:  # HNSW can find fewer than depth (near-duplicate vectors): -1, scored -inf
+        return np.where(positions < 0, -np.inf, scores)[:, :k], positions[:, :k]
     found = positions.clip(min=0)  # -1: fewer results than asked (a tiny index); scored below every real one
     exact = np.einsum("qd,qcd->qc", queries, rows(found.ravel()).reshape(*found.shape, -1))  # (Q, depth)
     exact[positions < 0] = -np.inf

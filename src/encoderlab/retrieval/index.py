@@ -242,7 +242,7 @@ class Index:
             raise InputError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
         if mode != "hybrid":
             scores, positions = self.dense(queries, k, exact) if mode == "dense" else self.bm25(queries, k)
-            return [[(self.ids[int(p)], float(s)) for s, p in zip(row_s, row_p)]
+            return [[(self.ids[int(p)], float(s)) for s, p in zip(row_s, row_p) if p >= 0]  # -1: nothing found
                     for row_s, row_p in zip(scores.tolist(), positions.tolist())]
         dense = self.rank(queries, max(depth, k), "dense", exact=exact)
         lexical_ = self.rank(queries, max(depth, k), "bm25")
