@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -53,6 +52,7 @@ SIZES = {"full": (1600, 100, 400, 10, 256, (None, None)), "quick": (32, 8, 16, 5
 LR = {"full": 5e-5, "quick": 5e-5, "smoke": 1e-3}  # the top of BERT's fine-tuning grid (Devlin et al. 2019, A.3)
 EPOCHS = {"full": 1.0, "quick": 1.0, "smoke": 1.0}
 EVAL_EVERY = {"full": 100, "quick": 0, "smoke": 0}  # steps between dev scorings (0: at the end only)
+SAVE_EVERY = 25  # --save: steps between saves of the training state (about 4 minutes of CPU training)
 HARD = 3  # negatives per training question, drawn from the bi-encoder's top 10 without its paragraph
 BATCH = 4  # questions per step: 16 (question, paragraph) pairs
 
@@ -156,16 +156,19 @@ def main() -> None:
                                           for (a, q, gold), ranked in zip(picked, ranks) for i in ranked[:top]]
         dev_file = pairs_file(folder / "dev.tsv", reranked(dev, bi_encoder_rankings(as_vectors, articles, dev)))
         test = pairs_file(folder / "test.tsv", reranked(testing, test_ranks))
+        # --save: trained in FOLDER itself, its state saved every SAVE_EVERY steps, so a run cut off (a session's
+        # end, a kill) continues there when the same command runs again: the data above is the same (seeded)
+        out = Path(args.save) if args.save else folder / "cross"
         options = TrainOptions(lr=LR[mode], epochs=EPOCHS[mode], batch_size=BATCH, eval_every=EVAL_EVERY[mode],
-                               precision=training_precision(), progress=mode == "full")
+                               save_every=SAVE_EVERY if args.save else 0, precision=training_precision(),
+                               progress=mode == "full")
         start = time.perf_counter()
-        summary = finetune(FinetuneJob("rerank", model, str(train), folder / "cross", options, eval=str(dev_file),
-                                       max_length=max_length, keep_state=False))
+        summary = finetune(FinetuneJob("rerank", model, str(train), out, options, eval=str(dev_file),
+                                       max_length=max_length, keep_state=bool(args.save),
+                                       resume=(out / "checkpoints" / "latest").exists()))
         train_seconds = time.perf_counter() - start
-        if args.save:
-            shutil.copytree(folder / "cross", args.save, dirs_exist_ok=True)
         start = time.perf_counter()
-        cross = evaluate(EvaluateJob("rerank", str(folder / "cross"), str(test), max_length=max_length))["metrics"]
+        cross = evaluate(EvaluateJob("rerank", str(out), str(test), max_length=max_length))["metrics"]
         rerank_seconds = time.perf_counter() - start
     recall = sum(gold in ranked[:top] for (_, _, gold), ranked in zip(testing, test_ranks)) / len(testing)
     figures = {"model": base, "cross_encoder_starts_from": args.init or f"{base}'s encoder under a new one-logit head",
