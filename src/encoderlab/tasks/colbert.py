@@ -50,6 +50,7 @@ from encoderlab.tokenizer import Encoded, Tokenizer
 QUERY_LENGTH = 32  # the paper's N_q: queries are padded with [MASK] (or cut) to this many tokens
 MARKERS = {"query": "[unused0]", "document": "[unused1]"}  # Stanford ColBERT's [Q] and [D]: unused vocabulary ids
 SKIPLIST = tuple(string.punctuation)  # document tokens left out of MaxSim (the paper's section 3.2; PyLate's default)
+COLUMNS = "query,positive,negative"  # the retrieval training file's header (issue 44's shared format)
 DENSE, MASK, NORMALIZE = "1_Dense", "2_MultiVectorMask", "3_Normalize"
 
 
@@ -353,7 +354,7 @@ class ColbertTask(Task):
 
 register_task(TaskSpec(
     "colbert", lambda path, reading, info, head: read_texts(
-        path, split_names(reading.option("text_cols", info)), reading.option("label_col", info),
+        path, split_names(reading.option("text_cols", info, COLUMNS)), reading.option("label_col", info),
         header=reading.header and info.get("header", True), need_label=False),
     build=lambda head, tokenizer, train, max_length, common: ColbertTask(
         tokenizer, max_length, **common, teacher=head.teacher, dim=head.dim),
