@@ -351,15 +351,16 @@ def check_resumable(folder: Path, previous: dict[str, Any], meta: dict[str, Any]
     return previous
 
 
-def write_shard(folder: Path, name: str, documents: list[Document], vectors: np.ndarray) -> None:
-    """A shard's documents and ids, then its vectors (its mark of completion), each written atomically."""
+def write_shard(folder: Path, name: str, documents: list[Document], vectors: np.ndarray,
+                dtype: type = np.float32) -> None:
+    """A shard's documents and ids, then its vectors as `dtype` (its mark of completion), each written atomically."""
     lines = [json.dumps({"_id": d.id, "title": d.title, "text": d.text}, ensure_ascii=False) for d in documents]
     atomic_write_text(folder / SHARDS / f"{name}.docs.jsonl", "\n".join(lines) + "\n")
     atomic_write_text(folder / SHARDS / f"{name}.ids.json", json.dumps([d.id for d in documents]))
 
     def save(tmp: Path) -> None:
         with open(tmp, "wb") as handle:
-            np.save(handle, np.ascontiguousarray(vectors, dtype=np.float32))
+            np.save(handle, np.ascontiguousarray(vectors, dtype=dtype))
 
     atomic_write(folder / SHARDS / f"{name}.npy", save)
 

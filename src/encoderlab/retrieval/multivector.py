@@ -122,8 +122,7 @@ class MultiVectorIndex(Index):
         vectors = embedder.documents([d.joined for d in chunk])
         offsets = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int64)
         atomic_write(folder / SHARDS / f"{name}.offsets", lambda tmp: save_array(tmp, offsets))
-        dtype = read_meta(folder)["dtype"]
-        write_shard(folder, name, chunk, np.concatenate(vectors).astype(dtype))
+        write_shard(folder, name, chunk, np.concatenate(vectors), np.dtype(read_meta(folder)["dtype"]))
 
     @classmethod
     def build_structures(cls, folder: Path, meta: dict[str, Any], names: list[str]) -> None:

@@ -69,7 +69,7 @@ def marked(tokenizer: Tokenizer, texts: Sequence[str], side: str, max_length: in
     """[CLS] marker tokens... [SEP] per text, at most max_length ids (the marker costs one token of the window)."""
     mark = marker_id(tokenizer, side)
     return [item.input_ids[:1] + [mark] + item.input_ids[1:]
-            for item in encode(tokenizer, list(texts), None, max_length - 1, f"{side}s")]
+            for item in encode(tokenizer, list(texts), None, max_length - 1, f"{side} texts")]
 
 
 def query_ids(tokenizer: Tokenizer, texts: Sequence[str], length: int = QUERY_LENGTH) -> list[list[int]]:
