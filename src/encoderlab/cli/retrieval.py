@@ -281,7 +281,12 @@ def cmd_evaluate_retrieval(args: argparse.Namespace) -> dict[str, Any]:
     read_queries(data.queries)
     with tempfile.TemporaryDirectory(prefix="encoderlab-index-") as scratch:
         folder = args.index or str(Path(scratch) / "index")
-        if not args.index:
+        if not args.index and model_kind(args.model) == MULTIVECTOR:
+            from encoderlab.retrieval.multivector import MultiVectorIndex
+
+            MultiVectorIndex.build(args.model, data.corpus, folder, progress=not args.no_progress,
+                                   batch_size=args.batch_size, device=args.device)
+        elif not args.index:
             from encoderlab.retrieval.index import Index
 
             embedder = load_pipeline("embed", args, pooling=args.pooling) if args.pooling else \

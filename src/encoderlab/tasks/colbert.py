@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +32,21 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tokenizers import AddedToken
 from tokenizers import Tokenizer as RustTokenizer
+from pydantic import Field, create_model
 from torch import nn
 
 from encoderlab.checkpoint import load_model, save_pretrained
 from encoderlab.choices import split_names
-from encoderlab.engine import Engine, encode, eval_mode, pad_batch
+from encoderlab.engine import Engine, Pipeline, check_texts, encode, eval_mode, pad_batch
 from encoderlab.errors import CheckpointError, ConfigError, InputError
+from encoderlab.folder import read_task_info
 from encoderlab.io import atomic_write, atomic_write_text
 from encoderlab.nn.model import EncoderModel
 from encoderlab.nn.output import ModelOutput
 from encoderlab.paths import resolve_model_path
 from encoderlab.tasks.base import Task, model_device
 from encoderlab.tasks.readers import TextExample, read_texts
+from encoderlab.tasks.rerank import Rerank
 from encoderlab.tasks.spec import Head, TaskSpec, register_task
 from encoderlab.tokenizer import Encoded, Tokenizer
 
@@ -280,8 +283,6 @@ class ColbertTask(Task):
         """The cross-encoder's logits [positive, negative] of each row with a hard negative (none without teacher)."""
         if not self.teacher:
             return []
-        from encoderlab.tasks.rerank import Rerank  # the teacher is a rerank folder: the rerank task's pipeline
-
         items = [{"query": e.texts[0], "passages": [e.texts[1], n]} for e, n in zip(examples, negatives) if n]
         ranked = Rerank.from_pretrained(self.teacher)(items, raw_scores=True) if items else []
         return [[r["score"] for r in sorted(result["ranking"], key=lambda r: r["index"])] for result in ranked]
@@ -361,3 +362,34 @@ register_task(TaskSpec(
     restore=lambda model, given, info, tokenizer, max_length, common: ColbertTask(
         tokenizer, max_length, **common, dim=model.dim),
     models=(ColbertModel,), model_kind="base", load=load_colbert))
+
+
+# ---- the `colbert` pipeline (registered in encoderlab.infer.pipelines.PIPELINES) ----------------------------------
+class Colbert(Pipeline):
+    """Texts -> each text's unit token vectors, as documents or (query=True) as queries."""
+
+    task = "colbert"
+    model_class, needs = ColbertModel, "a ColBERT folder (encoderlab finetune colbert)"
+    result = create_model("ColbertResult", tokens=(int, Field(description="the vectors' count")), vectors=(
+        list[list[float]], Field(description="one unit vector per token MaxSim counts, in text order")))
+
+    @classmethod
+    def load(cls, folder: Path) -> nn.Module:
+        if read_task_info(folder).get("task") != "colbert":
+            raise InputError(f"{folder}: colbert needs {cls.needs}; its task.json names no colbert task")
+        return load_colbert(folder)
+
+    @classmethod
+    def request(cls, text: Any, many: Callable[..., Any], model: Callable[..., type]) -> dict[str, Any]:
+        return {"texts": (list[text], many()), "query": (bool, Field(False, description="encode the texts as "
+                                                                                     "queries (default: documents)"))}
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        first = " ".join(f"{x:.3f}" for x in result["vectors"][0][:4])
+        return f"{result['tokens']} token vectors of {len(result['vectors'][0])} dimensions; the first [{first} ...]"
+
+    def __call__(self, texts: Sequence[str], query: bool = False) -> list[dict[str, Any]]:
+        encoder = TokenEncoder(self.model, self.tokenizer, self.max_length, self.batch_size)
+        return [{"tokens": len(v), "vectors": v.tolist()}
+                for v in encoder.encode(check_texts(list(texts)), "query" if query else "document")]
