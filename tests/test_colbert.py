@@ -15,7 +15,9 @@ from torch.testing import assert_close
 from test_tasks_finetune import CITIES, FILLER, NAMES, write_tiny_encoder
 
 from encoderlab.cli import main
-from encoderlab.checkpoint import load_model
+from encoderlab.checkpoint import load_model, save_pretrained
+from encoderlab.errors import InputError
+from encoderlab.infer.pipelines import pipeline
 from encoderlab.tasks.colbert import (QUERY_LENGTH, ColbertModel, ColbertTask, TokenEncoder, load_colbert, marker_id,
                                       maxsim, query_ids, score_texts)
 from encoderlab.tasks.readers import TextExample
@@ -153,3 +155,32 @@ def test_multivector_encoder_loads_the_folder(minilm_path, tmp_path):
                                                                          theirs.encode_document)):
         for mine, other in zip(ours.encode(texts, side), encode(texts)):
             assert_close(mine, torch.as_tensor(other).float(), atol=1e-4, rtol=0)
+
+
+def test_teacher_scores_add_a_kl_term(tiny, tmp_path):
+    torch.manual_seed(0)
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    teacher = tmp_path / "teacher"
+    save_pretrained(load_model(tiny, kind="classify", num_labels=1, multilabel=True), teacher, tokenizer,
+                    {"task": "rerank", "max_length": 32})
+    rows = [TextExample((f"where does {n} live ?", f"{n} lives in {c} .", f"{m} lives in {c} ."), None, f"row {i}")
+            for i, (n, c, m) in enumerate(zip(NAMES, CITIES, NAMES[1:] + NAMES[:1]))]
+    plain, taught = ColbertTask(tokenizer, 32, dim=16), ColbertTask(tokenizer, 32, dim=16, teacher=str(teacher))
+    batch = taught.collate(taught.features(rows))
+    assert batch["teacher"].shape == (len(rows), 2)
+    model = ColbertModel(load_model(tiny, kind="base"), 16).eval()
+    with torch.no_grad():
+        assert taught.loss(model, batch) > plain.loss(model, plain.collate(plain.features(rows)))
+
+
+def test_pipeline_gives_the_token_vectors(tiny, tiny_colbert):
+    colbert = pipeline("colbert", tiny_colbert)
+    texts = ["anna lives in rome .", "where does john live ?"]
+    ours = TokenEncoder(load_colbert(tiny_colbert), Tokenizer.from_pretrained(tiny_colbert), 32)
+    for query in (False, True):
+        results = colbert(texts, query=query)
+        for result, want in zip(results, ours.encode(texts, "query" if query else "document")):
+            assert result["tokens"] == len(want) == (QUERY_LENGTH if query else len(want))
+            assert_close(torch.tensor(result["vectors"]), want)
+    with pytest.raises(InputError, match="task.json names no colbert task"):
+        pipeline("colbert", tiny)
