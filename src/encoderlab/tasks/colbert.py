@@ -297,7 +297,7 @@ class ColbertTask(Task):
                                     self.tokenizer.pad_id),
                  "documents": pad_batch(documents, [[0] * len(d) for d in documents], self.tokenizer.pad_id),
                  "negative_of": torch.tensor(owners, dtype=torch.long)}
-        if features[0]["teacher"] is not None or any(f["teacher"] for f in features):
+        if any(f["teacher"] for f in features):
             batch["teacher"] = torch.tensor([f["teacher"] for f in features if f["teacher"]])  # (K, 2)
         return batch
 
