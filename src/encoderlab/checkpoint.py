@@ -342,6 +342,8 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, tokenizer=None,
     """Write config.json and model.safetensors that transformers loads as the matching class, the tokenizer and
     task.json when given, each atomically (a crash between epochs leaves the previous best whole)."""
     folder = Path(folder)
+    if hasattr(model, "save_folder"):  # a composite model (ColBERT: an encoder and a projection) writes its own
+        return model.save_folder(folder, tokenizer, info)
     if model.kind == "bilstm":
         tensors, config = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, model.hf_config()
     else:

@@ -58,6 +58,8 @@ TASK_CARDS = (
     TaskCard("embed", "TSV/CSV/JSONL of text pairs (anchor, positive[, negative]) or scored pairs (sentence1, "
              "sentence2, score)", 128, 32),
     TaskCard("rerank", "TSV/CSV/JSONL of (query, passage, label): label 1 relevant, 0 not, or a score in [0, 1]", 256, 32),
+    TaskCard("colbert", "TSV/CSV/JSONL of (query, positive, negative) rows, the negative optional (may be empty)",
+             180, 32),
 )
 FINETUNE_TASKS = tuple(card.name for card in TASK_CARDS)
 READS = {card.name: card.reads for card in TASK_CARDS}

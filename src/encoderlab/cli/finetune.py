@@ -184,6 +184,11 @@ def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
             ("--max-query-length", int, 64, "N", "questions are cut to N tokens (default: 64)"),
             ("--max-answer-length", int, 30, "N", "longest answer considered, in tokens (default: 30)"),
             ("--n-best", int, 20, "N", "start and end candidates per window in decoding (default: 20)")))
+    if task == "colbert":
+        parser.add_argument("--dim", type=int, default=128, metavar="D",
+                            help="dimensions of each token vector, the projection's width (default: 128)")
+        parser.add_argument("--teacher", default=None, metavar="DIR", help="also distil from this cross-encoder "
+                            "(a `finetune rerank` folder): KL from its scores of each row's positive and negative")
     if task == "embed":
         parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
                             help="token vectors -> sentence vector (default: mean)")

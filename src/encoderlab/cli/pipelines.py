@@ -131,6 +131,11 @@ COMMANDS = (
                 ("--query", {"required": True, "metavar": "TEXT", "help": "what the passages are ranked for"}),
                 ("--top-k", {"type": int, "metavar": "K", "help": "show the best K (default: all)"})),
             call=("top_k",)),
+    Command("colbert", "per-token vectors of a ColBERT model (late interaction)",
+            "Each text's token vectors from a ColBERT folder (encoderlab finetune colbert), as a document (marker, "
+            "punctuation left out) or with --query as a query (marker, [MASK]-expanded to 32 tokens).", read_inputs,
+            (("--query", {"action": "store_true", "help": "encode the texts as queries (default: as documents)"}),),
+            call=("query",)),
 )
 
 

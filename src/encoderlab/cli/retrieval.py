@@ -19,7 +19,8 @@ from encoderlab.io import check_out_folder
 from encoderlab.retrieval.corpus import read_documents, read_qrels, read_queries, scan
 from encoderlab.retrieval.fusion import (DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORMALISATION, NORMALISATIONS,
                                          RRF_K, fuse)
-from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX_FILE, OWN, SHARDS, check_model,
+from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX_FILE, MULTIVECTOR, OWN, SHARDS,
+                                       check_kind, check_model, index_kind, model_kind,
                                        query_settings, read_meta, require_complete)
 
 ANN_KINDS = ("hnsw",)  # encoderlab.retrieval.ann's, which loads faiss
@@ -54,7 +55,11 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
                          inputs=[args.corpus, args.model])
     if args.ann or args.quantize:  # checked before the model loads (binary's dimensions: once it has)
         ann_settings(args, 8)
-    count = scan(args.corpus)  # a bad line, a duplicate id or an empty corpus: refused before the model loads
+    if args.token_pooling < 1:
+        raise InputError(f"--token-pooling {args.token_pooling}: expected a positive factor (1: no pooling)")
+    count = scan(args.corpus)
+    if model_kind(args.model) == MULTIVECTOR:
+        return index_multivector(args, count)  # a bad line, a duplicate id or an empty corpus: refused before the model loads
     from encoderlab.retrieval.distributed import join
     from encoderlab.retrieval.index import Index
     from encoderlab.train.distributed import teardown
@@ -89,6 +94,32 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
         print(f"wrote {args.out}: {len(index)} documents in {len(index.shards)} shard(s), {meta['dimensions']} "
               f"dimensions ({meta['pooling']} pooling, {meta['similarity']}){', BM25' if meta['bm25'] else ''}; "
               f"{count} embedded at {summary['documents_per_second']} documents/s{ann_text(meta.get('ann'))}")
+    return summary
+
+
+def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
+    """`index` with a ColBERT folder: a multi-vector index (encoderlab.retrieval.multivector)."""
+    if args.add or args.resume or args.bm25 or args.ann or args.quantize:
+        raise InputError(f"--model {args.model} is a ColBERT model: its multivector index takes none of --add, "
+                         f"--resume, --bm25, --ann, --quantize (it always builds its token graph)")
+    from encoderlab.retrieval.multivector import MultiVectorIndex
+
+    started = time.perf_counter()
+    index = MultiVectorIndex.build(args.model, args.corpus, args.out, token_pooling=args.token_pooling,
+                                   shard_size=args.shard_size, overwrite=args.overwrite,
+                                   progress=not args.no_progress, batch_size=args.batch_size or 32,
+                                   device=args.device)
+    seconds = time.perf_counter() - started
+    meta = index.meta
+    summary = {"index": str(args.out), "kind": MULTIVECTOR, "documents": len(index), "tokens": meta["tokens"],
+               "dimensions": meta["dimensions"], "token_pooling": meta["token_pooling"],
+               "bytes_per_document": meta["bytes_per_document"], "seconds": round(seconds, 2)}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"wrote {args.out}: {len(index)} documents, {meta['tokens']} token vectors of {meta['dimensions']} "
+              f"dimensions ({meta['dtype']}, token pooling {meta['token_pooling']}), "
+              f"{meta['bytes_per_document']:.0f} bytes per document, in {seconds:.1f} s")
     return summary
 
 
@@ -174,6 +205,10 @@ def open_index(args: argparse.Namespace, folder: str) -> Any:
     from encoderlab.retrieval.index import Index
 
     meta = read_meta(folder)
+    if index_kind(meta) == MULTIVECTOR:
+        from encoderlab.retrieval.multivector import MultiVectorIndex
+
+        return MultiVectorIndex(folder)
     embedder = None
     if args.mode != "bm25":
         embedder = load_pipeline("embed", argparse.Namespace(**{**vars(args), "model": args.model or meta["model"][
@@ -185,6 +220,7 @@ def check_index(args: argparse.Namespace, folder: str) -> None:
     """A finished index, searched with its own model, with BM25 where the mode needs it; before torch loads."""
     meta = read_meta(folder)
     require_complete(folder, meta)
+    check_kind(folder, meta, args.model)
     check_model(folder, meta, args.model)
     if args.mode != "dense" and not meta["bm25"]:
         raise InputError(f"--mode {args.mode}: --index {folder} has no BM25 index (build it with `encoderlab index "
@@ -245,7 +281,12 @@ def cmd_evaluate_retrieval(args: argparse.Namespace) -> dict[str, Any]:
     read_queries(data.queries)
     with tempfile.TemporaryDirectory(prefix="encoderlab-index-") as scratch:
         folder = args.index or str(Path(scratch) / "index")
-        if not args.index:
+        if not args.index and model_kind(args.model) == MULTIVECTOR:
+            from encoderlab.retrieval.multivector import MultiVectorIndex
+
+            MultiVectorIndex.build(args.model, data.corpus, folder, progress=not args.no_progress,
+                                   batch_size=args.batch_size, device=args.device)
+        elif not args.index:
             from encoderlab.retrieval.index import Index
 
             embedder = load_pipeline("embed", args, pooling=args.pooling) if args.pooling else \
@@ -348,6 +389,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
          "model) (default: all)"),
         ("--bm25", bool, None, None, "also build a BM25 index (bm25s) for --mode bm25 and hybrid"),
         ("--shard-size", int, 10_000, "N", "documents per shard, the unit of resuming (default: 10000)"),
+        ("--token-pooling", int, 1, "F", "a ColBERT model's index: cluster each document's token vectors into 1/F "
+         "as many (hierarchical, as PyLate's token pooling) (default: 1, none)"),
         ("--add", bool, None, None, "append the corpus's documents to the index at --out (their ids must be new)"),
         ("--resume", bool, None, None, "finish an index whose build was cut off, from its first unfinished shard"),
         ("--no-progress", bool, None, None, "no progress bar")))

@@ -150,7 +150,7 @@ class Index:
                 if not owns(ranks, number):
                     continue
                 if not (folder / SHARDS / f"{name}.npy").is_file():
-                    write_shard(folder, name, chunk, embedder.embed([d.joined for d in chunk]))
+                    cls.write_chunk(folder, name, chunk, embedder)
                 bar.update(len(chunk))
         bar.close()
         wait(ranks, WAIT)  # every rank's shards are on disk
@@ -160,11 +160,21 @@ class Index:
         meta["count"] = sum(len(json.loads((folder / SHARDS / f"{n}.ids.json").read_text("utf-8"))) for n in names)
         if meta["bm25"]:
             lexical.build(([d.joined for d in shard_documents(folder, n)] for n in names), folder / BM25)
-        if meta.get("ann"):  # rebuilt from every vector: HNSW graphs are built whole (faiss adds, never merges)
-            ann.build(np.concatenate([np.load(folder / SHARDS / f"{n}.npy") for n in names]), meta["ann"], folder)
+        cls.build_structures(folder, meta, names)
         meta["complete"] = True
         write_meta(folder, meta)
         return cls(folder, embedder)
+
+    @classmethod
+    def write_chunk(cls, folder: Path, name: str, chunk: list[Document], embedder: Any) -> None:
+        """Encode one shard's documents and write the shard (a multi-vector index writes token vectors)."""
+        write_shard(folder, name, chunk, embedder.embed([d.joined for d in chunk]))
+
+    @classmethod
+    def build_structures(cls, folder: Path, meta: dict[str, Any], names: list[str]) -> None:
+        """Once every shard is written: the search structures index.json asks for, over every vector."""
+        if meta.get("ann"):  # rebuilt from every vector: HNSW graphs are built whole (faiss adds, never merges)
+            ann.build(np.concatenate([np.load(folder / SHARDS / f"{n}.npy") for n in names]), meta["ann"], folder)
 
     def build_ann(self, kind: str | None, quantize: str | None, **options: int) -> None:
         """(Re)build the approximate or quantised structure (encoderlab.retrieval.ann) over every vector, as
@@ -341,15 +351,16 @@ def check_resumable(folder: Path, previous: dict[str, Any], meta: dict[str, Any]
     return previous
 
 
-def write_shard(folder: Path, name: str, documents: list[Document], vectors: np.ndarray) -> None:
-    """A shard's documents and ids, then its vectors (its mark of completion), each written atomically."""
+def write_shard(folder: Path, name: str, documents: list[Document], vectors: np.ndarray,
+                dtype: type = np.float32) -> None:
+    """A shard's documents and ids, then its vectors as `dtype` (its mark of completion), each written atomically."""
     lines = [json.dumps({"_id": d.id, "title": d.title, "text": d.text}, ensure_ascii=False) for d in documents]
     atomic_write_text(folder / SHARDS / f"{name}.docs.jsonl", "\n".join(lines) + "\n")
     atomic_write_text(folder / SHARDS / f"{name}.ids.json", json.dumps([d.id for d in documents]))
 
     def save(tmp: Path) -> None:
         with open(tmp, "wb") as handle:
-            np.save(handle, np.ascontiguousarray(vectors, dtype=np.float32))
+            np.save(handle, np.ascontiguousarray(vectors, dtype=dtype))
 
     atomic_write(folder / SHARDS / f"{name}.npy", save)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from encoderlab.errors import InputError
 from encoderlab.io import atomic_write_text
+from encoderlab.folder import read_task_info
 from encoderlab.paths import resolve_model_path
 
 INDEX_FILE = "index.json"
@@ -100,3 +101,27 @@ def check_model(folder: str | os.PathLike, meta: dict[str, Any], model: str | os
         raise InputError(f"--index {folder} was built with the model {built['name']} ({built['path']}); --model "
                          f"{model} is another model (its files differ): its query vectors would not match the "
                          f"index's. Search with {built['name']}, or index again with {model}")
+
+
+# ---- kinds: "dense" (a vector per document, encoderlab.retrieval.index) or "multivector" (ColBERT's token vectors,
+# encoderlab.retrieval.multivector); read before torch loads
+MULTIVECTOR = "multivector"
+
+
+def index_kind(meta: dict[str, Any]) -> str:
+    """The index's kind: dense unless index.json says otherwise (indexes built before kinds are dense)."""
+    return meta.get("kind", "dense")
+
+
+def model_kind(model: str | os.PathLike) -> str:
+    """The index kind a model folder builds: multivector for a ColBERT folder (task.json), else dense."""
+    return MULTIVECTOR if read_task_info(resolve_model_path(model)).get("task") == "colbert" else "dense"
+
+
+def check_kind(folder: str | os.PathLike, meta: dict[str, Any], model: str | os.PathLike | None) -> None:
+    """InputError naming both when `model` is of another kind than the index (a dense model on a multi-vector index,
+    or the reverse); None: the index's own model."""
+    if model is not None and model_kind(model) != index_kind(meta):
+        raise InputError(f"--index {folder} is a {index_kind(meta)} index (built with {meta['model']['name']}); "
+                         f"--model {model} is a {model_kind(model)} model: search it with a {index_kind(meta)} "
+                         f"model, or index again with {model}")

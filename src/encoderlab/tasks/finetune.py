@@ -21,7 +21,7 @@ from encoderlab.hub_data import LocalData, is_hub_data, local_copy
 from encoderlab.io import atomic_write_text, clear_folder
 from encoderlab.checkpoint import load_model, model_config, save_pretrained
 from encoderlab.nn.bilstm import BiLSTMClassifier
-from encoderlab.tasks import classify, embedding, multilabel, qa, rerank, tagging  # noqa: F401 -- each registers its TaskSpec
+from encoderlab.tasks import classify, colbert, embedding, multilabel, qa, rerank, tagging  # noqa: F401 -- each registers its TaskSpec
 from encoderlab.tasks.base import Task
 from encoderlab.tasks.objective import TrainOptions, train
 from encoderlab.tasks.readers import LABEL_NAMES
@@ -126,7 +126,8 @@ def build_model(spec: TaskSpec, model: str, head: Head, task: Task, tokenizer: T
             raise ConfigError(f"--model {BILSTM} is a text-classification baseline; it cannot do {spec.name}")
         return BiLSTMClassifier(tokenizer.vocab_size, task.num_outputs, tokenizer.pad_id,
                                 head.embed_dim, head.lstm_hidden, labels=task.labels, regression=task.regression)
-    built = load_model(model, kind=spec.model_kind, **spec.model_options(task, head)).train()
+    built = (spec.load(model, head) if spec.load else
+             load_model(model, kind=spec.model_kind, **spec.model_options(task, head))).train()
     if built.config.vocab_size < tokenizer.vocab_size:
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only "
                           f"{built.config.vocab_size}")
@@ -260,7 +261,8 @@ def evaluate(job: EvaluateJob) -> dict[str, Any]:
     # under autocast, but what it serves and is scored as is the converted model)
     dtype = torch.bfloat16 if job.precision == "bf16" else None
     loading = {"kind": spec.evaluate_kind, "pooling": job.pooling} if spec.evaluate_kind else {}
-    model = load_model(job.model, dtype=dtype, **loading).to(resolve_device(job.device))
+    model = (spec.load(job.model, Head()).to(dtype) if spec.load else load_model(job.model, dtype=dtype, **loading)
+             ).to(resolve_device(job.device))
     task = task_for_model(job, model, info, Tokenizer.from_pretrained(job.model))
     head = Head(task_type=info.get("task_type") or ("regression" if getattr(model, "regression", False)
                                                     else "classification"))

@@ -65,6 +65,10 @@ class Head(Settings):
     matryoshka: tuple[int, ...] | None = None
     """embed: also train the first N dimensions of each vector to stand alone, for each N given (Matryoshka
     representation learning, Kusupati et al. 2022): the loss is summed over the truncated prefixes."""
+    dim: int = 128
+    """colbert: dimensions of each token vector (the projection's width; the paper's 128)."""
+    teacher: str | None = None
+    """colbert: a cross-encoder folder (`finetune rerank`) whose scores the model is also distilled from (KL)."""
     embed_dim: int = 300
     """BiLSTM baseline: embedding width."""
     lstm_hidden: int = 256
@@ -103,6 +107,9 @@ class TaskSpec:
     """What task.json records beyond task.info(): settings the task's pipeline reads back."""
     variant: str | None = None
     """The --task-type this spec is of its task (None: the task's default)."""
+    load: Callable[[str, Head], nn.Module] | None = None
+    """(checkpoint or alias, head) -> the task's model, where it is not one load_model builds (colbert: an encoder
+    and a projection); None: load_model(kind=model_kind)."""
 
     @property
     def key(self) -> tuple[str, str | None]:

@@ -1,0 +1,192 @@
+"""A multi-vector (ColBERT) index: every document's token vectors, searched by MaxSim (encoderlab.tasks.colbert).
+
+It is an Index (encoderlab.retrieval.index: the same shards, streaming, documents, ids and search API; index.json's
+"kind" is "multivector") whose shards hold token vectors:
+    shards/NNNNN.npy          (tokens, dim) float16 token vectors of the shard's documents, one after another
+    shards/NNNNN.offsets  (documents + 1,) int64: document i's tokens are rows offsets[i]:offsets[i+1]
+    tokens.faiss              an HNSW graph over every token vector (faiss IndexHNSWFlat, inner product)
+A search is ColBERTv2/PLAID's two stages in their simplest form (Santhanam et al. 2022, "PLAID", arXiv:2205.09707,
+section 3): each query token's `candidates` nearest document tokens in the graph, each mapped to its document, give
+the candidate documents; their exact MaxSim over the stored token vectors ranks them. exact=True scores every
+document (the reference the approximate search is measured against).
+
+Token pooling (`token_pooling=F`): each document's token vectors are clustered hierarchically (Ward linkage) into
+about len/F clusters and each cluster is replaced by its mean, re-normalised: the index shrinks by F with little loss
+(Clavié, Chaffin and Adams 2024, "Reducing the Footprint of Multi-Vector Retrieval with Minimal Performance Impact via
+Token Pooling", arXiv:2409.14683; PyLate's and sentence-transformers' HierarchicalTokenPooling)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import torch
+from scipy.cluster.hierarchy import fcluster, linkage
+
+from encoderlab.errors import InputError
+from encoderlab.folder import settings
+from encoderlab.io import atomic_write, check_out_folder
+from encoderlab.paths import resolve_model_path
+from encoderlab.retrieval.corpus import Document, scan
+from encoderlab.retrieval.distributed import join
+from encoderlab.retrieval.index import SHARD_SIZE, Index, write_shard
+from encoderlab.retrieval.meta import (FORMAT, MULTIVECTOR as KIND, SHARDS, fingerprint, model_kind, read_meta,
+                                       source, write_meta)
+from encoderlab.tasks.colbert import QUERY_LENGTH, TokenEncoder, load_colbert, maxsim, padded
+from encoderlab.tokenizer import Tokenizer
+
+GRAPH = "tokens.faiss"
+HNSW_M = 32  # graph degree: faiss's usual default for float vectors
+CANDIDATES = 32  # document tokens fetched per query token; 32 x 32 query tokens = up to 1,024 candidate documents
+
+
+def save_array(path: Path, array: np.ndarray) -> None:
+    """One array as an .npy file (the path atomic_write hands over)."""
+    with open(path, "wb") as handle:
+        np.save(handle, array)
+
+
+def pool_tokens(vectors: np.ndarray, factor: int) -> np.ndarray:
+    """(n, D) unit token vectors -> (max(n // factor, 1), D): Ward clusters' means, re-normalised (factor 1: as is)."""
+    if factor <= 1 or len(vectors) < 3:
+        return vectors
+    clusters = fcluster(linkage(vectors.astype(np.float64), method="ward"), t=max(len(vectors) // factor, 1),
+                        criterion="maxclust")  # (n,) cluster of each token, numbered from 1
+    means = np.stack([vectors[clusters == c].mean(0) for c in np.unique(clusters)])
+    return (means / np.linalg.norm(means, axis=1, keepdims=True)).astype(vectors.dtype)
+
+
+class Encoder:
+    """A ColBERT folder's token encoder with the index's settings: documents (pooled) and queries."""
+
+    def __init__(self, model: str | os.PathLike, token_pooling: int = 1, batch_size: int = 32,
+                 device: str | None = None) -> None:
+        folder = resolve_model_path(model)
+        if model_kind(folder) != KIND:
+            raise InputError(f"--model {model}: not a ColBERT folder (its task.json names no colbert task)")
+        colbert = load_colbert(folder).to(device or "cpu")
+        self.tokens = TokenEncoder(colbert, Tokenizer.from_pretrained(folder), settings(folder).max_length or 180,
+                                   batch_size)
+        self.dim, self.token_pooling = colbert.dim, token_pooling
+
+    def documents(self, texts: list[str]) -> list[np.ndarray]:
+        """Each document's (n_i, dim) float32 token vectors, pooled by token_pooling."""
+        return [pool_tokens(v.numpy(), self.token_pooling) for v in self.tokens.encode(texts, "document")]
+
+    def queries(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Q, QUERY_LENGTH, dim) query token vectors and their mask."""
+        return padded(self.tokens.encode(texts, "query"))
+
+
+class MultiVectorIndex(Index):
+    """An index of token vectors, searched by MaxSim over candidates from a token-level HNSW graph."""
+
+    def __init__(self, folder: str | os.PathLike, embedder: Encoder | None = None) -> None:
+        super().__init__(folder, embedder)
+        counts = [np.diff(np.load(self._path(name, ".offsets"))) for name in self.shards]
+        self.offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))]) if counts else np.zeros(1, np.int64)
+        self._graph = None
+
+    @classmethod
+    def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
+              token_pooling: int = 1, shard_size: int = SHARD_SIZE, overwrite: bool = False, progress: bool = True,
+              dtype: str = "float16", batch_size: int = 32, device: str | None = None, **_: Any) -> MultiVectorIndex:
+        """Index a corpus with a ColBERT folder's token vectors (float16 or float32), pooled by token_pooling."""
+        folder = Path(folder)
+        check_out_folder(folder, overwrite, inputs=[corpus])
+        if token_pooling < 1 or shard_size < 1 or dtype not in ("float16", "float32"):
+            raise InputError(f"--token-pooling {token_pooling}, --shard-size {shard_size}, dtype {dtype}: expected "
+                             f"positive numbers and float16 or float32")
+        count = scan(corpus)
+        encoder = Encoder(model, token_pooling, batch_size, device)
+        meta = {"format": FORMAT, "kind": KIND, "complete": False,
+                "model": {"name": str(model), "path": str(resolve_model_path(model).resolve()),
+                          "fingerprint": fingerprint(model)},
+                "dimensions": encoder.dim, "max_length": encoder.tokens.max_length, "query_length": QUERY_LENGTH,
+                "similarity": "maxsim", "dtype": dtype, "token_pooling": token_pooling, "shard_size": shard_size,
+                "bm25": False, "ann": None, "count": 0, "sources": [source(corpus, 0) | {"documents": count}],
+                "text": "title + ' ' + text"}
+        if overwrite and folder.exists():
+            shutil.rmtree(folder)  # only now, with the corpus and the model checked
+        folder.mkdir(parents=True, exist_ok=True)
+        write_meta(folder, meta)
+        return cls._finish(folder, meta, encoder, progress, join(device))
+
+    @classmethod
+    def write_chunk(cls, folder: Path, name: str, chunk: list[Document], embedder: Encoder) -> None:
+        """The shard's documents, ids and token offsets, then its token vectors (the mark of a finished shard)."""
+        vectors = embedder.documents([d.joined for d in chunk])
+        offsets = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int64)
+        atomic_write(folder / SHARDS / f"{name}.offsets", lambda tmp: save_array(tmp, offsets))
+        write_shard(folder, name, chunk, np.concatenate(vectors), np.dtype(read_meta(folder)["dtype"]))
+
+    @classmethod
+    def build_structures(cls, folder: Path, meta: dict[str, Any], names: list[str]) -> None:
+        """The HNSW graph over every token vector; index.json records the bytes the index takes per document."""
+        graph = faiss.IndexHNSWFlat(meta["dimensions"], HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        for name in names:
+            graph.add(np.load(folder / SHARDS / f"{name}.npy").astype(np.float32))
+        atomic_write(folder / GRAPH, lambda tmp: faiss.write_index(graph, str(tmp)))
+        vectors = sum((folder / SHARDS / f"{n}{s}").stat().st_size for n in names for s in (".npy", ".offsets"))
+        tokens = graph.ntotal
+        meta["tokens"], meta["graph_bytes"] = tokens, (folder / GRAPH).stat().st_size
+        meta["bytes_per_document"] = round(vectors / max(meta["count"], 1), 1)
+
+    @property
+    def embedder(self) -> Encoder:
+        """The query encoder: the index's ColBERT model."""
+        if self._embedder is None:
+            self._embedder = Encoder(self.meta["model"]["path"], self.meta["token_pooling"])
+        return self._embedder
+
+    def tokens(self, position: int) -> np.ndarray:
+        """Document `position`'s stored token vectors (n, dim), float32."""
+        if not self._mapped:
+            self._mapped = [np.load(self._path(name, ".npy"), mmap_mode="r") for name in self.shards]
+            self._token_starts = np.cumsum([0] + [len(m) for m in self._mapped])
+        start, end = self.offsets[position], self.offsets[position + 1]
+        shard = int(np.searchsorted(self._token_starts, start, side="right") - 1)
+        return np.array(self._mapped[shard][start - self._token_starts[shard]:end - self._token_starts[shard]], np.float32)
+
+    def candidates(self, queries: torch.Tensor, mask: torch.Tensor, per_token: int) -> list[np.ndarray]:
+        """Each query's candidate documents: those owning one of each query token's `per_token` nearest tokens."""
+        if self._graph is None:
+            self._graph = faiss.read_index(str(self.folder / GRAPH))
+            self._graph.hnsw.efSearch = max(per_token, 64)
+        out = []
+        for q, m in zip(queries, mask):
+            _, hits = self._graph.search(q[m].numpy().astype(np.float32), per_token)  # (S, per_token) token rows
+            hits = hits[hits >= 0]
+            out.append(np.unique(np.searchsorted(self.offsets, hits, side="right") - 1))
+        return out
+
+    def dense(self, queries, k: int, exact: bool = False, per_token: int = CANDIDATES
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each query's best k documents by exact MaxSim over its candidates (exact: every document): scores (Q, k)
+        and positions (Q, k), best first."""
+        q, q_mask = self.embedder.queries(list(queries))
+        everyone = np.arange(len(self.ids))
+        pools = [everyone] * len(q) if exact else self.candidates(q, q_mask, per_token)
+        k = min(k, len(self.ids))
+        scores = torch.full((len(q), k), float("-inf"))
+        positions = torch.zeros((len(q), k), dtype=torch.long)
+        for i, pool in enumerate(pools):
+            docs, docs_mask = padded([torch.from_numpy(self.tokens(int(p))) for p in pool])
+            got = maxsim(q[i:i + 1], q_mask[i:i + 1], docs, docs_mask)[0]  # (len(pool),)
+            top = got.topk(min(k, len(pool)))
+            scores[i, :len(top.values)], positions[i, :len(top.values)] = top.values, torch.from_numpy(pool)[top.indices]
+        return scores, positions
+
+    def rank(self, queries, k: int, mode: str = "dense", fusion_name: str = "", alpha: float = 0.0, depth: int = 0,
+             rrf_k: int = 0, normalisation: str = "", exact: bool = False) -> list[list[tuple[str, float]]]:
+        """As Index.rank, dense (MaxSim) only: the index holds no BM25; a query with fewer candidates than k gets
+        fewer hits."""
+        if mode != "dense":
+            raise InputError(f"--mode {mode}: a multivector index is searched by MaxSim (--mode dense) only")
+        scores, positions = self.dense(queries, k, exact)
+        return [[(self.ids[int(p)], float(s)) for s, p in zip(row_s, row_p) if s != float("-inf")]
+                for row_s, row_p in zip(scores.tolist(), positions.tolist())]

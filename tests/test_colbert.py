@@ -1,0 +1,186 @@
+"""Late interaction (encoderlab.tasks.colbert, encoderlab.retrieval.multivector): MaxSim against numpy, query
+expansion, the document-only skiplist, a loss that falls, the multi-vector index against brute-force MaxSim, bad
+input and the kind refusal, and the saved folder in sentence-transformers' MultiVectorEncoder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.testing import assert_close
+
+from test_tasks_finetune import CITIES, FILLER, NAMES, write_tiny_encoder
+
+from encoderlab.cli import main
+from encoderlab.checkpoint import load_model, save_pretrained
+from encoderlab.errors import InputError
+from encoderlab.infer.pipelines import pipeline
+from encoderlab.tasks.colbert import (QUERY_LENGTH, ColbertModel, ColbertTask, TokenEncoder, load_colbert, marker_id,
+                                      maxsim, query_ids, score_texts)
+from encoderlab.tasks.readers import TextExample
+from encoderlab.tokenizer import Tokenizer
+from encoderlab.retrieval.multivector import MultiVectorIndex, pool_tokens
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A random 2-layer, 32-wide encoder whose vocabulary has ColBERT's markers."""
+    words = FILLER + NAMES + CITIES + ["lives", "in", "where", "does", "?", ".", ",", "[unused0]", "[unused1]"]
+    return write_tiny_encoder(tmp_path_factory.mktemp("tiny"), words)
+
+
+@pytest.fixture(scope="module")
+def tiny_colbert(tiny, tmp_path_factory) -> Path:
+    """The tiny encoder under a fresh 16-wide projection, saved as a ColBERT folder."""
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("colbert")
+    ColbertModel(load_model(tiny, kind="base"), 16).save_folder(
+        folder, Tokenizer.from_pretrained(tiny), {"task": "colbert", "max_length": 32})
+    return folder
+
+
+CORPUS = [f"{name} lives in {city} , {filler} ." for name in NAMES for city in CITIES for filler in FILLER[:2]]
+
+
+def test_maxsim_equals_numpy():
+    rng = np.random.default_rng(0)
+    q, d = rng.normal(size=(3, 5, 4)), rng.normal(size=(4, 6, 4))
+    qm, dm = rng.random((3, 5)) > 0.3, rng.random((4, 6)) > 0.3
+    qm[:, 0] = dm[:, 0] = True
+    want = np.array([[sum(max(q[a, s] @ d[b, t] for t in range(6) if dm[b, t]) for s in range(5) if qm[a, s])
+                      for b in range(4)] for a in range(3)])
+    got = maxsim(*(torch.from_numpy(x) for x in (q, qm, d, dm)))
+    assert_close(got, torch.from_numpy(want))
+
+
+def test_query_expansion_pads_with_mask_and_cuts(tiny):
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    short, long = query_ids(tokenizer, ["where does anna live ?", " ".join(["paris"] * 60)])
+    assert len(short) == len(long) == QUERY_LENGTH
+    assert short[:2] == [tokenizer.cls_id, marker_id(tokenizer, "query")]
+    real = len(tokenizer.encode("where does anna live ?")) + 1  # and the marker
+    assert short[real:] == [tokenizer.mask_id] * (QUERY_LENGTH - real) and tokenizer.mask_id not in short[:real]
+    assert long[-1] == tokenizer.sep_id and tokenizer.mask_id not in long
+
+
+def test_skiplist_drops_punctuation_of_documents_only(tiny):
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    encoder = TokenEncoder(load_colbert(tiny), tokenizer, 32)
+    with_marks, without = encoder.encode(["anna lives in paris , it ?", "anna lives in paris it"], "document")
+    assert len(with_marks) == len(without) == len(tokenizer.encode("anna lives in paris it")) + 1
+    (query,) = encoder.encode(["anna lives in paris , it ?"], "query")
+    assert len(query) == QUERY_LENGTH  # a query keeps its punctuation and its [MASK]s
+    assert_close(with_marks.norm(dim=-1), torch.ones(len(with_marks)))
+
+
+@pytest.mark.slow
+def test_training_lowers_the_contrastive_loss(tiny):
+    torch.manual_seed(0)
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    rows = [TextExample((f"where does {n} live ?", f"{n} lives in {c} .", f"{m} lives in {c} ."), None, f"row {i}")
+            for i, (n, c, m) in enumerate(zip(NAMES, CITIES, NAMES[1:] + NAMES[:1]))]
+    task = ColbertTask(tokenizer, 32, dim=16)
+    batch = task.collate(task.features(rows))
+    model = ColbertModel(load_model(tiny, kind="base"), 16).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(25):
+        loss = task.loss(model, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_pooling_shrinks_and_keeps_unit_vectors():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(10, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    pooled = pool_tokens(vectors, 2)
+    assert pooled.shape == (5, 8)
+    assert np.allclose(np.linalg.norm(pooled, axis=1), 1.0, atol=1e-5)
+
+
+def test_index_search_equals_brute_force_maxsim(tiny_colbert, tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(CORPUS)))
+    index = MultiVectorIndex.build(tiny_colbert, corpus, tmp_path / "index", shard_size=10, progress=False)
+    assert len(index.shards) == 4 and index.meta["kind"] == "multivector" and index.meta["bytes_per_document"] > 0
+    queries = ["where does anna live ?", "who lives in oslo ?"]
+    brute = score_texts(index.embedder.tokens, queries, CORPUS)  # (2, 32)
+    for exact in (True, False):
+        hits = index.search(queries, top_k=5, exact=exact)
+        for row, ranked in zip(brute, hits):
+            want = row.topk(5)
+            # the best 5 scores, each the brute-force score of the hit's document (near ties may swap: float16)
+            got = torch.tensor([h["score"] for h in ranked])
+            assert_close(got, want.values, atol=1e-2, rtol=0)
+            assert_close(got, row[[int(h["id"][1:]) for h in ranked]], atol=1e-2, rtol=0)
+
+
+def test_bad_dim_and_kind_mismatch_exit_2(tiny, tiny_colbert, tmp_path, capsys):
+    train = tmp_path / "train.tsv"
+    train.write_text("query\tpositive\tnegative\nwhere does anna live ?\tanna lives in rome .\tjohn lives in lima .\n")
+    assert main(["finetune", "colbert", "--model", str(tiny), "--train", str(train), "--out", str(tmp_path / "o"),
+                 "--dim", "0", "--no-progress"]) == 2
+    assert "--dim 0" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"_id": "a", "text": "anna lives in rome ."}) + "\n")
+    assert main(["index", "--model", str(tiny_colbert), "--corpus", str(corpus), "--out", str(tmp_path / "ix"),
+                 "--no-progress"]) == 0
+    assert main(["search", "--index", str(tmp_path / "ix"), "--model", str(tiny), "anna"]) == 2
+    err = capsys.readouterr().err
+    assert "multivector index" in err and "dense model" in err
+
+
+@pytest.mark.slow
+def test_multivector_encoder_loads_the_folder(minilm_path, tmp_path):
+    from sentence_transformers import MultiVectorEncoder  # the oracle: sentence-transformers 6.2
+
+    torch.manual_seed(0)
+    tokenizer = Tokenizer.from_pretrained(minilm_path)
+    ColbertModel(load_model(minilm_path, kind="base"), 128).save_folder(tmp_path, tokenizer,
+                                                                       {"task": "colbert", "max_length": 64})
+    ours = TokenEncoder(load_colbert(tmp_path), tokenizer, 64)
+    theirs = MultiVectorEncoder(str(tmp_path), device="cpu")
+    queries = ["who wrote the theory of relativity?", "what is a cat"]
+    documents = ["Albert Einstein published it in 1905; then (1915) general relativity!", "A cat, a dog."]
+    for side, texts, encode in (("query", queries, theirs.encode_query), ("document", documents,
+                                                                         theirs.encode_document)):
+        for mine, other in zip(ours.encode(texts, side), encode(texts)):
+            assert_close(mine, torch.as_tensor(other).float(), atol=1e-4, rtol=0)
+
+
+def test_teacher_scores_add_a_kl_term(tiny, tmp_path):
+    torch.manual_seed(0)
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    teacher = tmp_path / "teacher"
+    save_pretrained(load_model(tiny, kind="classify", num_labels=1, multilabel=True), teacher, tokenizer,
+                    {"task": "rerank", "max_length": 32})
+    rows = [TextExample((f"where does {n} live ?", f"{n} lives in {c} .", f"{m} lives in {c} ."), None, f"row {i}")
+            for i, (n, c, m) in enumerate(zip(NAMES, CITIES, NAMES[1:] + NAMES[:1]))]
+    plain, taught = ColbertTask(tokenizer, 32, dim=16), ColbertTask(tokenizer, 32, dim=16, teacher=str(teacher))
+    batch = taught.collate(taught.features(rows))
+    assert batch["teacher"].shape == (len(rows), 2)
+    model = ColbertModel(load_model(tiny, kind="base"), 16).eval()
+    with torch.no_grad():
+        assert taught.loss(model, batch) > plain.loss(model, plain.collate(plain.features(rows)))
+
+
+def test_pipeline_gives_the_token_vectors(tiny, tiny_colbert):
+    colbert = pipeline("colbert", tiny_colbert)
+    texts = ["anna lives in rome .", "where does john live ?"]
+    ours = TokenEncoder(load_colbert(tiny_colbert), Tokenizer.from_pretrained(tiny_colbert), 32)
+    for query in (False, True):
+        results = colbert(texts, query=query)
+        for result, want in zip(results, ours.encode(texts, "query" if query else "document")):
+            assert result["tokens"] == len(want) == (QUERY_LENGTH if query else len(want))
+            assert_close(torch.tensor(result["vectors"]), want)
+    with pytest.raises(InputError, match="task.json names no colbert task"):
+        pipeline("colbert", tiny)
