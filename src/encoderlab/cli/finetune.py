@@ -7,7 +7,8 @@ import json
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from encoderlab.choices import BATCH_SIZE, BILSTM, CLASSIFY_TYPES, DATA_HELP, MAX_LENGTH, READS, names_text, split_names
+from encoderlab.choices import (BATCH_SIZE, BILSTM, CLASSIFY_TYPES, DATA_HELP, DOCUMENT_FLOPS, MAX_LENGTH, QUERY_FLOPS,
+                                READS, names_text, split_names)
 from encoderlab.choices import FINETUNE_TASKS as TASKS
 from encoderlab.cli import retrieval
 from encoderlab.cli.options import (DEVICE, MODEL_HELP, add_json, add_model, add_options, add_overwrite, add_precision,
@@ -184,6 +185,14 @@ def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
             ("--max-query-length", int, 64, "N", "questions are cut to N tokens (default: 64)"),
             ("--max-answer-length", int, 30, "N", "longest answer considered, in tokens (default: 30)"),
             ("--n-best", int, 20, "N", "start and end candidates per window in decoding (default: 20)")))
+    if task == "splade":
+        add_options(parser, (
+            ("--query-flops", float, None, "W", f"peak weight of the queries' FLOPS regulariser (default: "
+             f"{QUERY_FLOPS:g})"),
+            ("--document-flops", float, None, "W", f"peak weight of the documents' FLOPS regulariser (default: "
+             f"{DOCUMENT_FLOPS:g})"),
+            ("--flops-warmup", int, None, "N", "steps over which the FLOPS weights rise quadratically from 0 "
+             "(default: a third of the first epoch's steps)")))
     if task == "embed":
         parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
                             help="token vectors -> sentence vector (default: mean)")

@@ -21,7 +21,7 @@ from encoderlab.hub_data import LocalData, is_hub_data, local_copy
 from encoderlab.io import atomic_write_text, clear_folder
 from encoderlab.checkpoint import load_model, model_config, save_pretrained
 from encoderlab.nn.bilstm import BiLSTMClassifier
-from encoderlab.tasks import classify, embedding, multilabel, qa, rerank, tagging  # noqa: F401 -- each registers its TaskSpec
+from encoderlab.tasks import classify, embedding, multilabel, qa, rerank, splade, tagging  # noqa: F401 -- each registers its TaskSpec
 from encoderlab.tasks.base import Task
 from encoderlab.tasks.objective import TrainOptions, train
 from encoderlab.tasks.readers import LABEL_NAMES
@@ -159,6 +159,7 @@ def finetune(job: FinetuneJob) -> dict[str, Any]:
                       {"batch_size": job.options.batch_size, "precision": job.options.precision})
     _check_metric(job.metric, task, evaluation)
     if job.model != BILSTM:
+        spec.check_model(job.model)
         task.check_config(model_config(job.model))  # config.json only: a misfit is refused before training starts
     features = task.features(train_set)
     if evaluation is not None:
@@ -206,7 +207,7 @@ def _one_run(job: FinetuneJob, spec: TaskSpec, task: Task, tokenizer: Tokenizer,
 
     result = train(model, task, features, options,
                    evaluate=(lambda m: task.evaluate(m, evaluation)) if evaluation else None, metric=job.metric,
-                   save=lambda m: save_pretrained(m, out, tokenizer, info), on_eval=write_log,
+                   save=lambda m: (save_pretrained(m, out, tokenizer, info), spec.after_save(out, task)), on_eval=write_log,
                    run_dir=out, resume=job.resume)
     if distributed.is_main_process():
         write_log(result)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -65,6 +66,12 @@ class Head(Settings):
     matryoshka: tuple[int, ...] | None = None
     """embed: also train the first N dimensions of each vector to stand alone, for each N given (Matryoshka
     representation learning, Kusupati et al. 2022): the loss is summed over the truncated prefixes."""
+    query_flops: float | None = None
+    """splade: peak weight of the queries' FLOPS regulariser (default: encoderlab.choices.QUERY_FLOPS)."""
+    document_flops: float | None = None
+    """splade: peak weight of the documents' FLOPS regulariser (default: encoderlab.choices.DOCUMENT_FLOPS)."""
+    flops_warmup: int | None = None
+    """splade: steps of the FLOPS weights' quadratic warm-up (default: a third of the first epoch's)."""
     embed_dim: int = 300
     """BiLSTM baseline: embedding width."""
     lstm_hidden: int = 256
@@ -103,6 +110,10 @@ class TaskSpec:
     """What task.json records beyond task.info(): settings the task's pipeline reads back."""
     variant: str | None = None
     """The --task-type this spec is of its task (None: the task's default)."""
+    check_model: Callable[[str], None] = lambda name: None
+    """(--model) -> None, or InputError where the checkpoint cannot start this task (before training starts)."""
+    after_save: Callable[[Path, Task], None] = lambda folder, task: None
+    """(folder, task): files the task adds beside each saved checkpoint (another library's layout)."""
 
     @property
     def key(self) -> tuple[str, str | None]:
