@@ -70,6 +70,7 @@ BATCH_SIZE = {card.name: card.batch_size for card in TASK_CARDS}
 # (query_regularizer_weight 5e-5, document_regularizer_weight 3e-5); queries weigh more, as in SPLADE v2
 # (arXiv:2109.10086, sec. 3: lambda_q > lambda_d), since every search pays for each query term.
 QUERY_FLOPS, DOCUMENT_FLOPS = 5e-5, 3e-5
+SHOWN_TERMS = 20  # terms `embed --sparse` prints per text (all with --json)
 CLASSIFY_TYPES = ("classification", "regression", "multilabel")  # classify's --task-type
 BILSTM = "bilstm"
 

@@ -31,7 +31,7 @@ from pydantic import Field, create_model
 from torch import nn
 
 from encoderlab.checkpoint import read_config, stored_kind
-from encoderlab.choices import DOCUMENT_FLOPS, QUERY_FLOPS, split_names
+from encoderlab.choices import DOCUMENT_FLOPS, QUERY_FLOPS, SHOWN_TERMS, split_names
 from encoderlab.engine import Pipeline, encode, eval_mode, forward
 from encoderlab.errors import InputError
 from encoderlab.io import atomic_write_text
@@ -45,7 +45,6 @@ from encoderlab.tokenizer import Tokenizer
 COLUMNS = ["query", "positive", "negative"]  # the retrieval training data's header (issue 44's shared format)
 WARMUP_FRACTION = 1 / 3  # of the first epoch's steps (sentence-transformers' SpladeRegularizerWeightSchedulerCallback
 # warms up over 1/3 of the run; a task does not know the run's epochs, so a third of one epoch)
-SHOWN_TERMS = 20  # terms `embed --sparse` prints per text
 
 
 # ---- the SPLADE head and its losses ---------------------------------------------------------------------------
@@ -237,8 +236,11 @@ class Splade(Pipeline):
         more = len(result["values"]) - len(terms)
         return "  ".join(terms) + (f"  (+{more} more)" if more > 0 else "") if terms else "(no terms)"
 
-    def vectors(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
-        """(N, V) float32 CSR matrix of the texts' weights, in order (a batch at a time: (B, V) dense at most)."""
+    inference_free = False  # queries through the model too (the same weights as documents)
+
+    def vectors(self, texts: Sequence[str], query: bool = False) -> scipy.sparse.csr_matrix:
+        """(N, V) float32 CSR matrix of the texts' weights, in order (a batch at a time: (B, V) dense at most);
+        query: the texts are queries (the same weights for a model that reads both alike)."""
         items = self.engine.encode(list(texts))
         rows: list[scipy.sparse.csr_matrix | None] = [None] * len(items)
 
