@@ -192,7 +192,9 @@ def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
             ("--document-flops", float, None, "W", f"peak weight of the documents' FLOPS regulariser (default: "
              f"{DOCUMENT_FLOPS:g})"),
             ("--flops-warmup", int, None, "N", "steps over which the FLOPS weights rise quadratically from 0 "
-             "(default: a third of the first epoch's steps)")))
+             "(default: a third of the first epoch's steps)"),
+            ("--inference-free", bool, None, None, "queries are a lookup of learned per-token weights (initialised "
+             "to the training documents' IDF), documents go through the model: no model pass per query")))
     if task == "embed":
         parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
                             help="token vectors -> sentence vector (default: mean)")

@@ -131,6 +131,7 @@ def build_model(spec: TaskSpec, model: str, head: Head, task: Task, tokenizer: T
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only "
                           f"{built.config.vocab_size}")
     built.config.labels = task.labels if spec.keeps_labels else None
+    spec.prepare(built, task)
     return built
 
 

@@ -72,6 +72,9 @@ class Head(Settings):
     """splade: peak weight of the documents' FLOPS regulariser (default: encoderlab.choices.DOCUMENT_FLOPS)."""
     flops_warmup: int | None = None
     """splade: steps of the FLOPS weights' quadratic warm-up (default: a third of the first epoch's)."""
+    inference_free: bool = False
+    """splade: queries are a lookup of learned per-token weights (IDF-initialised), not a pass through the model."""
+    """splade: steps of the FLOPS weights' quadratic warm-up (default: a third of the first epoch's)."""
     embed_dim: int = 300
     """BiLSTM baseline: embedding width."""
     lstm_hidden: int = 256
@@ -114,6 +117,8 @@ class TaskSpec:
     """(--model) -> None, or InputError where the checkpoint cannot start this task (before training starts)."""
     after_save: Callable[[Path, Task], None] = lambda folder, task: None
     """(folder, task): files the task adds beside each saved checkpoint (another library's layout)."""
+    prepare: Callable[[nn.Module, Task], None] = lambda model, task: None
+    """(new task model, task): what the task adds to the model before training (trainable tensors of its own)."""
 
     @property
     def key(self) -> tuple[str, str | None]:

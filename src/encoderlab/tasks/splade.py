@@ -12,9 +12,17 @@ vocabulary of the squared mean weight of a token over the batch, which pushes th
 the posting lists short. Its weight rises from 0 as (step / warm-up)^2 (SPLADE v1, sec. 4: "we found it beneficial
 to increase lambda quadratically ... until a given step") and stays at its peak after.
 
+The inference-free variant (--inference-free; SPLADE-doc, Formal et al. 2021, arXiv:2109.10086 sec. 3.2, and
+sentence-transformers' inference-free SparseEncoder with a SparseStaticEmbedding query module) runs only documents
+through the model; a query is a lookup: each of its tokens (no special tokens) weighs what a learned table of one
+weight per vocabulary token says. The table starts at the training documents' BM25 IDF (Robertson and Zaragoza
+2009, "The Probabilistic Relevance Framework", eq. 3.3: log(1 + (N - df + 0.5) / (df + 0.5))) and trains with the
+model; the queries take no FLOPS term (their cost is the lookup).
+
 The folder is an MLM checkpoint (XForMaskedLM) plus sentence-transformers' SparseEncoder layout (modules.json: the
-fill-mask Transformer at the root, then 1_SpladePooling with max pooling and ReLU), so `SparseEncoder(DIR)` gives
-the same vectors (tests/test_splade.py)."""
+fill-mask Transformer at the root, then 1_SpladePooling with max pooling and ReLU; inference-free: a Router whose
+query route is query_0_SparseStaticEmbedding/ and whose document route is the root's Transformer, module id "."),
+so `SparseEncoder(DIR)` gives the same vectors (tests/test_splade.py)."""
 
 from __future__ import annotations
 
@@ -23,18 +31,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import math
+
 import numpy as np
 import scipy.sparse
 import torch
 import torch.nn.functional as F
 from pydantic import Field, create_model
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from encoderlab.checkpoint import read_config, stored_kind
 from encoderlab.choices import DOCUMENT_FLOPS, QUERY_FLOPS, SHOWN_TERMS, split_names
 from encoderlab.engine import Pipeline, encode, eval_mode, forward
 from encoderlab.errors import InputError
-from encoderlab.io import atomic_write_text
+from encoderlab.io import atomic_write, atomic_write_text
 from encoderlab.nn.model import MaskedLMModel
 from encoderlab.paths import resolve_model_path
 from encoderlab.tasks.base import Task, pad_features
@@ -42,6 +53,7 @@ from encoderlab.tasks.readers import TextExample, read_texts
 from encoderlab.tasks.spec import TaskSpec, register_task
 from encoderlab.tokenizer import Tokenizer
 
+QUERY_MODULE = "query_0_SparseStaticEmbedding"  # the inference-free query table's folder (sentence-transformers')
 COLUMNS = ["query", "positive", "negative"]  # the retrieval training data's header (issue 44's shared format)
 WARMUP_FRACTION = 1 / 3  # of the first epoch's steps (sentence-transformers' SpladeRegularizerWeightSchedulerCallback
 # warms up over 1/3 of the run; a task does not know the run's epochs, so a third of one epoch)
@@ -76,6 +88,45 @@ def model_weights(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Ten
     return sparse_weights(forward(model, batch).logits, batch["attention_mask"])
 
 
+def static_weights(input_ids: torch.Tensor, keep: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """input_ids (B, T), keep (B, T) the real non-special tokens, table (V,) -> (B, V): table[j] where token j occurs
+    (once or more), 0 elsewhere (sentence-transformers' SparseStaticEmbedding)."""
+    presence = torch.zeros(len(input_ids), len(table), device=table.device)
+    presence.scatter_reduce_(1, input_ids, keep.to(presence.dtype), reduce="amax")
+    return presence * table
+
+
+def real_tokens(batch: dict[str, torch.Tensor], tokenizer: Tokenizer) -> torch.Tensor:
+    """(B, T) True at a batch's tokens that are neither padding nor what encoding added ([CLS], [SEP]): the tokens
+    of the text itself, as encoding without special tokens gives them."""
+    special = torch.tensor([tokenizer.cls_id, tokenizer.sep_id], device=batch["input_ids"].device)
+    return batch["attention_mask"].bool() & ~torch.isin(batch["input_ids"], special)
+
+
+def idf_table(texts: Sequence[str], tokenizer: Tokenizer, size: int) -> torch.Tensor:
+    """(size,) BM25 IDF of each vocabulary id over the texts (as documents): log(1 + (N - df + 0.5) / (df + 0.5))."""
+    df = torch.zeros(size)
+    for text in texts:
+        df[sorted(set(tokenizer.encode(text, max_length=None, truncation=False, add_special_tokens=False)))] += 1
+    return torch.log1p((len(texts) - df + 0.5) / (df + 0.5))
+
+
+def drop_query_table(module: nn.Module, state: dict, prefix: str, local: dict) -> None:
+    """A state-dict hook: the model's checkpoint without its query table (saved apart)."""
+    state.pop(prefix + "query_table", None)
+
+
+def attach_query_table(model: nn.Module, task: SpladeTask) -> None:
+    """Inference-free: give the model a trainable query table (IDF of the training documents) that the optimizer
+    trains; kept out of the model's state dict, so its checkpoint stays a plain XForMaskedLM (the table is saved in
+    its own folder, write_sparse_encoder)."""
+    if not task.inference_free:
+        return
+    model.register_parameter("query_table", nn.Parameter(idf_table(task.documents, task.tokenizer,
+                                                                   model.config.vocab_size)))
+    model._register_state_dict_hook(drop_query_table)
+    task.documents = []  # read once
+
 def require_mlm_head(name: str) -> None:
     """InputError, naming the folder and what was expected, for a checkpoint without a masked-LM head."""
     folder = resolve_model_path(name)
@@ -96,11 +147,15 @@ class SpladeTask(Task):
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, batch_size: int = 32, precision: str = "fp32",
                  query_flops: float = QUERY_FLOPS, document_flops: float = DOCUMENT_FLOPS,
-                 flops_warmup: int | None = None) -> None:
-        """flops_warmup: steps of the quadratic warm-up (None: a third of the first epoch's)."""
+                 flops_warmup: int | None = None, inference_free: bool = False,
+                 documents: Sequence[str] = ()) -> None:
+        """flops_warmup: steps of the quadratic warm-up (None: a third of the first epoch's); inference_free: queries
+        through a table of token weights, initialised to the IDF of `documents` (the training file's)."""
         super().__init__(tokenizer, max_length, batch_size, precision)
         self.query_flops, self.document_flops, self.flops_warmup = query_flops, document_flops, flops_warmup
+        self.inference_free, self.documents = inference_free, list(documents)
         self.seen = 0  # training rows through loss(): the warm-up's clock (grad-accumulation pieces add up)
+        self.table: torch.Tensor | None = None  # inference-free: the model's query table once attached
 
     def validate(self, examples: list[TextExample]) -> None:
         for e in examples:
@@ -133,15 +188,22 @@ class SpladeTask(Task):
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
         """Summed over the batch's queries (the loop divides by the step's): the contrastive loss, plus each FLOPS
         term (a batch-level quantity, counted once per query so that the division leaves it whole)."""
-        queries = model_weights(model, batch["0"])  # (B, V)
+        queries = self.query_weights(model, batch["0"])  # (B, V)
         documents = torch.cat([model_weights(model, batch[c]) for c in ("1", "2") if c in batch])  # (C, V)
         B = len(queries)
         if model.training:
             self.seen += B
         step = self.seen / self.batch_size
-        regulariser = (flops_weight(step, self.flops_warmup or 0, self.query_flops) * flops(queries)
-                       + flops_weight(step, self.flops_warmup or 0, self.document_flops) * flops(documents))
+        regulariser = flops_weight(step, self.flops_warmup or 0, self.document_flops) * flops(documents)
+        if not self.inference_free:
+            regulariser = regulariser + flops_weight(step, self.flops_warmup or 0, self.query_flops) * flops(queries)
         return contrastive_sum(queries, documents) + regulariser * B
+
+    def query_weights(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, V) query weights: the model's, or (inference-free) its query table's."""
+        if not self.inference_free:
+            return model_weights(model, batch)
+        return static_weights(batch["input_ids"], real_tokens(batch, self.tokenizer), model.query_table)
 
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[float]:
         """The dot product of each query with its positive."""
@@ -152,9 +214,10 @@ class SpladeTask(Task):
         """(N, V) weights of the queries and of their positives."""
         self.validate(examples)
         engine = self.engine(model)
-        rows = [engine.rows(engine.encode([e.texts[c] for e in examples]),
-                            lambda batch: model_weights(model, batch)) for c in (0, 1)]
-        return rows[0], rows[1]
+        queries = engine.rows(engine.encode([e.texts[0] for e in examples]),
+                              lambda batch: self.query_weights(model, batch))
+        positives = engine.rows(engine.encode([e.texts[1] for e in examples]), lambda batch: model_weights(model, batch))
+        return queries, positives
 
     def evaluate(self, model: nn.Module, examples: list[TextExample]) -> dict[str, float]:
         with eval_mode(model):
@@ -175,7 +238,7 @@ class SpladeTask(Task):
 
     def info(self) -> dict[str, Any]:
         return super().info() | {"query_flops": self.query_flops, "document_flops": self.document_flops,
-                                 "flops_warmup": self.flops_warmup, "sparse": True}
+                                 "flops_warmup": self.flops_warmup, "inference_free": self.inference_free}
 
 
 def read_triplets(path: str, reading, info: dict, head) -> list[TextExample]:
@@ -186,32 +249,82 @@ def read_triplets(path: str, reading, info: dict, head) -> list[TextExample]:
 
 
 # ---- sentence-transformers' SparseEncoder layout ----------------------------------------------------------------
-def write_sparse_encoder(folder: str | Path, max_length: int) -> None:
-    """modules.json and the module configs that make `SparseEncoder(folder)` read this MLM checkpoint as SPLADE (the
-    layout sentence-transformers 6.2 saves: a fill-mask Transformer at the root, then SpladePooling)."""
+TRANSFORMER = "sentence_transformers.base.modules.transformer.Transformer"
+SPLADE_POOLING = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
+STATIC = "sentence_transformers.sparse_encoder.modules.sparse_static_embedding.SparseStaticEmbedding"
+ROUTER = "sentence_transformers.base.modules.router.Router"
+
+
+def write_sparse_encoder(folder: str | Path, task: SpladeTask) -> None:
+    """The files that make `SparseEncoder(folder)` read this MLM checkpoint as SPLADE, in the layout
+    sentence-transformers 6.2 saves: a fill-mask Transformer at the root, then SpladePooling; inference-free, a
+    Router sending queries to the SparseStaticEmbedding table in its own folder and documents to the root's
+    Transformer (module id ".": the weights stay where encoderlab and transformers read them)."""
     folder = Path(folder)
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_SpladePooling",
-                "type": "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"}]
-    transformer = {"transformer_task": "fill-mask", "max_seq_length": max_length,
+    if task.table is not None:
+        write_router(folder, task.table, task.tokenizer)
+        pooling_path = "document_1_SpladePooling"
+    else:
+        modules = [{"idx": 0, "name": "0", "path": "", "type": TRANSFORMER},
+                   {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": SPLADE_POOLING}]
+        atomic_write_text(folder / "modules.json", json.dumps(modules, indent=2) + "\n")
+        pooling_path = "1_SpladePooling"
+    transformer = {"transformer_task": "fill-mask",
                    "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
                    "module_output_name": "token_embeddings"}
     pooling = {"pooling_strategy": "max", "activation_function": "relu", "embedding_dimension": None}
     encoder = {"model_type": "SparseEncoder", "prompts": {"query": "", "document": ""}, "default_prompt_name": None,
                "similarity_fn_name": "dot"}
-    for name, content in (("modules.json", modules), ("sentence_bert_config.json", transformer),
-                          ("1_SpladePooling/config.json", pooling), ("config_sentence_transformers.json", encoder)):
+    for name, content in (("sentence_bert_config.json", transformer), (f"{pooling_path}/config.json", pooling),
+                          ("config_sentence_transformers.json", encoder)):
         atomic_write_text(folder / name, json.dumps(content, indent=2) + "\n")
+
+
+def write_router(folder: Path, table: torch.Tensor, tokenizer: Tokenizer) -> None:
+    """The inference-free layout: modules.json naming one Router, its router_config.json, and the query table's
+    folder (weights under the key "weight", its config and the tokenizer it reads queries with)."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": ROUTER}]
+    router = {"types": {QUERY_MODULE: STATIC, ".": TRANSFORMER, "document_1_SpladePooling": SPLADE_POOLING},
+              "structure": {"query": [QUERY_MODULE], "document": [".", "document_1_SpladePooling"]},
+              "parameters": {"default_route": "document", "allow_empty_key": True, "route_mappings": {}}}
+    weights = {"weight": table.detach().float().cpu().contiguous()}
+    atomic_write(folder / QUERY_MODULE / "model.safetensors", lambda tmp: save_file(weights, tmp))
+    tokenizer.save(folder / QUERY_MODULE)
+    for name, content in (("modules.json", modules), ("router_config.json", router),
+                          (f"{QUERY_MODULE}/config.json", {"frozen": False})):
+        atomic_write_text(folder / name, json.dumps(content, indent=2) + "\n")
+
+
+def read_query_table(folder: Path) -> torch.Tensor | None:
+    """An inference-free folder's query table (V,), or None for a model that reads queries itself."""
+    path = folder / QUERY_MODULE / "model.safetensors"
+    return load_file(path)["weight"].float() if path.is_file() else None
+
+
+def prepare_model(model: nn.Module, task: SpladeTask) -> None:
+    """Inference-free: the model's query table, which the task reads and saves."""
+    attach_query_table(model, task)
+    task.table = getattr(model, "query_table", None)
 
 
 register_task(TaskSpec(
     "splade", read_triplets,
     build=lambda head, tokenizer, train, max_length, common: SpladeTask(
         tokenizer, max_length, **common, **{k: v for k in ("query_flops", "document_flops", "flops_warmup")
-                                            if (v := getattr(head, k)) is not None}),
-    restore=lambda model, given, info, tokenizer, max_length, common: SpladeTask(tokenizer, max_length, **common),
+                                            if (v := getattr(head, k)) is not None},
+        inference_free=head.inference_free, documents=[t for e in train for t in e.texts[1:]]),
+    restore=lambda model, given, info, tokenizer, max_length, common: restored(model, info, tokenizer, max_length,
+                                                                             common),
     models=(MaskedLMModel,), model_kind="mlm", evaluate_kind="mlm",
-    check_model=require_mlm_head, after_save=lambda folder, task: write_sparse_encoder(folder, task.max_length)))
+    check_model=require_mlm_head, after_save=write_sparse_encoder, prepare=prepare_model))
+
+
+def restored(model: nn.Module, info: dict, tokenizer: Tokenizer, max_length: int, common: dict) -> SpladeTask:
+    """The task that scores a saved SPLADE folder (evaluate splade); an inference-free one is scored by its index."""
+    if info.get("inference_free"):
+        raise InputError("evaluate splade reads queries through the model; an inference-free folder's queries are "
+                         "a table lookup: index a corpus with it and run `encoderlab evaluate retrieval --index DIR`")
+    return SpladeTask(tokenizer, max_length, **common)
 
 
 # ---- the `splade` pipeline (registered in encoderlab.infer.pipelines.PIPELINES) -----------------------------------
@@ -236,11 +349,25 @@ class Splade(Pipeline):
         more = len(result["values"]) - len(terms)
         return "  ".join(terms) + (f"  (+{more} more)" if more > 0 else "") if terms else "(no terms)"
 
-    inference_free = False  # queries through the model too (the same weights as documents)
+    query_table: torch.Tensor | None = None  # inference-free: queries are a lookup of this (V,) table
+
+    @classmethod
+    def from_pretrained(cls, name: str | Path, **options: Any) -> Splade:
+        """The model, its tokenizer and settings, and an inference-free folder's query table."""
+        pipe = super().from_pretrained(name, **options)
+        pipe.query_table = read_query_table(resolve_model_path(name))
+        return pipe
+
+    @property
+    def inference_free(self) -> bool:
+        """Queries are a table lookup; documents go through the model."""
+        return self.query_table is not None
 
     def vectors(self, texts: Sequence[str], query: bool = False) -> scipy.sparse.csr_matrix:
         """(N, V) float32 CSR matrix of the texts' weights, in order (a batch at a time: (B, V) dense at most);
-        query: the texts are queries (the same weights for a model that reads both alike)."""
+        query: the texts are queries (a lookup of the query table where the model has one)."""
+        if query and self.query_table is not None:
+            return self.lookup(texts)
         items = self.engine.encode(list(texts))
         rows: list[scipy.sparse.csr_matrix | None] = [None] * len(items)
 
@@ -254,8 +381,21 @@ class Splade(Pipeline):
         return scipy.sparse.vstack(rows, format="csr", dtype=np.float32) if rows else \
             scipy.sparse.csr_matrix((0, width), dtype=np.float32)
 
-    def __call__(self, texts: Sequence[str], top_k: int | None = None) -> list[dict[str, Any]]:
-        matrix = self.vectors(texts)
+    def lookup(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
+        """(N, V) inference-free query weights: each text's tokens (whole: a query is short; without [CLS] and [SEP],
+        as sentence-transformers' SparseStaticEmbedding reads it) weighed by the query table."""
+        table = self.query_table.numpy()
+        rows = []
+        for text in texts:
+            ids = self.tokenizer.encode(text, max_length=None, truncation=False, add_special_tokens=False)
+            present = np.array(sorted(set(ids)), dtype=np.int64)
+            rows.append(scipy.sparse.csr_matrix((table[present], (np.zeros(len(present), dtype=np.int64), present)),
+                                                shape=(1, len(table))))
+        return scipy.sparse.vstack(rows, format="csr", dtype=np.float32)
+
+    def __call__(self, texts: Sequence[str], top_k: int | None = None, query: bool = False) -> list[dict[str, Any]]:
+        """query: the texts are queries (an inference-free model looks them up in its table)."""
+        matrix = self.vectors(texts, query)
         out = []
         for n in range(matrix.shape[0]):
             row = matrix.getrow(n)
