@@ -11,16 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from encoderlab.choices import COMPARE_QUICK as QUICK
-from encoderlab.choices import FAMILY_PRESETS, REFERENCE, SHOWN_TERMS
+from encoderlab.choices import FAMILY_PRESETS, REFERENCE
 from encoderlab.choices import CompareSettings as Settings
 from encoderlab.cli.options import (add_inference_options, add_json, add_model, add_options, add_overwrite, add_threads,
                                     add_window_options, load_pipeline)
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import InputError
 from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, check_texts, read_lines
-from encoderlab.cli.pipelines import read_inputs
+from encoderlab.cli.pipelines import SPLADE, run
 from encoderlab.models import PRESETS
-from encoderlab.retrieval.meta import model_index_kind
 
 if TYPE_CHECKING:
     from encoderlab.infer.pipelines import Pipeline
@@ -106,25 +105,13 @@ def cmd_embed(args: argparse.Namespace) -> list[dict] | None:
 
 
 def cmd_embed_sparse(args: argparse.Namespace) -> list[dict]:
-    """Each text's non-zero terms, heaviest first (token and weight): what a SPLADE model expands it to."""
+    """Each text's non-zero terms, heaviest first (token and weight): what a SPLADE model expands it to (the
+    `splade` command's run)."""
     if args.out or args.dimensions or args.pooling or args.normalize is not None:
         raise InputError("--sparse prints each text's terms: --out, --dimensions, --pooling and --normalize are for "
                          "dense vectors")
-    if args.top_k is not None and args.top_k < 1:
-        raise InputError(f"--top-k {args.top_k}: expected a positive number")
-    texts = read_inputs(args)
-    if model_index_kind(args.model) != "sparse":
-        raise InputError(f"--sparse: --model {args.model} is not a SPLADE model (expected a folder of `encoderlab "
-                         f"finetune splade`, its task.json saying \"task\": \"splade\")")
-    pipe = load_pipeline("splade", args)
-    results = pipe(texts, top_k=args.top_k)
-    if args.json:
-        print(json.dumps([{"text": text} | result for text, result in zip(texts, results)], indent=2,
-                         ensure_ascii=False))
-    else:
-        for text, result in zip(texts, results):
-            print(f"{text}\n  {len(result['values'])} terms: {pipe.show(result)}")
-    return results
+    args.command_card = SPLADE
+    return run(args)
 
 
 # ---- similarity -----------------------------------------------------------------------------------
@@ -214,7 +201,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     emb.add_argument("--sparse", action="store_true", help="print each text's weighted terms, heaviest first, by a "
                      "SPLADE model (encoderlab finetune splade): the words it expands the text to")
     emb.add_argument("--top-k", type=int, default=None, metavar="K", help="--sparse: the heaviest K terms (default: "
-                     f"all with --json, else the first {SHOWN_TERMS} printed)")
+                     "all)")
     add_json(emb, "--sparse: print each text's terms as JSON (indices, values, tokens)")
     _add_embedding_options(emb)
     emb.set_defaults(func=cmd_embed)

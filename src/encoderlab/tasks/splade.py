@@ -347,7 +347,8 @@ class Splade(Pipeline):
     def show(result: dict[str, Any]) -> str:
         terms = [f"{token} {value:.2f}" for token, value in zip(result["tokens"], result["values"])][:SHOWN_TERMS]
         more = len(result["values"]) - len(terms)
-        return "  ".join(terms) + (f"  (+{more} more)" if more > 0 else "") if terms else "(no terms)"
+        listed = "  ".join(terms) + (f"  (+{more} more)" if more > 0 else "")
+        return f"{len(result['values'])} terms: {listed}" if terms else "0 terms"
 
     query_table: torch.Tensor | None = None  # inference-free: queries are a lookup of this (V,) table
 
