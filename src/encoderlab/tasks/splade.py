@@ -45,6 +45,7 @@ from encoderlab.checkpoint import read_config, stored_kind
 from encoderlab.choices import DOCUMENT_FLOPS, QUERY_FLOPS, SHOWN_TERMS, split_names
 from encoderlab.engine import Pipeline, encode, eval_mode, forward
 from encoderlab.errors import InputError
+from encoderlab.folder import read_task_info
 from encoderlab.io import atomic_write, atomic_write_text
 from encoderlab.nn.model import MaskedLMModel
 from encoderlab.paths import resolve_model_path
@@ -354,9 +355,13 @@ class Splade(Pipeline):
 
     @classmethod
     def from_pretrained(cls, name: str | Path, **options: Any) -> Splade:
-        """The model, its tokenizer and settings, and an inference-free folder's query table."""
+        """The model, its tokenizer and settings, and an inference-free folder's query table; InputError for a folder
+        that `finetune splade` did not make (a plain masked LM's weights are not trained to be sparse)."""
+        folder = resolve_model_path(name)
+        if read_task_info(folder).get("task") != "splade":
+            raise InputError(f"splade needs {cls.needs}; {name} has no task.json saying \"task\": \"splade\"")
         pipe = super().from_pretrained(name, **options)
-        pipe.query_table = read_query_table(resolve_model_path(name))
+        pipe.query_table = read_query_table(folder)
         return pipe
 
     @property
