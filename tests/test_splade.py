@@ -281,6 +281,13 @@ def test_a_checkpoint_without_an_mlm_head_is_refused(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def test_inference_free_runs_cannot_resume(tiny, tmp_path, capsys):
+    train = triplets(tmp_path / "train.tsv", 4)
+    assert main(["finetune", "splade", "--model", str(tiny), "--train", str(train), "--out", str(tmp_path / "run"),
+                 "--inference-free", "--resume"]) == 2
+    assert "--inference-free" in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
 def test_embed_sparse_refuses_a_dense_model_and_dense_flags(tiny, capsys):
     assert main(["embed", "--sparse", "--model", "minilm", "a text"]) == 2
     assert "not a SPLADE model" in capsys.readouterr().err
