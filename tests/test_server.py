@@ -82,7 +82,8 @@ def running(app, **config) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def minilm_server(minilm_path) -> Iterator[str]:
     pipelines, reasons = load_pipelines(str(minilm_path))
-    assert list(pipelines) == ["embed"] and set(reasons) == {"classify", "fill-mask", "ner", "qa", "rerank", "colbert"}
+    assert list(pipelines) == ["embed"] and set(reasons) == {"classify", "fill-mask", "ner", "qa", "rerank", "colbert",
+                                                             "splade"}
     with running(create_app(pipelines, Limits(), model="minilm", unavailable=reasons)) as url:
         yield url
 

@@ -60,12 +60,19 @@ TASK_CARDS = (
     TaskCard("rerank", "TSV/CSV/JSONL of (query, passage, label): label 1 relevant, 0 not, or a score in [0, 1]", 256, 32),
     TaskCard("colbert", "TSV/CSV/JSONL of (query, positive, negative) rows, the negative optional (may be empty)",
              180, 32),
+    TaskCard("splade", "TSV with a header query, positive, negative (negative optional): retrieval training rows", 128,
+             32),
 )
 FINETUNE_TASKS = tuple(card.name for card in TASK_CARDS)
 READS = {card.name: card.reads for card in TASK_CARDS}
 DATA_HELP = {card.name: card.data for card in TASK_CARDS}
 MAX_LENGTH = {card.name: card.max_length for card in TASK_CARDS}
 BATCH_SIZE = {card.name: card.batch_size for card in TASK_CARDS}
+# splade's FLOPS peak weights for queries and documents: sentence-transformers 6.2's SpladeLoss example
+# (query_regularizer_weight 5e-5, document_regularizer_weight 3e-5); queries weigh more, as in SPLADE v2
+# (arXiv:2109.10086, sec. 3: lambda_q > lambda_d), since every search pays for each query term.
+QUERY_FLOPS, DOCUMENT_FLOPS = 5e-5, 3e-5
+SHOWN_TERMS = 20  # terms `embed --sparse` prints per text (all with --json)
 CLASSIFY_TYPES = ("classification", "regression", "multilabel")  # classify's --task-type
 BILSTM = "bilstm"
 

@@ -7,7 +7,8 @@ import json
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from encoderlab.choices import BATCH_SIZE, BILSTM, CLASSIFY_TYPES, DATA_HELP, MAX_LENGTH, READS, names_text, split_names
+from encoderlab.choices import (BATCH_SIZE, BILSTM, CLASSIFY_TYPES, DATA_HELP, DOCUMENT_FLOPS, MAX_LENGTH, QUERY_FLOPS,
+                                READS, names_text, split_names)
 from encoderlab.choices import FINETUNE_TASKS as TASKS
 from encoderlab.cli import retrieval
 from encoderlab.cli.options import (DEVICE, MODEL_HELP, add_json, add_model, add_options, add_overwrite, add_precision,
@@ -55,6 +56,9 @@ def dimension_list(text: str) -> tuple[int, ...]:
 # ---- the commands ---------------------------------------------------------------------------------------------
 def cmd_finetune(args: argparse.Namespace) -> dict[str, Any]:
     """Fine-tune a model on a task; keep the best checkpoint by the eval metric; print the results."""
+    if getattr(args, "inference_free", False) and args.resume:
+        raise InputError("--resume: the training state of an --inference-free run does not hold its query table "
+                         "(saved beside each best checkpoint only): start the run again")
     check_out_folder(args.out, args.overwrite, args.resume, RESUMABLE, [args.model])
     apply_threads(args.threads)
     from encoderlab.tasks.finetune import finetune
@@ -189,6 +193,16 @@ def _task_options(parser: argparse.ArgumentParser, task: str) -> None:
                             help="dimensions of each token vector, the projection's width (default: 128)")
         parser.add_argument("--teacher", default=None, metavar="DIR", help="also distil from this cross-encoder "
                             "(a `finetune rerank` folder): KL from its scores of each row's positive and negative")
+    if task == "splade":
+        add_options(parser, (
+            ("--query-flops", float, None, "W", f"peak weight of the queries' FLOPS regulariser (default: "
+             f"{QUERY_FLOPS:g})"),
+            ("--document-flops", float, None, "W", f"peak weight of the documents' FLOPS regulariser (default: "
+             f"{DOCUMENT_FLOPS:g})"),
+            ("--flops-warmup", int, None, "N", "steps over which the FLOPS weights rise quadratically from 0 "
+             "(default: a third of the first epoch's steps)"),
+            ("--inference-free", bool, None, None, "queries are a lookup of learned per-token weights (initialised "
+             "to the training documents' IDF), documents go through the model: no model pass per query")))
     if task == "embed":
         parser.add_argument("--pooling", choices=("mean", "cls"), default="mean",
                             help="token vectors -> sentence vector (default: mean)")

@@ -18,6 +18,7 @@ from encoderlab.cli.options import (add_inference_options, add_json, add_model, 
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import InputError
 from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, check_texts, read_lines
+from encoderlab.cli.pipelines import SPLADE, run
 from encoderlab.models import PRESETS
 
 if TYPE_CHECKING:
@@ -77,8 +78,16 @@ def _embedder(args: argparse.Namespace) -> Pipeline:
                          **({"pooling": args.pooling} if args.pooling else {}))
 
 
-def cmd_embed(args: argparse.Namespace) -> None:
-    """Embed every line of a text file into an (N, H) float32 .npy array."""
+def cmd_embed(args: argparse.Namespace) -> list[dict] | None:
+    """Embed every line of a text file into an (N, H) float32 .npy array; with --sparse, print the weighted terms a
+    SPLADE model gives each text (TEXT arguments or --input lines)."""
+    if args.sparse:
+        return cmd_embed_sparse(args)
+    if args.texts or args.json or args.top_k is not None:
+        raise InputError("TEXT arguments, --json and --top-k go with --sparse; dense vectors are written from "
+                         "--input FILE to --out OUT.npy")
+    if not (args.input and args.out):
+        raise InputError("embed needs --input FILE and --out OUT.npy (or --sparse to print a SPLADE model's terms)")
     texts = read_lines(args.input)
     embedder = _embedder(args)
     vectors = embedder.embed(texts)
@@ -93,6 +102,16 @@ def cmd_embed(args: argparse.Namespace) -> None:
     print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} float32 "
           f"({embedder.pooling} pooling{', normalized' if embedder.normalize else ''}, {embedder.precision}"
           f"{'' if embedder.engine_name == 'torch' else ' on ' + embedder.engine_name})")
+
+
+def cmd_embed_sparse(args: argparse.Namespace) -> list[dict]:
+    """Each text's non-zero terms, heaviest first (token and weight): what a SPLADE model expands it to (the
+    `splade` command's run)."""
+    if args.out or args.dimensions or args.pooling or args.normalize is not None:
+        raise InputError("--sparse prints each text's terms: --out, --dimensions, --pooling and --normalize are for "
+                         "dense vectors")
+    args.command_card = SPLADE
+    return run(args)
 
 
 # ---- similarity -----------------------------------------------------------------------------------
@@ -173,10 +192,17 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_json(info)
     info.set_defaults(func=cmd_info)
 
-    emb = commands.add_parser("embed", help="embed one text per line into a .npy array", description=cmd_embed.__doc__)
+    emb = commands.add_parser("embed", help="embed one text per line into a .npy array (--sparse: print a SPLADE "
+                              "model's terms)", description=cmd_embed.__doc__)
     add_model(emb)
-    emb.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text file, one text per line")
-    emb.add_argument("--out", required=True, metavar="OUT.npy", help="where to write the (N, H) float32 array")
+    emb.add_argument("texts", nargs="*", metavar="TEXT", help="--sparse: texts to show the terms of (or --input)")
+    emb.add_argument("--input", metavar="FILE", help="UTF-8 text file, one text per line")
+    emb.add_argument("--out", metavar="OUT.npy", help="where to write the (N, H) float32 array")
+    emb.add_argument("--sparse", action="store_true", help="print each text's weighted terms, heaviest first, by a "
+                     "SPLADE model (encoderlab finetune splade): the words it expands the text to")
+    emb.add_argument("--top-k", type=int, default=None, metavar="K", help="--sparse: the heaviest K terms (default: "
+                     "all)")
+    add_json(emb, "--sparse: print each text's terms as JSON (indices, values, tokens)")
     _add_embedding_options(emb)
     emb.set_defaults(func=cmd_embed)
 

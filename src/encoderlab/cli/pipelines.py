@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from encoderlab.choices import MAX_TOKENS_SHOWN
+from encoderlab.choices import MAX_TOKENS_SHOWN, SHOWN_TERMS
 from encoderlab.cli.options import (MODEL_HELP, add_inference_options, add_json, add_model, add_options,
                                     add_window_options, load_pipeline)
 from encoderlab.errors import InputError
 from encoderlab.io import check_texts, qa_inputs, read_lines, read_text, require_text
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
+from encoderlab.retrieval.meta import model_index_kind
 
 if TYPE_CHECKING:
     from encoderlab.viz.attention import AttentionMaps
@@ -103,6 +104,17 @@ def rerank_items(args: argparse.Namespace) -> list[dict[str, Any]]:
     return [{"query": args.query, "passages": read_inputs(args)}]
 
 
+def splade_inputs(args: argparse.Namespace) -> list[str]:
+    """The texts, for a SPLADE folder's --model (its task.json), checked before it loads."""
+    texts = read_inputs(args)
+    if model_index_kind(args.model) != "sparse":
+        raise InputError(f"--model {args.model} is not a SPLADE model (expected a folder of `encoderlab finetune "
+                         f"splade`, its task.json saying \"task\": \"splade\")")
+    if args.top_k is not None and args.top_k < 1:
+        raise InputError(f"--top-k {args.top_k}: expected a positive number")
+    return texts
+
+
 COMMANDS = (
     Command("fill-mask", "top-k tokens for each [MASK]",
             "Predict the tokens behind [MASK] (several per text allowed): top-k with probabilities.", read_inputs,
@@ -136,7 +148,13 @@ COMMANDS = (
             "punctuation left out) or with --query as a query (marker, [MASK]-expanded to 32 tokens).", read_inputs,
             (("--query", {"action": "store_true", "help": "encode the texts as queries (default: as documents)"}),),
             call=("query",)),
+    Command("splade", "a SPLADE model's weighted terms for each text (also: embed --sparse)",
+            f"Print each text's non-zero terms, heaviest first (token and weight; the first {SHOWN_TERMS}, all with "
+            f"--json): the words a SPLADE model (encoderlab finetune splade) expands the text to.", splade_inputs,
+            (("--top-k", {"type": int, "metavar": "K", "help": "the heaviest K terms (default: all)"}),),
+            call=("top_k",), model_help="a SPLADE folder (encoderlab finetune splade)"),
 )
+SPLADE = next(command for command in COMMANDS if command.name == "splade")
 
 
 def read_questions(path: str) -> list[dict[str, str]]:

@@ -19,9 +19,9 @@ from encoderlab.io import check_out_folder
 from encoderlab.retrieval.corpus import read_documents, read_qrels, read_queries, scan
 from encoderlab.retrieval.fusion import (DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORMALISATION, NORMALISATIONS,
                                          RRF_K, fuse)
-from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX_FILE, MULTIVECTOR, OWN, SHARDS,
-                                       check_kind, check_model, index_kind, model_kind,
-                                       query_settings, read_meta, require_complete)
+from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX_FILE, MULTIVECTOR, OWN,
+                                       PIPELINE_OF_KIND, SHARDS, check_model, index_bytes, index_kind,
+                                       model_index_kind, query_settings, read_meta, require_complete)
 
 ANN_KINDS = ("hnsw",)  # encoderlab.retrieval.ann's, which loads faiss
 QUANTIZE = ("int8", "binary")
@@ -58,7 +58,7 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.token_pooling < 1:
         raise InputError(f"--token-pooling {args.token_pooling}: expected a positive factor (1: no pooling)")
     count = scan(args.corpus)
-    if model_kind(args.model) == MULTIVECTOR:
+    if model_index_kind(args.model) == MULTIVECTOR:
         return index_multivector(args, count)  # a bad line, a duplicate id or an empty corpus: refused before the model loads
     from encoderlab.retrieval.distributed import join
     from encoderlab.retrieval.index import Index
@@ -66,8 +66,7 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
 
     ranks = join(args.device)  # after the checks: every rank ran them on the same files
     args.device = str(ranks.device) if ranks.world_size > 1 else args.device
-    embedder = load_pipeline("embed", args, dimensions=args.dimensions, normalize=args.normalize,
-                             **({"pooling": args.pooling} if args.pooling else {}))
+    embedder = document_encoder(args)
     started = time.perf_counter()
     if args.add:
         index = Index(args.out, embedder)
@@ -84,16 +83,19 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
     if not ranks.is_main:  # rank 0 reports
         return None
     meta = index.meta
-    summary = {"index": str(args.out), "documents": len(index), "added": count, "shards": len(index.shards),
-               "dimensions": meta["dimensions"], "similarity": meta["similarity"], "bm25": meta["bm25"],
-               "ann": meta.get("ann"), "seconds": round(seconds, 2),
-               "documents_per_second": round(count / seconds, 1), "ranks": ranks.world_size}
+    summary = {"index": str(args.out), "kind": meta["kind"], "documents": len(index), "added": count,
+               "shards": len(index.shards), "dimensions": meta["dimensions"], "similarity": meta["similarity"],
+               "bm25": meta["bm25"], "ann": meta.get("ann"), "bytes": index_bytes(args.out),
+               "seconds": round(seconds, 2), "documents_per_second": round(count / seconds, 1),
+               "ranks": ranks.world_size}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
+        made = f"{meta['pooling']} pooling, " if meta["kind"] == "dense" else "sparse: an inverted index, "
         print(f"wrote {args.out}: {len(index)} documents in {len(index.shards)} shard(s), {meta['dimensions']} "
-              f"dimensions ({meta['pooling']} pooling, {meta['similarity']}){', BM25' if meta['bm25'] else ''}; "
-              f"{count} embedded at {summary['documents_per_second']} documents/s{ann_text(meta.get('ann'))}")
+              f"dimensions ({made}{meta['similarity']}), {summary['bytes'] / 1e6:.2f} MB of vectors"
+              f"{', BM25' if meta['bm25'] else ''}; {count} embedded at {summary['documents_per_second']} "
+              f"documents/s{ann_text(meta.get('ann'))}")
     return summary
 
 
@@ -121,6 +123,20 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
               f"dimensions ({meta['dtype']}, token pooling {meta['token_pooling']}), "
               f"{meta['bytes_per_document']:.0f} bytes per document, in {seconds:.1f} s")
     return summary
+
+
+def document_encoder(args: argparse.Namespace) -> Any:
+    """The pipeline that encodes --model's documents: Embed (with --dimensions, --normalize, --pooling), or Splade
+    for a SPLADE folder (which takes none of them)."""
+    kind = model_index_kind(args.model)
+    if kind != "dense":
+        given = [flag for flag, value in (("--dimensions", args.dimensions), ("--pooling", args.pooling),
+                                          ("--normalize", args.normalize)) if value]
+        if given:
+            raise InputError(f"{', '.join(given)}: --model {args.model} makes {kind} vectors, which take none")
+        return load_pipeline(PIPELINE_OF_KIND[kind], args)
+    return load_pipeline("embed", args, dimensions=args.dimensions, normalize=args.normalize,
+                         **({"pooling": args.pooling} if args.pooling else {}))
 
 
 def ann_settings(args: argparse.Namespace, dimensions: int) -> dict[str, Any]:
@@ -211,8 +227,10 @@ def open_index(args: argparse.Namespace, folder: str) -> Any:
         return MultiVectorIndex(folder)
     embedder = None
     if args.mode != "bm25":
-        embedder = load_pipeline("embed", argparse.Namespace(**{**vars(args), "model": args.model or meta["model"][
-            "path"]}), **query_settings(meta))
+        given = argparse.Namespace(**{**vars(args), "model": args.model or meta["model"]["path"]})
+        kind = meta.get("kind", "dense")
+        embedder = load_pipeline("embed", given, **query_settings(meta)) if kind == "dense" else \
+            load_pipeline(PIPELINE_OF_KIND[kind], given, **({} if args.max_length else {"max_length": meta["max_length"]}))
     return Index(folder, embedder)
 
 
@@ -220,7 +238,6 @@ def check_index(args: argparse.Namespace, folder: str) -> None:
     """A finished index, searched with its own model, with BM25 where the mode needs it; before torch loads."""
     meta = read_meta(folder)
     require_complete(folder, meta)
-    check_kind(folder, meta, args.model)
     check_model(folder, meta, args.model)
     if args.mode != "dense" and not meta["bm25"]:
         raise InputError(f"--mode {args.mode}: --index {folder} has no BM25 index (build it with `encoderlab index "
@@ -281,7 +298,7 @@ def cmd_evaluate_retrieval(args: argparse.Namespace) -> dict[str, Any]:
     read_queries(data.queries)
     with tempfile.TemporaryDirectory(prefix="encoderlab-index-") as scratch:
         folder = args.index or str(Path(scratch) / "index")
-        if not args.index and model_kind(args.model) == MULTIVECTOR:
+        if not args.index and model_index_kind(args.model) == MULTIVECTOR:
             from encoderlab.retrieval.multivector import MultiVectorIndex
 
             MultiVectorIndex.build(args.model, data.corpus, folder, progress=not args.no_progress,
@@ -289,8 +306,8 @@ def cmd_evaluate_retrieval(args: argparse.Namespace) -> dict[str, Any]:
         elif not args.index:
             from encoderlab.retrieval.index import Index
 
-            embedder = load_pipeline("embed", args, pooling=args.pooling) if args.pooling else \
-                load_pipeline("embed", args)
+            args.dimensions = args.normalize = None  # evaluate's embedder: the model's own vectors
+            embedder = document_encoder(args)
             Index.build(args.model, data.corpus, folder, embedder=embedder, bm25=args.mode != "dense",
                         progress=not args.no_progress)
         result = evaluate_folder(args, folder, data, options)

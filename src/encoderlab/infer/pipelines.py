@@ -40,6 +40,7 @@ from encoderlab.tasks.colbert import Colbert
 from encoderlab.tasks.qa import Decoded, QATask, fit_to_window
 from encoderlab.tasks.readers import QAExample
 from encoderlab.tasks.rerank import Rerank
+from encoderlab.tasks.splade import Splade
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -454,7 +455,8 @@ class QA(Pipeline):
 
 # Every pipeline by task, in the order the server offers them: a capability registers its pipeline here, in one line
 # (rerank's is declared with its task, in encoderlab.tasks.rerank).
-PIPELINES: dict[str, type[Pipeline]] = {cls.task: cls for cls in (Embed, Classify, FillMask, NER, QA, Rerank, Colbert)}
+PIPELINES: dict[str, type[Pipeline]] = {cls.task: cls for cls in (Embed, Classify, FillMask, NER, QA, Rerank, Colbert,
+                                                                         Splade)}
 
 
 def pipeline(task: str, model: str | Path | None = None, precision: str = "fp32", *, engine: str = "torch",

@@ -31,7 +31,7 @@ from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import Embed, pipeline
 from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, progress_bar
 from encoderlab.paths import resolve_model_path
-from encoderlab.retrieval import ann, fusion, lexical
+from encoderlab.retrieval import ann, fusion, lexical, sparse
 from encoderlab.retrieval.corpus import Document, read_documents, scan
 from encoderlab.retrieval.distributed import WAIT, Dist, join, main_then_all, own_documents, owns, wait
 from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, query_settings,
@@ -41,6 +41,57 @@ SHARD_SIZE = 10_000  # documents per shard: 15 MB of minilm's float32 vectors, a
 MODES = ("dense", "bm25", "hybrid")
 FUSIONS = ("rrf", "weighted")
 DEPTH = 100  # candidates each retriever gives a fused ranking (BEIR's hybrid baselines fuse top-100 lists too)
+
+
+class DenseVectors:
+    """How a dense index stores and scores its vectors: (n, D) float32 .npy shards, dot products (cosines where the
+    vectors are normalised); the Embed pipeline encodes documents and queries alike."""
+
+    kind, suffix = "dense", ".npy"
+
+    @staticmethod
+    def documents(embedder: Pipeline, texts: list[str]) -> np.ndarray:
+        """(n, D) document vectors."""
+        return embedder.embed(texts)
+
+    queries = documents
+
+    @staticmethod
+    def save(path: Path, vectors: np.ndarray) -> None:
+        with open(path, "wb") as handle:
+            np.save(handle, np.ascontiguousarray(vectors, dtype=np.float32))
+
+    @staticmethod
+    def load(path: Path) -> np.ndarray:
+        return np.load(path)
+
+    @staticmethod
+    def scores(queries: np.ndarray, shard: np.ndarray) -> torch.Tensor:
+        """(Q, n) dot products of query vectors (Q, D) with a shard's (n, D)."""
+        return torch.from_numpy(queries) @ torch.from_numpy(shard).T
+
+    @staticmethod
+    def meta(embedder: Pipeline) -> dict[str, Any]:
+        """index.json's record of how the vectors were made (what encodes the queries the same way)."""
+        if not isinstance(embedder, Embed):
+            raise InputError(f"index needs an embed pipeline, not {embedder.task}")
+        return {"pooling": embedder.pooling, "normalize": embedder.normalize, "dimensions": embedder.dimensions,
+                "max_length": embedder.max_length, "similarity": "cosine" if embedder.normalize else "dot",
+                "dtype": "float32"}
+
+    @staticmethod
+    def encoder(meta: dict[str, Any], model: str | os.PathLike, **options: Any) -> Pipeline:
+        """The pipeline that encodes queries as the index's documents were."""
+        return pipeline("embed", model, **query_settings(meta) | options)
+
+
+VECTOR_KINDS = {kind.kind: kind for kind in (DenseVectors, sparse.SparseVectors)}
+"""index.json's "kind" -> how its shards are stored, encoded and scored (an index.json without one is dense)."""
+
+
+def vector_kind(meta: dict[str, Any]) -> Any:
+    """The vector kind of an index.json."""
+    return VECTOR_KINDS[meta.get("kind", "dense")]
 
 
 class Index:
@@ -53,7 +104,8 @@ class Index:
         self.meta = read_meta(self.folder)
         require_complete(self.folder, self.meta)
         self._embedder = embedder
-        self.shards = shard_names(self.folder)
+        self.kind = vector_kind(self.meta)
+        self.shards = shard_names(self.folder, self.kind.suffix)
         self.ids = [i for name in self.shards for i in json.loads(self._path(name, ".ids.json").read_text("utf-8"))]
         self._docs: dict[str, list[Document]] = {}
         self._bm25 = None
@@ -85,6 +137,10 @@ class Index:
             options["device"] = ranks.device
         embedder = embedder or pipeline("embed", model, dimensions=dimensions, **options)
         meta = new_meta(model, embedder, shard_size, bm25)
+        kind = vector_kind(meta)
+        if (ann_kind or quantize) and kind is not DenseVectors:
+            raise InputError(f"--ann/--quantize: a {kind.kind} index is searched exactly (its inverted index); "
+                             f"they are for dense vectors")
         if ann_kind or quantize:
             meta["ann"] = ann.settings(ann_kind, quantize, embedder.dimensions, **(hnsw or {}))
         meta["sources"] = [source(corpus, 0) | {"documents": count}]
@@ -133,7 +189,7 @@ class Index:
         """Open an index; model: the query encoder, refused (naming both) unless it is the index's model."""
         meta = read_meta(folder)
         check_model(folder, meta, model)
-        embedder = None if model is None else embedder_for(meta, model, **options)
+        embedder = None if model is None else vector_kind(meta).encoder(meta, model, **options)
         return cls(folder, embedder)
 
     @classmethod
@@ -143,20 +199,21 @@ class Index:
         BM25 if asked, marks the index complete and opens it (the other ranks: None)."""
         bar = progress_bar(total=own_documents(meta, ranks), unit="doc", desc="index",
                            disable=not progress or not ranks.is_main)
+        kind = vector_kind(meta)
         for corpus in meta["sources"]:
             chunks = batched(read_documents(corpus["path"]), meta["shard_size"])
             for number, chunk in enumerate(chunks, corpus["first_shard"]):
                 name = f"{number:05d}"
                 if not owns(ranks, number):
                     continue
-                if not (folder / SHARDS / f"{name}.npy").is_file():
-                    cls.write_chunk(folder, name, chunk, embedder)
+                if not (folder / SHARDS / f"{name}{kind.suffix}").is_file():
+                    cls.write_chunk(folder, name, chunk, embedder, kind)
                 bar.update(len(chunk))
         bar.close()
         wait(ranks, WAIT)  # every rank's shards are on disk
         if not ranks.is_main:
             return None
-        names = shard_names(folder)
+        names = shard_names(folder, kind.suffix)
         meta["count"] = sum(len(json.loads((folder / SHARDS / f"{n}.ids.json").read_text("utf-8"))) for n in names)
         if meta["bm25"]:
             lexical.build(([d.joined for d in shard_documents(folder, n)] for n in names), folder / BM25)
@@ -166,9 +223,10 @@ class Index:
         return cls(folder, embedder)
 
     @classmethod
-    def write_chunk(cls, folder: Path, name: str, chunk: list[Document], embedder: Any) -> None:
-        """Encode one shard's documents and write the shard (a multi-vector index writes token vectors)."""
-        write_shard(folder, name, chunk, embedder.embed([d.joined for d in chunk]))
+    def write_chunk(cls, folder: Path, name: str, chunk: list[Document], embedder: Any, kind: Any) -> None:
+        """Encode one shard's documents and write the shard as `kind` stores it (a multi-vector index writes token
+        vectors and their offsets)."""
+        write_shard(folder, name, chunk, kind.documents(embedder, [d.joined for d in chunk]), kind)
 
     @classmethod
     def build_structures(cls, folder: Path, meta: dict[str, Any], names: list[str]) -> None:
@@ -189,17 +247,20 @@ class Index:
     def embedder(self) -> Pipeline:
         """The query encoder: the index's model, with its pooling, normalisation and dimensions."""
         if self._embedder is None:
-            self._embedder = embedder_for(self.meta, self.meta["model"]["path"])
+            self._embedder = self.kind.encoder(self.meta, self.meta["model"]["path"])
         return self._embedder
 
     def vectors(self) -> np.ndarray:
-        """Every document vector, (N, D), in index order (for tests and exports; search reads shard by shard)."""
+        """Every document vector, (N, D), in index order (for tests and exports; search reads shard by shard); a
+        sparse index's as one scipy.sparse matrix."""
+        if self.kind is not DenseVectors:
+            return self.kind.stack([self.kind.load(self._path(name, self.kind.suffix)) for name in self.shards])
         return np.concatenate([np.load(self._path(name, ".npy")) for name in self.shards])
 
     def dense(self, queries: Sequence[str], k: int, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Each query's best k documents by the dot product of the vectors (the cosine where they are normalised):
         scores (Q, k) and positions (Q, k), best first (nearest)."""
-        return self.nearest(self.embedder.embed(list(queries)), k, exact)
+        return self.nearest(self.kind.queries(self.embedder, list(queries)), k, exact)
 
     def nearest(self, vectors: np.ndarray, k: int, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Query vectors' (Q, D) best k: by the ann structure where index.json records one (and not exact), else
@@ -209,13 +270,12 @@ class Index:
                 self._ann = ann.load(self.folder, self.meta["ann"])
             scores, positions = ann.search(self._ann, self.meta["ann"], vectors, k, self.rows)
             return torch.from_numpy(scores), torch.from_numpy(positions.astype(np.int64))
-        q = torch.from_numpy(vectors)  # (Q, D)
-        best = torch.empty(len(q), 0)
-        where = torch.empty(len(q), 0, dtype=torch.long)
+        best = torch.empty(vectors.shape[0], 0)
+        where = torch.empty(vectors.shape[0], 0, dtype=torch.long)
         offset = 0
         for name in self.shards:
-            shard = torch.from_numpy(np.load(self._path(name, ".npy")))  # (n, D)
-            scores = q @ shard.T  # (Q, n)
+            shard = self.kind.load(self._path(name, self.kind.suffix))  # (n, D)
+            scores = self.kind.scores(vectors, shard)  # (Q, n)
             top = scores.topk(min(k, scores.shape[1]), dim=1)
             merged = torch.cat([best, top.values], dim=1).topk(min(k, best.shape[1] + top.values.shape[1]), dim=1)
             where = torch.cat([where, top.indices + offset], dim=1).gather(1, merged.indices)
@@ -318,20 +378,17 @@ class Index:
 
 # ---- helpers --------------------------------------------------------------------------------------------------
 def embedder_for(meta: dict[str, Any], model: str | os.PathLike, **options: Any) -> Pipeline:
-    """The Embed pipeline that encodes queries as the index's documents were: pooling, normalisation, dimensions,
-    window."""
-    return pipeline("embed", model, **query_settings(meta) | options)
+    """The pipeline that encodes queries as the index's documents were (the Embed pipeline's pooling,
+    normalisation, dimensions and window for a dense index)."""
+    return vector_kind(meta).encoder(meta, model, **options)
 
 
 def new_meta(model: str | os.PathLike, embedder: Pipeline, shard_size: int, bm25: bool) -> dict[str, Any]:
-    """index.json of a new index, before its shards."""
-    if not isinstance(embedder, Embed):
-        raise InputError(f"index needs an embed pipeline, not {embedder.task}")
-    return {"format": FORMAT, "complete": False,
+    """index.json of a new index, before its shards: of the kind of `embedder` (Embed: dense; Splade: sparse)."""
+    kind = next((k for k in VECTOR_KINDS.values() if k is not DenseVectors and k.made_by(embedder)), DenseVectors)
+    return {"format": FORMAT, "complete": False, "kind": kind.kind,
             "model": {"name": str(model), "path": str(resolve_model_path(model).resolve()), "fingerprint": fingerprint(model)},
-            "pooling": embedder.pooling, "normalize": embedder.normalize, "dimensions": embedder.dimensions,
-            "max_length": embedder.max_length, "similarity": "cosine" if embedder.normalize else "dot",
-            "dtype": "float32", "shard_size": shard_size, "bm25": bm25, "ann": None, "count": 0,
+            **kind.meta(embedder), "shard_size": shard_size, "bm25": bm25, "ann": None, "count": 0,
             "text": "title + ' ' + text (BEIR's dense models)"}
 
 
@@ -351,23 +408,19 @@ def check_resumable(folder: Path, previous: dict[str, Any], meta: dict[str, Any]
     return previous
 
 
-def write_shard(folder: Path, name: str, documents: list[Document], vectors: np.ndarray,
-                dtype: type = np.float32) -> None:
-    """A shard's documents and ids, then its vectors as `dtype` (its mark of completion), each written atomically."""
+def write_shard(folder: Path, name: str, documents: list[Document], vectors: Any, kind: Any = DenseVectors) -> None:
+    """A shard's documents and ids, then its vectors (its mark of completion; stored as `kind` stores them), each
+    written atomically."""
     lines = [json.dumps({"_id": d.id, "title": d.title, "text": d.text}, ensure_ascii=False) for d in documents]
     atomic_write_text(folder / SHARDS / f"{name}.docs.jsonl", "\n".join(lines) + "\n")
     atomic_write_text(folder / SHARDS / f"{name}.ids.json", json.dumps([d.id for d in documents]))
 
-    def save(tmp: Path) -> None:
-        with open(tmp, "wb") as handle:
-            np.save(handle, np.ascontiguousarray(vectors, dtype=dtype))
-
-    atomic_write(folder / SHARDS / f"{name}.npy", save)
+    atomic_write(folder / SHARDS / f"{name}{kind.suffix}", lambda tmp: kind.save(tmp, vectors))
 
 
-def shard_names(folder: Path) -> list[str]:
-    """The finished shards, in order."""
-    return sorted(p.name.removesuffix(".npy") for p in (folder / SHARDS).glob("*.npy")) \
+def shard_names(folder: Path, suffix: str = ".npy") -> list[str]:
+    """The finished shards (their vector files, of `suffix`), in order."""
+    return sorted(p.name.removesuffix(suffix) for p in (folder / SHARDS).glob(f"*{suffix}")) \
         if (folder / SHARDS).is_dir() else []
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from encoderlab.errors import InputError
-from encoderlab.io import atomic_write_text
 from encoderlab.folder import read_task_info
+from encoderlab.io import atomic_write_text
 from encoderlab.paths import resolve_model_path
 
 INDEX_FILE = "index.json"
@@ -31,6 +31,9 @@ ANN = "ann"
 # and ef_search 128 kept 0.999 of the exact top 10 (64: 0.990) at 0.55 ms: the margin a corpus 20x bigger needs.
 HNSW_M, EF_CONSTRUCTION, EF_SEARCH = 32, 200, 128
 FORMAT = 1
+MULTIVECTOR = "multivector"
+KIND_OF_TASK = {"splade": "sparse", "colbert": MULTIVECTOR}  # task.json's task -> its vectors' index kind (else dense)
+PIPELINE_OF_KIND = {"dense": "embed", "sparse": "splade", MULTIVECTOR: "colbert"}  # what encodes a kind's texts
 OWN = (INDEX_FILE, SHARDS, BM25, ANN)  # what an index folder holds: --add and --resume find these and nothing else
 # Files that decide a model's vectors, hashed whole (small), and weights, fingerprinted by name and size: hashing
 # 90 MB of weights would take longer than searching.
@@ -66,6 +69,11 @@ def source(path: str | os.PathLike, first_shard: int) -> dict[str, Any]:
             "first_shard": first_shard}
 
 
+def index_bytes(folder: str | os.PathLike) -> int:
+    """Bytes of an index's vector shards (what search reads; the stored documents aside)."""
+    return sum(p.stat().st_size for suffix in ("*.npz", "*.npy") for p in (Path(folder) / SHARDS).glob(suffix))
+
+
 def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
     """index.json of an index folder; InputError when the folder holds none or a broken one."""
     path = Path(folder) / INDEX_FILE
@@ -92,36 +100,29 @@ def require_complete(folder: str | os.PathLike, meta: dict[str, Any]) -> None:
                          f"--resume to complete it")
 
 
+def model_index_kind(model: str | os.PathLike) -> str:
+    """The index kind a model's vectors make, by its task.json: sparse for SPLADE, multivector for ColBERT, else
+    dense."""
+    return KIND_OF_TASK.get(read_task_info(resolve_model_path(model)).get("task"), "dense")
+
+
 def check_model(folder: str | os.PathLike, meta: dict[str, Any], model: str | os.PathLike | None) -> None:
-    """InputError, naming both, when `model` is not the model the index was built with (None: the index's own)."""
+    """InputError, naming both, when `model` is not the model the index was built with (None: the index's own):
+    first when it makes another kind of vectors (a dense model on a sparse index, or the reverse)."""
     if model is None:
         return
     built = meta["model"]
+    kind, given = meta.get("kind", "dense"), model_index_kind(model)
+    if given != kind:
+        raise InputError(f"--index {folder} is a {kind} index (built with {built['name']}); --model {model} is a "
+                         f"{given} model: it cannot encode queries for it. Search with a {kind} model, or index "
+                         f"again with {model}")
     if fingerprint(model) != built["fingerprint"]:
         raise InputError(f"--index {folder} was built with the model {built['name']} ({built['path']}); --model "
                          f"{model} is another model (its files differ): its query vectors would not match the "
                          f"index's. Search with {built['name']}, or index again with {model}")
 
 
-# ---- kinds: "dense" (a vector per document, encoderlab.retrieval.index) or "multivector" (ColBERT's token vectors,
-# encoderlab.retrieval.multivector); read before torch loads
-MULTIVECTOR = "multivector"
-
-
 def index_kind(meta: dict[str, Any]) -> str:
     """The index's kind: dense unless index.json says otherwise (indexes built before kinds are dense)."""
     return meta.get("kind", "dense")
-
-
-def model_kind(model: str | os.PathLike) -> str:
-    """The index kind a model folder builds: multivector for a ColBERT folder (task.json), else dense."""
-    return MULTIVECTOR if read_task_info(resolve_model_path(model)).get("task") == "colbert" else "dense"
-
-
-def check_kind(folder: str | os.PathLike, meta: dict[str, Any], model: str | os.PathLike | None) -> None:
-    """InputError naming both when `model` is of another kind than the index (a dense model on a multi-vector index,
-    or the reverse); None: the index's own model."""
-    if model is not None and model_kind(model) != index_kind(meta):
-        raise InputError(f"--index {folder} is a {index_kind(meta)} index (built with {meta['model']['name']}); "
-                         f"--model {model} is a {model_kind(model)} model: search it with a {index_kind(meta)} "
-                         f"model, or index again with {model}")

@@ -33,9 +33,9 @@ from encoderlab.io import atomic_write, check_out_folder
 from encoderlab.paths import resolve_model_path
 from encoderlab.retrieval.corpus import Document, scan
 from encoderlab.retrieval.distributed import join
-from encoderlab.retrieval.index import SHARD_SIZE, Index, write_shard
-from encoderlab.retrieval.meta import (FORMAT, MULTIVECTOR as KIND, SHARDS, fingerprint, model_kind, read_meta,
-                                       source, write_meta)
+from encoderlab.retrieval.index import SHARD_SIZE, VECTOR_KINDS, Index, write_shard
+from encoderlab.retrieval.meta import (FORMAT, MULTIVECTOR as KIND, SHARDS, fingerprint, model_index_kind,
+                                       read_meta, source, write_meta)
 from encoderlab.tasks.colbert import QUERY_LENGTH, TokenEncoder, load_colbert, maxsim, padded
 from encoderlab.tokenizer import Tokenizer
 
@@ -66,7 +66,7 @@ class Encoder:
     def __init__(self, model: str | os.PathLike, token_pooling: int = 1, batch_size: int = 32,
                  device: str | None = None) -> None:
         folder = resolve_model_path(model)
-        if model_kind(folder) != KIND:
+        if model_index_kind(folder) != KIND:
             raise InputError(f"--model {model}: not a ColBERT folder (its task.json names no colbert task)")
         colbert = load_colbert(folder).to(device or "cpu")
         self.tokens = TokenEncoder(colbert, Tokenizer.from_pretrained(folder), settings(folder).max_length or 180,
@@ -80,6 +80,24 @@ class Encoder:
     def queries(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """(Q, QUERY_LENGTH, dim) query token vectors and their mask."""
         return padded(self.tokens.encode(texts, "query"))
+
+
+class TokenVectors:
+    """How a multi-vector index stores its shards: (tokens, dim) .npy files of the dtype index.json names (its
+    offsets beside them, written by MultiVectorIndex.write_chunk); MultiVectorIndex does the encoding and scoring."""
+
+    kind, suffix = KIND, ".npy"
+
+    @staticmethod
+    def save(path: Path, vectors: np.ndarray) -> None:
+        save_array(path, np.ascontiguousarray(vectors))
+
+    @staticmethod
+    def load(path: Path) -> np.ndarray:
+        return np.load(path)
+
+
+VECTOR_KINDS[KIND] = TokenVectors  # Index(folder) of a multivector folder: its shards' suffix and storage
 
 
 class MultiVectorIndex(Index):
@@ -117,12 +135,12 @@ class MultiVectorIndex(Index):
         return cls._finish(folder, meta, encoder, progress, join(device))
 
     @classmethod
-    def write_chunk(cls, folder: Path, name: str, chunk: list[Document], embedder: Encoder) -> None:
+    def write_chunk(cls, folder: Path, name: str, chunk: list[Document], embedder: Encoder, kind: Any) -> None:
         """The shard's documents, ids and token offsets, then its token vectors (the mark of a finished shard)."""
         vectors = embedder.documents([d.joined for d in chunk])
         offsets = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int64)
         atomic_write(folder / SHARDS / f"{name}.offsets", lambda tmp: save_array(tmp, offsets))
-        write_shard(folder, name, chunk, np.concatenate(vectors), np.dtype(read_meta(folder)["dtype"]))
+        write_shard(folder, name, chunk, np.concatenate(vectors).astype(read_meta(folder)["dtype"]), TokenVectors)
 
     @classmethod
     def build_structures(cls, folder: Path, meta: dict[str, Any], names: list[str]) -> None:

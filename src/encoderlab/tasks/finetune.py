@@ -21,7 +21,8 @@ from encoderlab.hub_data import LocalData, is_hub_data, local_copy
 from encoderlab.io import atomic_write_text, clear_folder
 from encoderlab.checkpoint import load_model, model_config, save_pretrained
 from encoderlab.nn.bilstm import BiLSTMClassifier
-from encoderlab.tasks import classify, colbert, embedding, multilabel, qa, rerank, tagging  # noqa: F401 -- each registers its TaskSpec
+from encoderlab.tasks import (classify, colbert, embedding, multilabel, qa, rerank, splade,  # noqa: F401 -- each
+                              tagging)  # registers its TaskSpec
 from encoderlab.tasks.base import Task
 from encoderlab.tasks.objective import TrainOptions, train
 from encoderlab.tasks.readers import LABEL_NAMES
@@ -132,6 +133,7 @@ def build_model(spec: TaskSpec, model: str, head: Head, task: Task, tokenizer: T
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only "
                           f"{built.config.vocab_size}")
     built.config.labels = task.labels if spec.keeps_labels else None
+    spec.prepare(built, task)
     return built
 
 
@@ -160,6 +162,7 @@ def finetune(job: FinetuneJob) -> dict[str, Any]:
                       {"batch_size": job.options.batch_size, "precision": job.options.precision})
     _check_metric(job.metric, task, evaluation)
     if job.model != BILSTM:
+        spec.check_model(job.model)
         task.check_config(model_config(job.model))  # config.json only: a misfit is refused before training starts
     features = task.features(train_set)
     if evaluation is not None:
@@ -207,7 +210,7 @@ def _one_run(job: FinetuneJob, spec: TaskSpec, task: Task, tokenizer: Tokenizer,
 
     result = train(model, task, features, options,
                    evaluate=(lambda m: task.evaluate(m, evaluation)) if evaluation else None, metric=job.metric,
-                   save=lambda m: save_pretrained(m, out, tokenizer, info), on_eval=write_log,
+                   save=lambda m: (save_pretrained(m, out, tokenizer, info), spec.after_save(out, task)), on_eval=write_log,
                    run_dir=out, resume=job.resume)
     if distributed.is_main_process():
         write_log(result)

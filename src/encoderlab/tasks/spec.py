@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -69,6 +70,14 @@ class Head(Settings):
     """colbert: dimensions of each token vector (the projection's width; the paper's 128)."""
     teacher: str | None = None
     """colbert: a cross-encoder folder (`finetune rerank`) whose scores the model is also distilled from (KL)."""
+    query_flops: float | None = None
+    """splade: peak weight of the queries' FLOPS regulariser (default: encoderlab.choices.QUERY_FLOPS)."""
+    document_flops: float | None = None
+    """splade: peak weight of the documents' FLOPS regulariser (default: encoderlab.choices.DOCUMENT_FLOPS)."""
+    flops_warmup: int | None = None
+    """splade: steps of the FLOPS weights' quadratic warm-up (default: a third of the first epoch's)."""
+    inference_free: bool = False
+    """splade: queries are a lookup of learned per-token weights (IDF-initialised), not a pass through the model."""
     embed_dim: int = 300
     """BiLSTM baseline: embedding width."""
     lstm_hidden: int = 256
@@ -110,6 +119,12 @@ class TaskSpec:
     load: Callable[[str, Head], nn.Module] | None = None
     """(checkpoint or alias, head) -> the task's model, where it is not one load_model builds (colbert: an encoder
     and a projection); None: load_model(kind=model_kind)."""
+    check_model: Callable[[str], None] = lambda name: None
+    """(--model) -> None, or InputError where the checkpoint cannot start this task (before training starts)."""
+    after_save: Callable[[Path, Task], None] = lambda folder, task: None
+    """(folder, task): files the task adds beside each saved checkpoint (another library's layout)."""
+    prepare: Callable[[nn.Module, Task], None] = lambda model, task: None
+    """(new task model, task): what the task adds to the model before training (trainable tensors of its own)."""
 
     @property
     def key(self) -> tuple[str, str | None]:

@@ -1,0 +1,297 @@
+"""Learned sparse retrieval (encoderlab.tasks.splade, encoderlab.retrieval.sparse): the SPLADE weights, FLOPS and
+its warm-up against their formulas; a sparse index searched as brute-force dot products; `embed --sparse`;
+sentence-transformers' SparseEncoder reading our folders (normal and inference-free) with equal vectors; training
+lowering the loss; the bad inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers import SparseEncoder
+from torch.testing import assert_close
+
+from test_tasks_finetune import CITIES, FILLER, NAMES
+
+from encoderlab import EncoderConfig, MaskedLMModel, save_pretrained
+from encoderlab.cli import build_parser, main
+from encoderlab.infer.pipelines import pipeline
+from encoderlab.retrieval.index import Index
+from encoderlab.tasks.splade import (SpladeTask, contrastive_sum, flops, flops_weight, idf_table, sparse_weights,
+                                     static_weights, write_sparse_encoder)
+from encoderlab.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
+def run(*argv):
+    """A command's result, through the whole command line's parser."""
+    args = build_parser().parse_args([str(a) for a in argv])
+    return args.func(args)
+
+
+WORDS = FILLER + NAMES + CITIES + ["lives", "in", "where", "does", "live", "?", "."]
+
+
+def write_tiny_splade(folder, inference_free: bool = False, seed: int = 0):
+    """A random 2-layer, 32-wide masked-LM model saved as a SPLADE folder (as `finetune splade` leaves one)."""
+    chars = sorted({c for word in WORDS for c in word})
+    vocab = dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars),
+                           *sorted(set(WORDS))])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.txt").write_text("".join(f"{token}\n" for token in vocab), encoding="utf-8")
+    tokenizer = Tokenizer.from_pretrained(folder)
+    config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
+                                       vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
+    torch.manual_seed(seed)
+    model = MaskedLMModel(config)
+    task = SpladeTask(tokenizer, 32, inference_free=inference_free)
+    if inference_free:
+        task.table = torch.rand(config.vocab_size) * 3
+    save_pretrained(model, folder, tokenizer, task.info())
+    write_sparse_encoder(folder, task)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_splade(tmp_path_factory.mktemp("splade") / "model")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """40 short documents: who lives where."""
+    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    rows = [{"_id": f"d{i}", "title": "", "text": f"{NAMES[i % 4]} lives in {CITIES[(i // 4) % 4]} {FILLER[i % 12]}"}
+            for i in range(40)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+# ---- the formulas -----------------------------------------------------------------------------------------------
+def test_weights_are_log1p_relu_of_the_logits_max_pooled_over_real_tokens():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 11) * 3
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    logits[0, 3:] = 100.0  # padding: however large, never counted
+    expected = torch.zeros(2, 11)
+    for b in range(2):
+        for j in range(11):
+            expected[b, j] = max(math.log(1 + max(float(logits[b, t, j]), 0.0)) for t in range(5) if mask[b, t])
+    assert_close(sparse_weights(logits, mask), expected)
+
+
+def test_flops_is_the_sum_of_squared_mean_weights():
+    torch.manual_seed(1)
+    weights = torch.rand(4, 9)
+    expected = sum((sum(float(weights[i, j]) for i in range(4)) / 4) ** 2 for j in range(9))
+    assert float(flops(weights)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_flops_weight_rises_quadratically_then_stays():
+    assert flops_weight(0, 100, 3e-5) == 0.0
+    assert flops_weight(50, 100, 3e-5) == pytest.approx(3e-5 / 4)
+    assert flops_weight(10, 100, 3e-5) == pytest.approx(3e-5 / 100)
+    assert flops_weight(100, 100, 3e-5) == flops_weight(5000, 100, 3e-5) == 3e-5
+
+
+def test_contrastive_sum_is_the_cross_entropy_of_dot_products():
+    torch.manual_seed(2)
+    queries, documents = torch.rand(3, 7), torch.rand(5, 7)
+    expected = 0.0
+    for i in range(3):
+        scores = [float(queries[i] @ documents[c]) for c in range(5)]
+        expected -= scores[i] - math.log(sum(math.exp(s) for s in scores))
+    assert float(contrastive_sum(queries, documents)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_static_weights_and_idf():
+    table = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
+    ids = torch.tensor([[3, 1, 3, 0], [2, 0, 0, 0]])
+    keep = torch.tensor([[True, True, True, False], [True, False, False, False]])
+    assert_close(static_weights(ids, keep, table), torch.tensor([[0.0, 1.0, 0.0, 3.0, 0.0],
+                                                                 [0.0, 0.0, 2.0, 0.0, 0.0]]))
+
+
+def test_idf_table_is_bm25s_idf(tiny):
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    idf = idf_table(["anna lives in rome", "peter lives in oslo", "anna"], tokenizer, tokenizer.vocab_size)
+    anna, lives, lima = (tokenizer.token_to_id(w) for w in ("anna", "lives", "lima"))
+    assert float(idf[anna]) == pytest.approx(math.log(1 + (3 - 2 + 0.5) / 2.5))
+    assert float(idf[lives]) == float(idf[anna]) and float(idf[lima]) == pytest.approx(math.log(1 + 3.5 / 0.5))
+
+
+# ---- pipeline, index, search --------------------------------------------------------------------------------
+def test_pipeline_gives_the_weights_of_the_model(tiny):
+    pipe = pipeline("splade", tiny)
+    texts = ["where does anna live ?", "peter lives in rome"]
+    matrix = pipe.vectors(texts).toarray()
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    batch = tokenizer.encode_batch(texts)
+    with torch.no_grad():
+        logits = pipe.model(batch.input_ids, batch.attention_mask, batch.token_type_ids).logits
+    assert_close(torch.from_numpy(matrix), sparse_weights(logits, batch.attention_mask))
+    result = pipe(texts[:1], top_k=3)[0]
+    order = np.argsort(-matrix[0], kind="stable")[:3]
+    assert result["indices"] == order.tolist() and result["tokens"] == [tokenizer.id_to_token(int(i)) for i in order]
+
+
+def test_sparse_index_search_equals_brute_force_dot_products(tiny, corpus, tmp_path, capsys):
+    out = tmp_path / "index"
+    summary = run("index", "--model", tiny, "--corpus", corpus, "--out", out, "--shard-size", "16", "--no-progress",
+                  "--json")
+    assert summary["kind"] == "sparse" and summary["shards"] == 3 and summary["bytes"] > 0
+    meta = json.loads((out / "index.json").read_text())
+    assert meta["kind"] == "sparse" and sorted(p.suffix for p in (out / "shards").glob("*.npz")) == [".npz"] * 3
+    pipe = pipeline("splade", tiny)
+    texts = [json.loads(line)["text"] for line in corpus.read_text().splitlines()]
+    documents = pipe.vectors([" " + t for t in texts]).toarray()  # the index embeds title + " " + text
+    index = Index(out)
+    assert_close(torch.from_numpy(index.vectors().toarray()), torch.from_numpy(documents))
+    queries = ["where does anna live ?", "maria lima"]
+    scores = pipe.vectors(queries).toarray() @ documents.T  # (Q, N)
+    capsys.readouterr()
+    hits = run("search", "--index", out, *queries, "--top-k", "5", "--json")
+    for row, found in zip(scores, hits):
+        best = -np.sort(-row)[:5]
+        assert_close(torch.tensor([h["score"] for h in found]), torch.from_numpy(best).float(), atol=1e-5, rtol=0)
+        assert all(row[int(h["id"][1:])] == pytest.approx(h["score"], abs=1e-5) for h in found)
+
+
+def test_a_model_of_another_kind_is_refused_naming_both(tiny, corpus, tmp_path, minilm_path, capsys):
+    out = tmp_path / "index"
+    run("index", "--model", tiny, "--corpus", corpus, "--out", out, "--no-progress")
+    capsys.readouterr()
+    assert main(["search", "--index", str(out), "--model", "minilm", "anna"]) == 2
+    err = capsys.readouterr().err
+    assert "sparse index" in err and "dense model" in err and str(tiny) in err and err.count("\n") == 1
+    dense = tmp_path / "dense"
+    (dense / "index.json").parent.mkdir()
+    meta = json.loads((out / "index.json").read_text()) | {"kind": "dense"}  # a dense index of minilm
+    meta["model"] = {"name": "minilm", "path": str(minilm_path), "fingerprint": "x"}
+    (dense / "index.json").write_text(json.dumps(meta))
+    assert main(["search", "--index", str(dense), "--model", str(tiny), "anna"]) == 2
+    err = capsys.readouterr().err
+    assert "dense index" in err and "sparse model" in err and "minilm" in err
+
+
+def test_evaluate_retrieval_runs_on_a_sparse_index(tiny, corpus, tmp_path, capsys):
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text(corpus.read_text())
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": f"where does {n} live ?"}) + "\n"
+                                                for i, n in enumerate(NAMES)))
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i}\td{i}\t1\n" for i in range(4)))
+    run("index", "--model", tiny, "--corpus", beir / "corpus.jsonl", "--out", tmp_path / "index", "--no-progress")
+    capsys.readouterr()
+    result = run("evaluate", "retrieval", "--index", tmp_path / "index", "--data", beir, "--json", "--no-progress")
+    assert result["queries"] == 4 and 0.0 <= result["metrics"]["ndcg_at_10"] <= 1.0
+
+
+def test_embed_sparse_prints_the_heaviest_terms(tiny, capsys):
+    results = run("embed", "--sparse", "--model", tiny, "anna lives in rome", "peter", "--top-k", "3", "--json")
+    shown = json.loads(capsys.readouterr().out)
+    top = pipeline("splade", tiny)(["anna lives in rome", "peter"])
+    assert shown == results == [{k: v[:3] for k, v in row.items()} for row in top]
+    assert shown[0]["values"] == sorted(shown[0]["values"], reverse=True)
+    assert run("splade", "--model", tiny, "anna lives in rome", "peter", "--top-k", "3", "--json") == results
+    capsys.readouterr()
+    run("embed", "--sparse", "--model", tiny, "anna lives in rome")
+    text = capsys.readouterr().out
+    assert text.startswith(f"{len(top[0]['values'])} terms: {top[0]['tokens'][0]} {top[0]['values'][0]:.2f}  ")
+
+
+# ---- interop ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("inference_free", [False, True], ids=["splade", "inference-free"])
+def test_sentence_transformers_sparse_encoder_gives_our_vectors(tmp_path, inference_free):
+    folder = write_tiny_splade(tmp_path / "model", inference_free)
+    texts = ["where does anna live ?", "peter lives in rome", "the movie was quite so"]
+    theirs = SparseEncoder(str(folder), device="cpu")
+    ours = pipeline("splade", folder)
+    assert ours.inference_free == inference_free
+    for query, encode in ((False, theirs.encode_document), (True, theirs.encode_query)):
+        expected = encode(texts, convert_to_tensor=True).to_dense().float()
+        assert_close(torch.from_numpy(ours.vectors(texts, query=query).toarray()), expected, atol=1e-4, rtol=0)
+
+
+# ---- training -----------------------------------------------------------------------------------------------
+def triplets(path, count: int, seed: int = 0):
+    """query \\t positive \\t negative rows: the positive names the query's person."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        person, other = rng.sample(NAMES, 2)
+        rows.append(f"where does {person} live ?\t{person} lives in {rng.choice(CITIES)}\t"
+                    f"{other} lives in {rng.choice(CITIES)}\n")
+    path.write_text("query\tpositive\tnegative\n" + "".join(rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+def test_training_lowers_the_loss(tmp_path):
+    model = write_tiny_splade(tmp_path / "start")
+    train = triplets(tmp_path / "train.tsv", 48)
+    summary = run("finetune", "splade", "--model", model, "--train", train, "--out", tmp_path / "run", "--epochs",
+                  "3", "--batch-size", "8", "--lr", "2e-3", "--max-length", "16", "--no-progress")
+    rows = [row.split(",") for row in (tmp_path / "run" / "metrics.csv").read_text().splitlines()]
+    column = rows[0].index("loss")
+    losses = [float(row[column]) for row in rows[1:] if row[column]]
+    assert summary["steps"] == 18 and np.mean(losses[-3:]) < np.mean(losses[:3])
+    info = json.loads((tmp_path / "run" / "task.json").read_text())
+    assert info["task"] == "splade" and not info["inference_free"] and (tmp_path / "run" / "modules.json").is_file()
+
+
+def test_inference_free_queries_train_the_table_without_a_flops_term(tiny, tmp_path):
+    """One loss step: the query table gets gradients, the queries never go through the model, and the loss is the
+    contrastive term plus the documents' FLOPS only."""
+    from encoderlab.checkpoint import load_model
+    from encoderlab.tasks.readers import TextExample
+    from encoderlab.tasks.splade import model_weights, prepare_model
+
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    rows = [("where does anna live ?", "anna lives in rome", "john lives in oslo"),
+            ("where does peter live ?", "peter lives in lima", "maria lives in paris")]
+    task = SpladeTask(tokenizer, 16, batch_size=2, inference_free=True, flops_warmup=1,
+                      documents=[t for row in rows for t in row[1:]])
+    model = load_model(tiny, kind="mlm")  # eval mode: no dropout, so the terms can be recomputed
+    prepare_model(model, task)
+    assert "query_table" not in model.state_dict() and task.table is model.query_table
+    batch = task.collate(task.features([TextExample(tuple(row), None, f"row {i}") for i, row in enumerate(rows)]))
+    task.seen = 4  # past the warm-up: the full FLOPS weights
+    loss = task.loss(model, batch)
+    queries = task.query_weights(model, batch["0"])
+    documents = torch.cat([model_weights(model, batch["1"]), model_weights(model, batch["2"])])
+    expected = contrastive_sum(queries, documents) + task.document_flops * flops(documents) * 2
+    assert_close(loss, expected)
+    loss.backward()
+    assert model.query_table.grad is not None and model.query_table.grad.abs().sum() > 0
+
+
+# ---- bad input ----------------------------------------------------------------------------------------------
+def test_a_checkpoint_without_an_mlm_head_is_refused(tmp_path, capsys):
+    train = triplets(tmp_path / "train.tsv", 4)
+    assert main(["finetune", "splade", "--model", "minilm", "--train", str(train), "--out",
+                 str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "masked-LM" in err and "minilm" in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_inference_free_runs_cannot_resume(tiny, tmp_path, capsys):
+    train = triplets(tmp_path / "train.tsv", 4)
+    assert main(["finetune", "splade", "--model", str(tiny), "--train", str(train), "--out", str(tmp_path / "run"),
+                 "--inference-free", "--resume"]) == 2
+    assert "--inference-free" in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+def test_embed_sparse_refuses_a_dense_model_and_dense_flags(tiny, capsys):
+    assert main(["embed", "--sparse", "--model", "minilm", "a text"]) == 2
+    assert "not a SPLADE model" in capsys.readouterr().err
+    assert main(["embed", "--sparse", "--model", str(tiny), "--dimensions", "8", "a text"]) == 2
+    assert "--dimensions" in capsys.readouterr().err
+    assert main(["embed", "--model", str(tiny), "a text"]) == 2  # dense embed: --input and --out, no TEXT
+    assert "--sparse" in capsys.readouterr().err
