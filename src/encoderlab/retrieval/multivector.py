@@ -89,6 +89,11 @@ class TokenVectors:
     kind, suffix = KIND, ".npy"
 
     @staticmethod
+    def made_by(embedder: Any) -> bool:
+        """Index.build never makes one: MultiVectorIndex.build writes its own index.json."""
+        return False
+
+    @staticmethod
     def save(path: Path, vectors: np.ndarray) -> None:
         save_array(path, np.ascontiguousarray(vectors))
 
