@@ -10,7 +10,7 @@ squad: the questions of the TRAINING articles of SQuAD v1.1 part A (bench/rerank
 scripts/squad_beir.py: no held-out article's question or paragraph is written), each with its paragraph as the
 positive (`title + " " + paragraph`, the text `index` encodes) and hard negatives mined with a bi-encoder: the
 training paragraphs it ranks highest for the question, skipping the positive and any paragraph that contains one of
-the question's answers, since such a paragraph likely answers it too (the false negatives among a retriever's top
+the question's answers as whole words (case-insensitive), since such a paragraph likely answers it too (the false negatives among a retriever's top
 results that RocketQA, Qu et al. 2021, arXiv:2010.08191, section 3.2, found and denoised). One row per (question,
 negative), as sentence-transformers' mine_hard_negatives writes with output_format="triplet"; the negative column is
 empty with --negatives 0.
@@ -28,9 +28,9 @@ The same --seed gives the same file. Tabs and newlines inside a text become spac
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import random
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -85,10 +85,18 @@ def add_article(article: dict, paragraphs: list[str], questions: list[tuple[str,
                       for qa in paragraph["qas"]]
 
 
-def mine(miner: str, paragraphs: list[str], questions: list[tuple[str, int, list[str]]],
-         negatives: int) -> Iterator[Row]:
+def answer_pattern(answers: list[str]) -> re.Pattern | None:
+    """Any of the answers as whole words, case-insensitive ("L" matches "Super Bowl L", not "Lisbon"); None when no
+    answer holds a letter or digit."""
+    texts = sorted({a.strip() for a in answers if any(c.isalnum() for c in a)}, key=len, reverse=True)
+    return re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, texts)) + r")(?!\w)", re.IGNORECASE) if texts else None
+
+
+def mine(miner: str, paragraphs: list[str], questions: list[tuple[str, int, list[str]]], negatives: int,
+         dropped: list[str]) -> Iterator[Row]:
     """(question, positive, negative) rows: each question's `negatives` best-ranked paragraphs by the bi-encoder's
-    cosine that are neither its paragraph nor contain one of its answers (case-insensitive)."""
+    cosine that are neither its paragraph nor hold one of its answers; a question left with none is appended to
+    `dropped` (a file has a negative on every row or on none)."""
     if negatives == 0:
         yield from ((clean(q), clean(paragraphs[p]), "") for q, p, _ in questions)
         return
@@ -98,14 +106,16 @@ def mine(miner: str, paragraphs: list[str], questions: list[tuple[str, int, list
 
     embedder = pipeline("embed", miner)
     documents = torch.from_numpy(embedder.embed(paragraphs, normalize=True))  # (P, D)
-    lowered = [p.lower() for p in paragraphs]
     for start in range(0, len(questions), 256):
         batch = questions[start:start + 256]
         asked = torch.from_numpy(embedder.embed([q for q, _, _ in batch], normalize=True))  # (B, D)
         for (question, gold, answers), order in zip(batch, (asked @ documents.T).argsort(dim=1, descending=True)):
-            picked = (int(i) for i in order if paragraphs[int(i)] != paragraphs[gold]  # a duplicate is the positive
-                      and not any(a.strip() and a.lower() in lowered[int(i)] for a in answers))
-            for negative in itertools.islice(picked, negatives):
+            holds = answer_pattern(answers)
+            picked = [int(i) for i in order if paragraphs[int(i)] != paragraphs[gold]  # a duplicate is the positive
+                      and not (holds and holds.search(paragraphs[int(i)]))][:negatives]
+            if not picked:
+                dropped.append(question)
+            for negative in picked:
                 yield clean(question), clean(paragraphs[gold]), clean(paragraphs[negative])
 
 
@@ -210,11 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Write the file; 2 and one line on bad input."""
     args = build_parser().parse_args(argv)
+    dropped: list[str] = []
     try:
         check_args(args)
         if args.source == "squad":
             paragraphs, questions = squad_questions(args.squad)
-            rows = mine(args.miner, paragraphs, questions, args.negatives)
+            rows = mine(args.miner, paragraphs, questions, args.negatives, dropped)
         else:
             rows = wikipedia_pairs(args.wikipedia, args.method, args.pairs, args.seed)
         count = write_rows(args.out, rows)
@@ -224,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"wrote {args.out}: {count} rows ({args.source})")
+    left = f"; {len(dropped)} questions left out, every other paragraph holding an answer" if dropped else ""
+    print(f"wrote {args.out}: {count} rows ({args.source}){left}")
     return 0
 
 

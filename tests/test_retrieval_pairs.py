@@ -106,7 +106,7 @@ def test_squad_rows_are_training_questions_with_the_best_eligible_negatives(squa
         question, positive = written[i][:2]
         assert positive in paragraphs and answers[question] in positive
         cosines = vectors @ embedder.embed([question], normalize=True)[0]
-        eligible = sorted((j for j, p in enumerate(paragraphs) if answers[question] not in p),
+        eligible = sorted((j for j, p in enumerate(paragraphs) if answers[question] not in p.split()),
                           key=lambda j: -cosines[j])
         assert [written[i][2], written[i + 1][2]] == [paragraphs[j] for j in eligible[:2]]
     skipped = [row for row in written if row[1].startswith(f"{train[0].replace('_', ' ')} The {WORDS[0]} ")]
@@ -184,3 +184,9 @@ def test_real_data_keeps_held_out_articles_out(tmp_path) -> None:
     wiki = tmp_path / "crop.tsv"
     assert retrieval_pairs.main(["wikipedia", "--pairs", "50", "--out", str(wiki)]) == 0
     assert len(rows(wiki)) == 50
+
+
+def test_an_answer_counts_as_whole_words_only() -> None:
+    holds = retrieval_pairs.answer_pattern(["L", "Super Bowl L", "."])
+    assert holds.search("It was called Super Bowl L.") and holds.search("the letter l here")
+    assert not holds.search("Lisbon and Lyon") and retrieval_pairs.answer_pattern([".", " "]) is None
