@@ -109,9 +109,10 @@ def require_commands(names: list[str]) -> None:
     missing = [BASE[n][0] for n in names if n in BASE and not has_command(
         ["finetune", BASE[n][0], "--model", "m", "--train", "t.tsv", "--out", "o"])]
     if missing:
-        raise SystemExit(f"encoderlab finetune {' and '.join(missing)}: no such command here (issue 44's "
-                         f"{', '.join(missing)} part{'s' if len(missing) > 1 else ''}); --only {','.join(c for c in ORDER if c not in missing)}"
-                         f" runs the others")
+        others = ",".join(c for c in ORDER if c not in missing)
+        raise SystemExit(f"encoderlab finetune {' and '.join(missing)}: no such command (issue 44's "
+                         f"{', '.join(missing)} part{'s' if len(missing) > 1 else ''}); --only {others} runs the "
+                         f"others")
 
 
 def cached(folder: Path, settings: dict[str, Any], make) -> dict[str, Any]:
@@ -205,15 +206,18 @@ def interop(name: str, encoder: Any, theirs: Any, texts: list[str]) -> float:
     return max(float(np.abs(a - b).max()) for a, b in zip(ours, other))
 
 
-def p50_ms(call, texts: list[str]) -> float:
-    """Median milliseconds of call([text]) over `texts`, after one warm-up call."""
-    call(texts[:1])
-    times = []
+def p50_ms(calls: dict[str, Any], texts: list[str]) -> dict[str, float]:
+    """Median milliseconds of each call([text]) over `texts`, after one warm-up each; the calls take turns on each
+    text, so a load that comes and goes on a shared machine weighs on all of them alike."""
+    for call in calls.values():
+        call(texts[:1])
+    times: dict[str, list[float]] = {name: [] for name in calls}
     for text in texts:
-        started = time.perf_counter()
-        call([text])
-        times.append(time.perf_counter() - started)
-    return round(1000 * statistics.median(times), 2)
+        for name, call in calls.items():
+            started = time.perf_counter()
+            call([text])
+            times[name].append(time.perf_counter() - started)
+    return {name: round(1000 * statistics.median(seconds), 2) for name, seconds in times.items()}
 
 
 def speed_and_interop(name: str, model: Path | None, index: Path, texts: list[str]) -> dict[str, Any]:
@@ -222,15 +226,14 @@ def speed_and_interop(name: str, model: Path | None, index: Path, texts: list[st
     torch.set_num_threads(1)
     try:
         searcher, options = opened(index, "bm25" if name == "bm25" else "dense")
-        out = {"search_ms_p50": p50_ms(lambda q: searcher.search(q, 10, **options), texts)}
+        calls = {"search_ms_p50": lambda q: searcher.search(q, 10, **options)}
         if name == "bm25":
-            return out
-        encoder = searcher.embedder
-        theirs = their_encoder(name, model)
-        out |= {"encode_ms_p50": p50_ms(lambda q: our_vectors(encoder, q), texts),
-                "sentence_transformers_encode_ms_p50": p50_ms(lambda q: their_vectors(name, theirs, q), texts),
-                "interop_max_abs_diff": interop(name, encoder, theirs, texts[:INTEROP_QUERIES])}
-        return out
+            return p50_ms(calls, texts)
+        encoder, theirs = searcher.embedder, their_encoder(name, model)
+        calls |= {"encode_ms_p50": lambda q: our_vectors(encoder, q),
+                  "sentence_transformers_encode_ms_p50": lambda q: their_vectors(name, theirs, q)}
+        return p50_ms(calls, texts) | {"interop_max_abs_diff": interop(name, encoder, theirs,
+                                                                        texts[:INTEROP_QUERIES])}
     finally:
         torch.set_num_threads(threads)
 

@@ -10,10 +10,11 @@ squad: the questions of the TRAINING articles of SQuAD v1.1 part A (bench/rerank
 scripts/squad_beir.py: no held-out article's question or paragraph is written), each with its paragraph as the
 positive (`title + " " + paragraph`, the text `index` encodes) and hard negatives mined with a bi-encoder: the
 training paragraphs it ranks highest for the question, skipping the positive and any paragraph that contains one of
-the question's answers as whole words (case-insensitive), since such a paragraph likely answers it too (the false negatives among a retriever's top
-results that RocketQA, Qu et al. 2021, arXiv:2010.08191, section 3.2, found and denoised). One row per (question,
-negative), as sentence-transformers' mine_hard_negatives writes with output_format="triplet"; the negative column is
-empty with --negatives 0.
+the question's answers as whole words (case-insensitive), since such a paragraph likely answers it too (the false
+negatives among a retriever's top results that RocketQA, Qu et al. 2021, arXiv:2010.08191, section 3.2, found and
+denoised). One row per (question, negative), as sentence-transformers' mine_hard_negatives writes with
+output_format="triplet"; the negative column is empty with --negatives 0. A question left with no eligible
+paragraph is left out (counted in the closing line).
 
 wikipedia: unsupervised pairs from the 100-word passages bench/ann.py cuts from ../shared/data/wikipedia, the articles
 in file order, one pair a passage, the negative column empty:

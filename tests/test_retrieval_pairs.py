@@ -97,7 +97,8 @@ def test_squad_rows_are_training_questions_with_the_best_eligible_negatives(squa
     assert len(written) == 3 * 4 * 2 * 2  # 3 articles x 4 paragraphs x 2 questions x 2 negatives
     assert not any(f"{t} " in field for row in written for field in row for t in held)  # nothing held out
     data = json.loads(squad.read_text())["data"]
-    paragraphs = [f"{a['title'].replace('_', ' ')} {p['context']}" for a in data if a["title"] in train for p in a["paragraphs"]]
+    paragraphs = [f"{a['title'].replace('_', ' ')} {p['context']}" for a in data if a["title"] in train
+                  for p in a["paragraphs"]]
     answers = {qa["question"]: qa["answers"][0]["text"] for a in data for p in a["paragraphs"] for qa in p["qas"]}
     # the ranking recomputed: the embed pipeline's cosines over the same texts, answer-holding paragraphs skipped
     embedder = pipeline("embed", str(miner))
