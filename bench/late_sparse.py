@@ -170,8 +170,14 @@ def opened(index: Path, mode: str) -> tuple[Any, dict[str, Any]]:
 
 
 def our_vectors(encoder: Any, texts: list[str]) -> Any:
-    """Our query vectors: the Embed pipeline's `embed`, or a late-interaction / sparse pipeline's query vectors."""
-    return encoder.embed(texts) if hasattr(encoder, "embed") else encoder.vectors(texts, query=True)
+    """Our query vectors, by the query encoder the index holds: the Embed pipeline's `embed` (N, D), the sparse
+    pipeline's `vectors(query=True)` (N, V) or the multi-vector encoder's `queries` (Q, T, dim) cut by its mask."""
+    if hasattr(encoder, "embed"):
+        return encoder.embed(texts)
+    if hasattr(encoder, "vectors"):
+        return encoder.vectors(texts, query=True)
+    vectors, mask = encoder.queries(texts)
+    return [v[m.bool()] for v, m in zip(vectors, mask)]
 
 
 def their_encoder(name: str, folder: Path) -> Any:
