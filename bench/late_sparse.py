@@ -19,8 +19,9 @@ that bench/retrieval.py picked for dense + BM25):
 Goals (issue 44): ColBERT >= the bi-encoder in MRR@10 and nDCG@10; SPLADE >= BM25 in nDCG@10; dense + SPLADE fusion
 >= dense + 1 point nDCG@10; interop <= 1e-4.
 
-    python bench/late_sparse.py            # all 1,545 paragraphs, 2,933 held-out questions; 2,000 training rows,
-                                           # 1 epoch, batch 32, 128 tokens: about 30 min a model on 2 cores (estimate)
+    python bench/late_sparse.py            # all 1,545 paragraphs, 2,933 held-out questions; 1,000 training rows,
+                                           # 1 epoch, batch 32, 128 tokens: about 30 min a model on 2 busy cores
+    python bench/late_sparse.py --max-train 5190   # ... trained on every training question instead
     python bench/late_sparse.py --quick    # 100 paragraphs and their held-out questions, 64 training rows
     python bench/late_sparse.py --smoke    # tiny random models on synthetic documents (make test)
     python bench/late_sparse.py --only bm25,dense   # some of the contenders (fusion needs dense and splade)
@@ -72,8 +73,9 @@ ORDER = ("dense", "bm25", "colbert", "splade")  # BM25 searches the bi-encoder's
 BASE = {"dense": ("embed", "minilm"), "colbert": ("colbert", "minilm"), "splade": ("splade", "encoderlab-fill-mask")}
 # The same for every model: training rows (None: all), epochs, batch size, tokens, learning rate (the top of BERT's
 # fine-tuning grid, Devlin et al. 2019, A.3, for the short runs; 1e-3 for the tiny random models of --smoke), seed.
-# full: 2,000 rows = 63 steps of 32 triplets at 128 tokens, sized to about 30 min a model on 2 cores.
-TRAINING = {"full": {"max_train": 2000, "epochs": 1, "batch_size": 32, "max_length": 128, "lr": 5e-5, "seed": 0},
+# full: 1,000 rows = 32 steps of 32 triplets at 128 tokens: `finetune embed` from minilm took 50 s a step on the
+# 2-core EPYC at a load average of 9 (2026-11-28), so about 27 min for the bi-encoder (--max-train N for more).
+TRAINING = {"full": {"max_train": 1000, "epochs": 1, "batch_size": 32, "max_length": 128, "lr": 5e-5, "seed": 0},
             "quick": {"max_train": 64, "epochs": 1, "batch_size": 16, "max_length": 64, "lr": 5e-5, "seed": 0},
             "smoke": {"max_train": 24, "epochs": 1, "batch_size": 8, "max_length": 32, "lr": 1e-3, "seed": 0}}
 DOCUMENTS = {"full": None, "quick": 100, "smoke": None}  # corpus paragraphs kept (None: all)
@@ -302,8 +304,12 @@ def main() -> None:
     cli = parser(__doc__, "100 paragraphs and their held-out questions, 64 training rows: that it runs")
     cli.add_argument("--only", default=",".join(CONTENDERS), help=f"contenders, comma-separated, of "
                      f"{', '.join(CONTENDERS)} (default: all; bm25 needs dense's index, made with it)")
+    cli.add_argument("--max-train", type=int, metavar="N", help="training rows for every model (default: 1,000; "
+                     "--quick 64)")
     args = cli.parse_args()
     mode = size(args)
+    if args.max_train:
+        TRAINING[mode]["max_train"] = args.max_train
     asked = {n.strip() for n in args.only.split(",") if n.strip()}
     if not asked or not asked <= set(CONTENDERS):
         raise SystemExit(f"--only {args.only}: expected names among {', '.join(CONTENDERS)}")
