@@ -18,7 +18,8 @@ BENCHES = sorted(p.name for p in (ROOT / "bench").glob("*.py") if p.name not in 
 GOAL_KEYS = {"what", "value", "target", "met"}
 # Benches whose smoke run covers parts that are skipped where their data is absent: each must be there.
 SMOKE_COVERS = {"fill_mask_model.py": {"figures": {"heldout", "curve", "sst2", "probes", "transformers", "weights"},
-                                       "files": {"fill_mask_model_smoke-curve.png"}}}
+                                       "files": {"fill_mask_model_smoke-curve.png"}},
+               "late_sparse.py": {"figures": {"bm25", "dense", "colbert", "splade", "dense+splade"}}}
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
@@ -72,3 +73,13 @@ def test_fill_mask_bench_puts_its_sst2_goal_on_the_mean_over_seeds(tmp_path: Pat
     assert abs(sst2["difference_points"] - mean) <= 0.005
     [goal] = [g for g in payload["goals"] if g["what"].startswith("SST-2")]
     assert "mean of 2 seeds" in goal["what"] and goal["value"] == sst2["difference_points"]
+
+
+@pytest.mark.slow
+def test_late_sparse_bench_runs_the_contenders_asked_for(tmp_path: Path) -> None:
+    """--only bm25: BM25 and the bi-encoder whose index holds it, neither ColBERT nor SPLADE (nor their commands)."""
+    done = _smoke("late_sparse.py", tmp_path, "--only", "bm25")
+    assert done.returncode == 0, done.stderr[-4000:]
+    figures = json.loads((tmp_path / "late_sparse_smoke.json").read_text(encoding="utf-8"))["figures"]
+    assert {"bm25", "dense"} <= set(figures) and not {"colbert", "splade", "dense+splade"} & set(figures)
+    assert figures["bm25"]["metrics"]["ndcg_at_10"] > 0.5  # the synthetic queries are words of their document

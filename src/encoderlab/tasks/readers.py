@@ -29,9 +29,13 @@ LABEL_NAMES = ("label", "labels", "gold_label", "score", "similarity", "relatedn
                "is_duplicate", "class", "target")
 TEXT_COLUMN_SETS = (("sentence1", "sentence2"), ("question1", "question2"), ("question", "sentence"),
                     ("premise", "hypothesis"), ("text_a", "text_b"), ("#1 string", "#2 string"),
-                    ("anchor", "positive", "negative"), ("anchor", "positive"), ("query", "passage"),
+                    ("anchor", "positive", "negative"), ("anchor", "positive"), ("query", "positive", "negative"),
+                    ("query", "positive"), ("query", "passage"),
                     ("sentence",), ("text",), ("content",))
 ID_NAMES = ("index", "idx", "id", "guid", "#1 id", "#2 id")
+# Retrieval training data (scripts/retrieval_pairs.py) keeps its header when it has no hard negatives: a last text
+# column of this name that is empty on every row is dropped, and the rows are pairs.
+OPTIONAL_TEXT = "negative"
 
 
 @dataclass
@@ -219,6 +223,7 @@ def read_table(path: PathLike, text_cols: list[str] | None = None, label_col: st
     columns = choose_columns(names, path, text_cols, label_col, need_label, hint)
     if header and _named_by_index(names, text_cols, label_col):
         _refuse_data_as_header(path, records[0][0], names, rows, columns, regression)
+    columns = _without_empty_negatives(columns, rows, path)
     named = bool(text_cols) and (label_col is not None or not need_label)
     out, irregular = [], 0
     for number, fields in rows:
@@ -234,6 +239,20 @@ def read_table(path: PathLike, text_cols: list[str] | None = None, label_col: st
         log.warning(f"{path}: {irregular} of {len(out)} rows have other than {len(names)} fields; read by the named "
                     f"columns, other fields ignored")
     return out
+
+
+def _without_empty_negatives(columns: Columns, rows: list[tuple[int, list[str]]], path: Path) -> Columns:
+    """The columns without a last OPTIONAL_TEXT text column that is empty on every row; refuse one empty on some."""
+    last = columns.text[-1]
+    if len(columns.text) < 2 or columns.names[last].strip().lower() != OPTIONAL_TEXT:
+        return columns
+    empty = [number for number, fields in rows if last >= len(fields) or not fields[last].strip()]
+    if not empty:
+        return columns
+    if len(empty) == len(rows):
+        return Columns(columns.text[:-1], columns.label, columns.names)
+    raise InputError(f"{path}:{empty[0]}: the {columns.names[last]!r} text is empty here but not on every row; expected "
+                     f"a hard negative on every row, or on none (pairs)")
 
 
 def _check_width(fields: list[str], names: list[str], columns: Columns, named: bool, where: str) -> int:

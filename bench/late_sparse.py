@@ -1,0 +1,370 @@
+"""Late interaction and learned sparse retrieval against a bi-encoder and BM25: ColBERT (`finetune colbert` from
+minilm), SPLADE (`finetune splade` from encoderlab-fill-mask) and the bi-encoder (`finetune embed` from minilm),
+trained on the same data with the same steps, indexed and scored on the held-out articles of SQuAD part A.
+
+The training data is scripts/retrieval_pairs.py's `squad` file: the training articles' questions, their paragraphs,
+and one hard negative each mined by minilm (answer-holding paragraphs skipped). All three commands read it with the
+same --train, --max-train, --epochs, --batch-size, --max-length, --lr and --seed (TRAINING below). Each model then
+indexes the SQuAD part A BEIR folder (scripts/squad_beir.py) with `encoderlab index` (the folder's task.json picks
+the kind: dense, multivector or sparse); BM25 is `index --bm25` on the bi-encoder's index. Figures, all through the
+CLI (`evaluate retrieval --json`, `--fuse` for dense + SPLADE with the default fusion, the weighted sum of z-scores
+that bench/retrieval.py picked for dense + BM25):
+- MRR@10 and nDCG@10 (and Recall@10/100) on qrels/test.tsv, the held-out articles' questions, for BM25, the
+  bi-encoder, ColBERT, SPLADE and the dense + SPLADE fusion;
+- CPU query latency, one thread, one query at a time: p50 of a whole search (encode + search) through the index the
+  `search` command opens, p50 of our query encoding alone, and p50 of sentence-transformers' query encoding
+  (SentenceTransformer, MultiVectorEncoder, SparseEncoder loading the same folders, encoding the same queries);
+- the index size on disk (vectors, the stored documents aside; BM25: its folder), and training seconds;
+- interop: the largest absolute difference between our query vectors and sentence-transformers' for each model.
+Goals (issue 44): ColBERT >= the bi-encoder in MRR@10 and nDCG@10; SPLADE >= BM25 in nDCG@10; dense + SPLADE fusion
+>= dense + 1 point nDCG@10; interop <= 1e-4.
+
+    python bench/late_sparse.py            # all 1,545 paragraphs, 2,933 held-out questions; 1,000 training rows,
+                                           # 1 epoch, batch 32, 128 tokens: about 30 min a model on 2 busy cores
+    python bench/late_sparse.py --max-train 5190   # ... trained on every training question instead
+    python bench/late_sparse.py --quick    # 100 paragraphs and their held-out questions, 64 training rows
+    python bench/late_sparse.py --smoke    # tiny random models on synthetic documents (make test)
+    python bench/late_sparse.py --only bm25,dense   # some of the contenders (fusion needs dense and splade)
+
+Trained models, indexes and the training file are cached under $LATE_SPARSE_CACHE (/work/cache/late_sparse), each
+with the settings it was made with: a rerun with the same settings reuses them. The first run mines the training
+file (minilm over 977 training paragraphs and 5,190 questions: about 10 min on 2 busy cores), --quick included.
+A missing `finetune colbert` / `finetune splade` command stops the bench with one line: it is not skipped.
+Data: ../shared/data/squad_v1.1/dev-v1.1.part-a.json. Run with OMP_NUM_THREADS=1 on a shared machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+from common import goal, parser, size, tiny_model, write_results  # noqa: E402
+from rerank import SQUAD  # noqa: E402
+from retrieval import subset, synthetic  # noqa: E402
+from squad_beir import squad_to_beir  # noqa: E402
+
+from encoderlab.cli import build_parser  # noqa: E402
+from encoderlab.cli import main as encoderlab_main  # noqa: E402
+from encoderlab.cli.retrieval import open_index, search_options  # noqa: E402
+from encoderlab.retrieval.corpus import read_qrels, read_queries  # noqa: E402
+from encoderlab.retrieval.meta import BM25, SHARDS  # noqa: E402
+
+CACHE = Path(os.environ.get("LATE_SPARSE_CACHE", "/work/cache/late_sparse"))
+CONTENDERS = ("bm25", "dense", "colbert", "splade")
+ORDER = ("dense", "bm25", "colbert", "splade")  # BM25 searches the bi-encoder's index (`index --bm25`)
+# What each model is fine-tuned from, and the command (a missing one stops the bench)
+BASE = {"dense": ("embed", "minilm"), "colbert": ("colbert", "minilm"), "splade": ("splade", "encoderlab-fill-mask")}
+# The same for every model: training rows (None: all), epochs, batch size, tokens, learning rate (the top of BERT's
+# fine-tuning grid, Devlin et al. 2019, A.3, for the short runs; 1e-3 for the tiny random models of --smoke), seed.
+# full: 1,000 rows = 32 steps of 32 triplets at 128 tokens: `finetune embed` from minilm took 50 s a step on the
+# 2-core EPYC at a load average of 9 (2026-11-28), so about 27 min for the bi-encoder (--max-train N for more).
+TRAINING = {"full": {"max_train": 1000, "epochs": 1, "batch_size": 32, "max_length": 128, "lr": 5e-5, "seed": 0},
+            "quick": {"max_train": 64, "epochs": 1, "batch_size": 16, "max_length": 64, "lr": 5e-5, "seed": 0},
+            "smoke": {"max_train": 24, "epochs": 1, "batch_size": 8, "max_length": 32, "lr": 1e-3, "seed": 0}}
+DOCUMENTS = {"full": None, "quick": 100, "smoke": None}  # corpus paragraphs kept (None: all)
+LATENCY_QUERIES = {"full": 200, "quick": 20, "smoke": 8}  # held-out questions timed one at a time
+INTEROP_QUERIES = 16
+
+
+def run_cli(*argv: Any) -> dict[str, Any]:
+    """Run an `encoderlab` command in this process and return its --json output; exit loudly if it fails."""
+    words = [str(a) for a in argv]
+    print("$ encoderlab", " ".join(words), file=sys.stderr, flush=True)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = encoderlab_main(words)
+    if code:
+        raise SystemExit(f"encoderlab {' '.join(words[:2])} exited {code}")
+    text = out.getvalue()
+    return json.loads(text[text.index("{"):]) if "{" in text else {}
+
+
+def has_command(words: list[str]) -> bool:
+    """Whether the CLI parses `words` (a command that does not exist is an argparse error)."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            build_parser().parse_args(words)
+        except SystemExit:
+            return False
+    return True
+
+
+def require_commands(names: list[str]) -> None:
+    """Stop with one line when a contender's `finetune` command does not exist (never skip it silently)."""
+    missing = [BASE[n][0] for n in names if n in BASE and not has_command(
+        ["finetune", BASE[n][0], "--model", "m", "--train", "t.tsv", "--out", "o"])]
+    if missing:
+        others = ",".join(c for c in ORDER if c not in missing)
+        raise SystemExit(f"encoderlab finetune {' and '.join(missing)}: no such command (issue 44's "
+                         f"{', '.join(missing)} part{'s' if len(missing) > 1 else ''}); --only {others} runs the "
+                         f"others")
+
+
+def cached(folder: Path, settings: dict[str, Any], make) -> dict[str, Any]:
+    """make(folder) unless `folder` holds what the same settings made; the settings and make's seconds."""
+    record = folder.with_name(folder.name + ".json")
+    if folder.is_dir() and record.is_file() and json.loads(record.read_text())["settings"] == settings:
+        return json.loads(record.read_text()) | {"cached": True}
+    started = time.perf_counter()
+    make(folder)
+    done = {"settings": settings, "seconds": round(time.perf_counter() - started, 1)}
+    record.write_text(json.dumps(done, indent=2))
+    return done | {"cached": False}
+
+
+def train(name: str, base: str, data: Path, folder: Path, mode: str) -> dict[str, Any]:
+    """Fine-tune `base` as `name` on `data` with TRAINING[mode] (cached)."""
+    options = TRAINING[mode]
+    flags = [f"--{key.replace('_', '-')}={value}" for key, value in options.items()]
+    settings = {"command": ["finetune", BASE[name][0]], "model": base, "train": str(data), **options}
+    return cached(folder, settings, lambda out: run_cli(
+        "finetune", BASE[name][0], "--model", base, "--train", data, "--out", out, *flags, "--overwrite",
+        "--no-progress", "--json"))
+
+
+def build_index(model: Path, trained: dict[str, Any], corpus: Path, folder: Path, bm25: bool) -> dict[str, Any]:
+    """`encoderlab index` of `corpus` with `model` (cached, made again when the model was trained again)."""
+    settings = {"model": str(model), "trained": trained, "corpus": str(corpus), "bm25": bm25}
+    return cached(folder, settings, lambda out: run_cli(
+        "index", "--model", model, "--corpus", corpus, "--out", out, *(["--bm25"] if bm25 else []), "--overwrite",
+        "--no-progress", "--json"))
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files under `folder`."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def index_bytes(index: Path, name: str) -> int:
+    """BM25: its folder; a model: its shards' vectors (.npy/.npz and the like), the stored documents (.jsonl) aside."""
+    if name == "bm25":
+        return folder_bytes(index / BM25)
+    return sum(p.stat().st_size for p in (index / SHARDS).rglob("*") if p.is_file() and p.suffix != ".jsonl")
+
+
+def evaluate(index: Path, data: Path, mode: str, run: Path) -> dict[str, Any]:
+    """`evaluate retrieval --json` of the index on the held-out questions; the TREC run kept at `run`."""
+    return run_cli("evaluate", "retrieval", "--index", index, "--data", data, "--mode", mode, "--run", run,
+                   "--no-progress", "--json")["metrics"]
+
+
+def opened(index: Path, mode: str) -> tuple[Any, dict[str, Any]]:
+    """The index as the `search` command opens it (its kind's query encoder) and search's default options."""
+    args = build_parser().parse_args(["search", "--index", str(index), "--mode", mode, "query"])
+    return open_index(args, str(index)), search_options(args)
+
+
+def our_vectors(encoder: Any, texts: list[str]) -> Any:
+    """Our query vectors, by the query encoder the index holds: the Embed pipeline's `embed` (N, D), the sparse
+    pipeline's `vectors(query=True)` (N, V) or the multi-vector encoder's `queries` (Q, T, dim) cut by its mask."""
+    if hasattr(encoder, "embed"):
+        return encoder.embed(texts)
+    if hasattr(encoder, "vectors"):
+        return encoder.vectors(texts, query=True)
+    vectors, mask = encoder.queries(texts)
+    return [v[m.bool()] for v, m in zip(vectors, mask)]
+
+
+def their_encoder(name: str, folder: Path) -> Any:
+    """sentence-transformers' class for the folder: SentenceTransformer, MultiVectorEncoder or SparseEncoder."""
+    import sentence_transformers as st
+
+    cls = {"dense": st.SentenceTransformer, "colbert": st.MultiVectorEncoder, "splade": st.SparseEncoder}[name]
+    return cls(str(folder), device="cpu")
+
+
+def their_vectors(name: str, model: Any, texts: list[str]) -> Any:
+    """sentence-transformers' query vectors of `texts`."""
+    if name == "dense":
+        return model.encode(texts, normalize_embeddings=True)
+    return model.encode_query(texts)
+
+
+def rows(vectors: Any) -> list[np.ndarray]:
+    """One float64 array per query, from a (N, D) array, a sparse matrix or tensor, or a list of (T, D) tensors."""
+    if hasattr(vectors, "toarray"):  # scipy sparse
+        vectors = vectors.toarray()
+    if isinstance(vectors, torch.Tensor):
+        vectors = vectors.to_dense() if vectors.is_sparse else vectors
+    return [np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v, dtype=np.float64) for v in vectors]
+
+
+def interop(name: str, encoder: Any, theirs: Any, texts: list[str]) -> float:
+    """Largest |ours - theirs| over the query vectors (inf where the shapes differ)."""
+    ours, other = rows(our_vectors(encoder, texts)), rows(their_vectors(name, theirs, texts))
+    if [a.shape for a in ours] != [b.shape for b in other]:
+        return float("inf")
+    return max(float(np.abs(a - b).max()) for a, b in zip(ours, other))
+
+
+def p50_ms(calls: dict[str, Any], texts: list[str]) -> dict[str, float]:
+    """Median milliseconds of each call([text]) over `texts`, after one warm-up each; the calls take turns on each
+    text, so a load that comes and goes on a shared machine weighs on all of them alike."""
+    for call in calls.values():
+        call(texts[:1])
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for text in texts:
+        for name, call in calls.items():
+            started = time.perf_counter()
+            call([text])
+            times[name].append(time.perf_counter() - started)
+    return {name: round(1000 * statistics.median(seconds), 2) for name, seconds in times.items()}
+
+
+def speed_and_interop(name: str, model: Path | None, index: Path, texts: list[str]) -> dict[str, Any]:
+    """Query latency p50 (ours: search and encode; theirs: encode) and interop, one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        searcher, options = opened(index, "bm25" if name == "bm25" else "dense")
+        calls = {"search_ms_p50": lambda q: searcher.search(q, 10, **options)}
+        if name == "bm25":
+            return p50_ms(calls, texts)
+        encoder, theirs = searcher.embedder, their_encoder(name, model)
+        calls |= {"encode_ms_p50": lambda q: our_vectors(encoder, q),
+                  "sentence_transformers_encode_ms_p50": lambda q: their_vectors(name, theirs, q)}
+        return p50_ms(calls, texts) | {"interop_max_abs_diff": interop(name, encoder, theirs,
+                                                                        texts[:INTEROP_QUERIES])}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def smoke_training(data: Path, out: Path) -> Path:
+    """The shared TSV from a synthetic BEIR folder's train qrels: query, its document, another document."""
+    documents = [json.loads(line) for line in (data / "corpus.jsonl").read_text().splitlines()]
+    text = {d["_id"]: d["text"] for d in documents}
+    queries, rng = read_queries(data / "queries.jsonl"), random.Random(0)
+    lines = ["query\tpositive\tnegative"]
+    for q, judged in read_qrels(data / "qrels" / "train.tsv").items():
+        doc = next(iter(judged))
+        other = rng.choice([d for d in text if d != doc])
+        lines.append(f"{queries[q]}\t{text[doc]}\t{text[other]}")
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def inputs(mode: str, scratch: Path) -> tuple[Path, Path, dict[str, str]]:
+    """The BEIR folder, the training TSV and the base model of each contender."""
+    if mode == "smoke":
+        data = synthetic(scratch / "beir")
+        bases = {"dense": str(tiny_model(scratch / "tiny")), "colbert": str(scratch / "tiny"),
+                 "splade": str(tiny_model(scratch / "tiny-mlm", masked_lm=True))}
+        return data, smoke_training(data, scratch / "train.tsv"), bases
+    if not SQUAD.is_file():
+        raise SystemExit(f"{SQUAD} is absent: this bench needs SQuAD v1.1 part A (run --smoke for the synthetic check)")
+    beir = CACHE / "squad-beir"
+    if not (beir / "qrels" / "test.tsv").is_file():
+        squad_to_beir(SQUAD, beir)
+    train_file = CACHE / "train.tsv"
+    if not train_file.is_file():
+        import retrieval_pairs
+
+        if retrieval_pairs.main(["squad", "--out", str(train_file)]):
+            raise SystemExit("scripts/retrieval_pairs.py squad failed")
+    data = beir
+    if DOCUMENTS[mode] is not None:
+        data = CACHE / f"squad-beir-{DOCUMENTS[mode]}"
+        subset(beir, data, DOCUMENTS[mode])
+    return data, train_file, {n: base for n, (_, base) in BASE.items()}
+
+
+def contender(name: str, mode: str, work: Path, data: Path, train_file: Path, bases: dict[str, str],
+              texts: list[str]) -> dict[str, Any]:
+    """Train (but BM25), index, score and time one contender; its figures."""
+    model = work / "dense" if name == "bm25" else work / name
+    trained = train("dense" if name == "bm25" else name, bases["dense" if name == "bm25" else name], train_file,
+                    model, mode)
+    index = work / "index-dense" if name in ("bm25", "dense") else work / f"index-{name}"
+    record = {k: trained[k] for k in ("settings", "seconds")}
+    made = build_index(model, record, data / "corpus.jsonl", index, bm25=name in ("bm25", "dense"))
+    metrics = evaluate(index, data, "bm25" if name == "bm25" else "dense", work / f"{name}.run")
+    return {"base": bases.get(name, "BM25 (bm25s)"), "metrics": metrics, "index_bytes": index_bytes(index, name),
+            "index_seconds": made["seconds"], "train_seconds": None if name == "bm25" else trained["seconds"],
+            "trained_now": not trained["cached"]} | speed_and_interop(name, model, index, texts)
+
+
+def main() -> None:
+    cli = parser(__doc__, "100 paragraphs and their held-out questions, 64 training rows: that it runs")
+    cli.add_argument("--only", default=",".join(CONTENDERS), help=f"contenders, comma-separated, of "
+                     f"{', '.join(CONTENDERS)} (default: all; bm25 needs dense's index, made with it)")
+    cli.add_argument("--max-train", type=int, metavar="N", help="training rows for every model (default: 1,000; "
+                     "--quick 64)")
+    args = cli.parse_args()
+    mode = size(args)
+    if args.max_train:
+        TRAINING[mode]["max_train"] = args.max_train
+    asked = {n.strip() for n in args.only.split(",") if n.strip()}
+    if not asked or not asked <= set(CONTENDERS):
+        raise SystemExit(f"--only {args.only}: expected names among {', '.join(CONTENDERS)}")
+    names = [n for n in ORDER if n in asked or (n == "dense" and "bm25" in asked)]
+    require_commands(names)
+    with tempfile.TemporaryDirectory() as scratch_name:
+        scratch = Path(scratch_name)
+        data, train_file, bases = inputs(mode, scratch)
+        work = scratch / "work" if mode == "smoke" else CACHE / mode
+        work.mkdir(parents=True, exist_ok=True)
+        qrels, queries = read_qrels(data / "qrels" / "test.tsv"), read_queries(data / "queries.jsonl")
+        texts = [queries[q] for q in sorted(qrels)][:LATENCY_QUERIES[mode]]
+        figures: dict[str, Any] = {
+            "data": "synthetic" if mode == "smoke" else "SQuAD v1.1 part A as BEIR (scripts/squad_beir.py), "
+            "qrels/test.tsv", "documents": sum(1 for _ in open(data / "corpus.jsonl")), "queries": len(qrels),
+            "training": TRAINING[mode] | {"file": "synthetic" if mode == "smoke" else str(train_file),
+                                          "rows": sum(1 for _ in open(train_file)) - 1},
+            "threads": torch.get_num_threads(), "latency_queries": len(texts)}
+        for name in names:
+            figures[name] = contender(name, mode, work, data, train_file, bases, texts)
+        if {"dense", "splade"} <= set(names):
+            figures["dense+splade"] = {"metrics": run_cli(
+                "evaluate", "retrieval", "--data", data, "--fuse", work / "dense.run", work / "splade.run",
+                "--json")["metrics"]}
+        if mode == "smoke":
+            shutil.rmtree(work, ignore_errors=True)
+    goals = goals_of(figures)
+    path = write_results(args, "late_sparse", figures, goals)
+    for name in [*CONTENDERS, "dense+splade"]:
+        if name in figures:
+            print(f"{name:<13}" + "  ".join(f"{k} {v:.4f}" for k, v in figures[name]["metrics"].items()))
+    for row in goals:
+        print(f"{'met ' if row['met'] else 'MISS'} {row['what']}: {row['value']} (target {row['target']})")
+    print(f"wrote {path}")
+
+
+def goals_of(figures: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 44's goals for the contenders that ran."""
+    score = lambda name, metric: figures[name]["metrics"][metric]  # noqa: E731
+    goals = []
+    if {"colbert", "dense"} <= set(figures):
+        goals += [goal(f"ColBERT {label} minus the bi-encoder's (points)",
+                       100 * (score("colbert", metric) - score("dense", metric)), 0.0)
+                  for metric, label in (("mrr_at_10", "MRR@10"), ("ndcg_at_10", "nDCG@10"))]
+    if {"splade", "bm25"} <= set(figures):
+        goals.append(goal("SPLADE nDCG@10 minus BM25's (points)",
+                          100 * (score("splade", "ndcg_at_10") - score("bm25", "ndcg_at_10")), 0.0))
+    if "dense+splade" in figures:
+        goals.append(goal("dense + SPLADE fusion nDCG@10 minus dense's (points)",
+                          100 * (score("dense+splade", "ndcg_at_10") - score("dense", "ndcg_at_10")), 1.0))
+    goals += [goal(f"{name}: largest |our query vector - sentence-transformers'|",
+                   figures[name]["interop_max_abs_diff"], 1e-4, at_most=True)
+              for name in ("dense", "colbert", "splade") if name in figures]
+    return goals
+
+
+if __name__ == "__main__":
+    main()
