@@ -1,15 +1,15 @@
 """Whole models, one class per Hugging Face architecture: the same Encoder plus one head, one output type.
 
-| class                 | kind        | head                                  | transformers class (X: family stem) | loss given labels (unit)  |
-|-----------------------|-------------|---------------------------------------|-------------------------------------|---------------------------|
-| EncoderModel          | base        | the [CLS] pooler, when there is one   | XModel                              | none                      |
-| SentenceEmbedder      | embed       | mean or [CLS] pooling, no parameters  | XModel (+ sentence-transformers)    | none                      |
-| MaskedLMModel         | mlm         | MLM head tied to the word embeddings  | XForMaskedLM                        | CE (masked)               |
-| PreTrainingModel      | pretraining | pooler + MLM head + NSP (SOP) head    | XForPreTraining                     | MLM + NSP CE (pairs)      |
-| ReplacedTokenDetector | rtd         | ELECTRA's discriminator               | ElectraForPreTraining               | BCE (tokens)              |
-| SequenceClassifier    | classify    | the family's head (nn.heads)          | XForSequenceClassification          | by config.problem_type    |
-| TokenClassifier       | ner         | each token -> dropout -> linear       | XForTokenClassification             | CE (masked)               |
-| SpanExtractor         | qa          | each token -> linear -> start, end    | XForQuestionAnswering               | half CE of each (sequences)|
+| class                 | kind        | head                                  | transformers class (X: family stem) | loss (unit)        |
+|-----------------------|-------------|---------------------------------------|-------------------------------------|--------------------|
+| EncoderModel          | base        | the [CLS] pooler, when there is one   | XModel                              | none               |
+| SentenceEmbedder      | embed       | mean or [CLS] pooling, no parameters  | XModel (+ sentence-transformers)    | none               |
+| MaskedLMModel         | mlm         | MLM head tied to the word embeddings  | XForMaskedLM                        | CE (masked)        |
+| PreTrainingModel      | pretraining | pooler + MLM head + NSP (SOP) head    | XForPreTraining                     | MLM; NSP (pairs)   |
+| ReplacedTokenDetector | rtd         | ELECTRA's discriminator               | ElectraForPreTraining               | BCE (tokens)       |
+| SequenceClassifier    | classify    | the family's head (nn.heads)          | XForSequenceClassification          | by problem_type    |
+| TokenClassifier       | ner         | each token -> dropout -> linear       | XForTokenClassification             | CE (masked)        |
+| SpanExtractor         | qa          | each token -> linear -> start, end    | XForQuestionAnswering               | CE/2 each (seqs.)  |
 
 SequenceClassifier's loss follows transformers' problem_type: regression, MSE per row (sequences);
 single_label_classification, CE per row (sequences); multi_label_classification, BCE per (row, class) (label_cells).
