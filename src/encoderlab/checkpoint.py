@@ -281,9 +281,9 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
     spec, cls = FAMILIES[config.model_type], MODEL_CLASSES[kind]
     new_head = task_rows(spec, cls.kind) != task_rows(spec, stored)
     hf_state = _without_head(spec, normalize_hf_state(spec, read_weights(folder)), stored if new_head else None)
-    stored = _stored(cls, spec, hf_state, folder, new_head, options)
+    fixed = _stored(cls, spec, hf_state, folder, new_head, options)
     with torch.device("meta"), SkipMetaInit():  # no time spent on a random init that is overwritten at once
-        model = cls.from_stored(config, stored, **{k: v for k, v in options.items() if v is not None})
+        model = cls.from_stored(config, fixed, **{k: v for k, v in options.items() if v is not None})
     fresh = new_head and bool(task_rows(spec, cls.kind))  # a new task head; an MLM, NSP or RTD head must be there
     model.load_state_dict(hf_to_ours(spec, hf_state, model, str(folder), fresh), assign=True)
     # Weights stored in bf16 or fp16 (models/encoderlab-mini) compute in fp32 unless `dtype` asks otherwise:
