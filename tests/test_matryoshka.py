@@ -81,7 +81,8 @@ def test_matryoshka_loss_is_the_sum_of_the_prefix_losses(tiny, loss):
     tokenizer, examples, dims = Tokenizer.from_pretrained(tiny), pairs(8), (32, 16, 4)
     task = EmbedTask(tokenizer, 32, loss, 20.0, matryoshka=dims)
     batch, model, vectors = batch_and_vectors(tiny, task, examples)
-    got = task.loss(model, batch)
+    (got, count, unit), = task.loss(model, batch).values()  # the batch's loss times its rows, per row
+    assert unit == "sequences" and int(count) == len(batch["labels"])
     expected = sum(by_hand(loss, vectors[0][:, :d], vectors[1][:, :d], batch["labels"], 20.0) for d in dims)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     got.backward()  # every prefix trains the encoder
@@ -94,7 +95,9 @@ def test_the_full_width_among_the_prefixes_adds_the_plain_loss(tiny):
     matryoshka = EmbedTask(tokenizer, 32, "cosent", matryoshka=(HIDDEN, 8))
     batch, model, vectors = batch_and_vectors(tiny, plain, examples)
     short = embedding_loss("cosent", [v[:, :8] for v in vectors], batch["labels"], 20.0, None)
-    torch.testing.assert_close(matryoshka.loss(model, batch), plain.loss(model, batch) + short)
+    (long_total,), (plain_total,) = ([term.total for term in task.loss(model, batch).values()]
+                                     for task in (matryoshka, plain))
+    torch.testing.assert_close(long_total, plain_total + short)
 
 
 @pytest.mark.parametrize("dims, message", [((0, 8), "distinct positive"), ((8, 8), "distinct positive"),

@@ -20,6 +20,7 @@ from encoderlab import checkpoint
 from encoderlab.checkpoint import architecture_name, architectures
 from encoderlab.engine import forward, sentence_vectors
 from encoderlab.nn.model import MODEL_CLASSES, EncoderModel, SentenceEmbedder
+from encoderlab.nn.output import batch_counts
 
 LABELS = ["a", "b", "c"]
 
@@ -140,10 +141,11 @@ def test_the_model_gives_each_loss_term_as_a_sum_and_its_count_whose_means_make_
     out = model(**batch, **labels)
     expected = {"mlm": ["mlm"], "pretraining": ["mlm", "nsp"], "qa": ["qa_start", "qa_end"]}.get(kind, [kind])
     assert sorted(out.sums) == sorted(expected)
-    for name, (total, count) in out.sums.items():
+    for name, (total, count, unit) in out.sums.items():
         assert total.dim() == 0 and int(count) == int(UNITS[name](labels)) > 0
+        assert int(batch_counts(batch | labels)[unit]) == int(count)  # what the loop divides by: the term's count
         assert_close(out.losses[name], total / count)
-    assert_close(out.loss, sum(total / count for total, count in out.sums.values()))
+    assert_close(out.loss, sum(total / count for total, count, _ in out.sums.values()))
 
 
 def test_a_span_past_the_window_counts_only_on_its_side_as_in_transformers(tmp_path: Path) -> None:
@@ -159,7 +161,7 @@ def test_a_span_past_the_window_counts_only_on_its_side_as_in_transformers(tmp_p
     with torch.no_grad():
         out = ours(**batch, labels=positions)
         theirs = hf(**batch, start_positions=positions[:, 0], end_positions=positions[:, 1]).loss
-    assert [int(count) for _, count in out.sums.values()] == [3, 2]
+    assert [int(count) for _, count, _ in out.sums.values()] == [3, 2]
     assert_close(out.loss, theirs, **TOL)
 
 

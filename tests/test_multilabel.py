@@ -18,6 +18,7 @@ from test_tasks_finetune import CITIES, FILLER, NEGATIVE, POSITIVE, run, tiny_mo
 from encoderlab import EncoderConfig, SequenceClassifier, load_model, save_pretrained
 from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import pipeline
+from encoderlab.nn.output import batch_counts, step_means
 from encoderlab.tasks.multilabel import MultiLabelTask, label_sets, multilabel_metrics
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
@@ -63,16 +64,21 @@ def test_transformers_loads_our_multilabel_head_as_multi_label(tmp_path):
     assert load_model(tmp_path).multilabel
 
 
-def test_the_task_loss_over_a_step_is_transformers_mean(minilm_path):
-    """The summed loss the loop divides by the step's sequences equals transformers' mean over rows and classes."""
+def test_the_task_loss_is_counted_per_row_and_class_and_its_step_mean_is_torchs_bce_mean(minilm_path):
+    """The multilabel term's unit is the (row, class) cell: its sum over the step's count of that unit (the loop's one
+    division, no per-task patch) equals torch's BCEWithLogits mean on random targets."""
     task = MultiLabelTask(Tokenizer.from_pretrained(minilm_path), 16, ["a", "b", "c"])
     model = SequenceClassifier(tiny_config(), 3, multilabel=True).eval()
     randomize(model, seed=7)
-    batch = inputs(2) | {"labels": TARGETS}
+    targets = torch.randint(0, 2, (4, 3), generator=torch.Generator().manual_seed(3)).float()
+    batch = inputs(2) | {"labels": targets}
     with torch.no_grad():
-        summed = task.loss(model, batch)
-        mean = model(**inputs(2), labels=TARGETS).loss
-    assert_close(summed / len(TARGETS), mean)
+        terms = task.loss(model, batch)
+        logits = model(**inputs(2)).logits
+    (term,) = terms.values()
+    assert term.unit == "label_cells" and int(term.count) == targets.numel() == int(batch_counts(batch)[term.unit])
+    (mean,) = step_means(terms, batch_counts(batch)).values()
+    assert_close(mean, torch.nn.functional.binary_cross_entropy_with_logits(logits, targets))
 
 
 def example(label: str, line: int = 1) -> TextExample:

@@ -22,6 +22,7 @@ from encoderlab.cli import main
 from encoderlab.errors import InputError
 from encoderlab.infer.limits import Limits
 from encoderlab.infer.pipelines import pipeline
+from encoderlab.nn.output import batch_counts
 from encoderlab.infer.server import create_app, load_pipelines
 from encoderlab.tasks.rerank import RerankTask, listwise, ranking_metrics
 from encoderlab.tasks.readers import TextExample
@@ -143,7 +144,7 @@ def test_listwise_when_every_query_has_a_relevant_passage_and_another():
 
 def test_the_listwise_loss_is_a_softmax_cross_entropy_per_query(minilm_path):
     """Queries of 2 and 3 passages in one batch: the loss is the sum over queries of the cross-entropy of the softmax
-    over that query's passages, computed here query by query; `sequences` counts queries."""
+    over that query's passages, computed here query by query, counted per query."""
     tokenizer = Tokenizer.from_pretrained(minilm_path)
     task = RerankTask(tokenizer, 32, listwise=True)
     examples = rows_as_examples([("who is anna ?", "anna lives in rome", 1), ("who is anna ?", "peter is here", 0),
@@ -153,11 +154,11 @@ def test_the_listwise_loss_is_a_softmax_cross_entropy_per_query(minilm_path):
     assert [len(f["group"]) for f in features] == [2, 3]
     batch = task.collate(features)
     model = load_model(minilm_path, kind="classify", num_labels=1, multilabel=True)
-    got = task.loss(model, batch)
+    (got, count, unit), = task.loss(model, batch).values()
     logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits[:, 0]
     want = (torch.nn.functional.cross_entropy(logits[None, :2], torch.tensor([0]), reduction="sum")
             + torch.nn.functional.cross_entropy(logits[None, 2:], torch.tensor([1]), reduction="sum"))
     assert_close(got, want)
-    assert task.counts(batch)["sequences"] == 2 and task.counts(batch)["tokens"] == batch["attention_mask"].sum()
+    assert unit == "queries" and int(count) == 2 == int(batch_counts(batch)["queries"])
     pointwise = RerankTask(tokenizer, 32)
     assert len(pointwise.features(examples)) == 5 and "labels" in pointwise.collate(pointwise.features(examples))

@@ -67,7 +67,8 @@ def hf_task_class(family: str, kind: str) -> type:
 def our_task_model(config: EncoderConfig, kind: str) -> torch.nn.Module:
     """A fresh task model of one of KINDS on a random backbone."""
     if kind in ("classify", "regression"):
-        return SequenceClassifier(config, KINDS[kind][1], regression=kind == "regression")
+        problem_type = "regression" if kind == "regression" else None
+        return SequenceClassifier(config.replace(problem_type=problem_type), KINDS[kind][1])
     if kind == "ner":
         return TokenClassifier(config, KINDS[kind][1])
     return SpanExtractor(config) if kind == "qa" else SentenceEmbedder(config)

@@ -264,7 +264,7 @@ def test_evaluate_bf16_converts_the_weights_as_the_classify_pipeline_does(tmp_pa
     monkeypatch.setattr(precisions, "bf16_supported", lambda device="cpu": True)  # the pipeline converts on any CPU
     folder, data = tmp_path / "scorer", tmp_path / "data.tsv"
     tokenizer = Tokenizer.from_pretrained(tiny_model)
-    save_pretrained(load_model(tiny_model, kind="classify", regression=True), folder, tokenizer,
+    save_pretrained(load_model(tiny_model, kind="classify", problem_type="regression"), folder, tokenizer,
                     {"task": "classify", "max_length": 32})  # a random regression head: scores, not labels
     rng = random.Random(1)
     texts = [sentence(rng, i % 2) for i in range(40)]

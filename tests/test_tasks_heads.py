@@ -169,7 +169,7 @@ def our_logits(model: nn.Module, inputs: dict) -> torch.Tensor:
 
 HEADS = {
     "classify": (lambda c: SequenceClassifier(c, 3), BertForSequenceClassification),
-    "regression": (lambda c: SequenceClassifier(c, 1, regression=True), BertForSequenceClassification),
+    "regression": (lambda c: SequenceClassifier(c.replace(problem_type="regression"), 1), BertForSequenceClassification),
     "ner": (lambda c: TokenClassifier(c, 5), BertForTokenClassification),
     "qa": (lambda c: SpanExtractor(c), BertForQuestionAnswering),
 }

@@ -26,7 +26,7 @@ from encoderlab.folder import TASK_FILE, is_embedder, read_task_info, settings, 
 from encoderlab.io import atomic_write, atomic_write_text, read_json_file
 from encoderlab.models import FAMILIES, FamilySpec
 from encoderlab.nn.bilstm import BiLSTMClassifier
-from encoderlab.nn.model import MODEL_CLASSES
+from encoderlab.nn.model import MODEL_CLASSES, Model, Stored
 from encoderlab.paths import resolve_model_path
 
 
@@ -174,7 +174,7 @@ def _fresh_tensor(key: str, target: torch.Tensor, std: float) -> torch.Tensor:
 
 def ours_to_hf(spec: FamilySpec, model: nn.Module) -> dict[str, torch.Tensor]:
     """`model`'s tensors under Hugging Face names, split where we fused several into one."""
-    prefix = "" if model.kind in ("base", "embed") else spec.base_prefix
+    prefix = "" if model.bare else spec.base_prefix
     rules, out = spec.weight_map, {}
     for key, tensor in model.state_dict().items():
         names = _sources(rules, key)
@@ -187,13 +187,13 @@ def ours_to_hf(spec: FamilySpec, model: nn.Module) -> dict[str, torch.Tensor]:
 # ---- architectures ---------------------------------------------------------------------------------
 def architecture_name(spec: FamilySpec, cls: type[nn.Module]) -> str:
     """transformers' class name for one of our classes in a family: "RobertaForTokenClassification"."""
-    base = spec.architectures["base"]
+    kind = cls.hf_kind or cls.kind
     if cls.hf_suffix is not None:
-        return base.removesuffix("Model") + cls.hf_suffix
-    if cls.kind != "embed" and cls.kind not in spec.architectures:
-        raise ConfigError(f"{spec.model_type} has no {cls.kind} model in transformers "
+        return spec.architectures["base"].removesuffix("Model") + cls.hf_suffix
+    if kind not in spec.architectures:
+        raise ConfigError(f"{spec.model_type} has no {kind} model in transformers "
                           f"(it has {', '.join(spec.architectures.values())} and the task heads)")
-    return base if cls.kind == "embed" else spec.architectures[cls.kind]
+    return spec.architectures[kind]
 
 
 def architecture(model: nn.Module) -> str:
@@ -202,9 +202,10 @@ def architecture(model: nn.Module) -> str:
 
 
 def architectures() -> dict[str, type[nn.Module]]:
-    """Every transformers class we mirror, of every family -> our class (an XModel loads as EncoderModel)."""
+    """Every transformers class we mirror, of every family -> our class (an XModel loads as EncoderModel, not as a
+    class that saves as another kind's)."""
     return {architecture_name(spec, cls): cls for spec in FAMILIES.values() for cls in MODEL_CLASSES.values()
-            if cls.kind != "embed" and (cls.hf_suffix is not None or cls.kind in spec.architectures)}
+            if cls.hf_kind is None and (cls.hf_suffix is not None or cls.kind in spec.architectures)}
 
 
 # ---- folder files -------------------------------------------------------------------------------------
@@ -264,8 +265,8 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
                **options: Any) -> nn.Module:
     """Load a checkpoint folder or alias, in eval mode and fp32 unless `dtype` is given. The class is the one
     config.json's `architectures` names, or `kind` (see encoderlab.nn.model): another kind's head is left out, and a
-    task head the checkpoint lacks starts fresh (fine-tuning from a pretrained encoder). options go to the class:
-    num_labels, regression, multilabel, head (a SequenceClassifier's own output module), pooling."""
+    task head the checkpoint lacks starts fresh (fine-tuning from a pretrained encoder). options go to the class's
+    from_stored: num_labels, problem_type, multilabel, head (a SequenceClassifier's own output module), pooling."""
     folder = resolve_model_path(name)
     raw = read_config(folder)
     if (raw.get("architectures") or [None])[0] == BiLSTMClassifier.architecture:
@@ -280,8 +281,9 @@ def load_model(name: str | os.PathLike, kind: str | None = None, dtype: torch.dt
     spec, cls = FAMILIES[config.model_type], MODEL_CLASSES[kind]
     new_head = task_rows(spec, cls.kind) != task_rows(spec, stored)
     hf_state = _without_head(spec, normalize_hf_state(spec, read_weights(folder)), stored if new_head else None)
+    fixed = _stored(cls, spec, hf_state, folder, new_head, options)
     with torch.device("meta"), SkipMetaInit():  # no time spent on a random init that is overwritten at once
-        model = cls(config, **_class_options(cls, spec, hf_state, raw, folder, new_head, options))
+        model = cls.from_stored(config, fixed, **{k: v for k, v in options.items() if v is not None})
     fresh = new_head and bool(task_rows(spec, cls.kind))  # a new task head; an MLM, NSP or RTD head must be there
     model.load_state_dict(hf_to_ours(spec, hf_state, model, str(folder), fresh), assign=True)
     # Weights stored in bf16 or fp16 (models/encoderlab-mini) compute in fp32 unless `dtype` asks otherwise:
@@ -313,29 +315,19 @@ def init_from(model: nn.Module, name: str | os.PathLike) -> list[str]:
     return new
 
 
-def _class_options(cls: type[nn.Module], spec: FamilySpec, hf_state: dict[str, torch.Tensor], raw: dict,
-                   folder: Path, new_head: bool, options: dict[str, Any]) -> dict[str, Any]:
-    """The constructor arguments: what the checkpoint fixes (pooler, head size, pooling), then `options` not None."""
-    given = {k: v for k, v in options.items() if v is not None}
-    if cls.kind in ("base", "embed"):
-        given_settings = settings(folder)
-        pooling = {"pooling": given_settings.pooling, "normalize": given_settings.normalize}
-        # A pooler only where the checkpoint holds one (an MLM-only BERT checkpoint has none).
-        pooler = spec.pooler and all(n in hf_state for n in _sources(spec.weight_map, "pooler.dense.weight"))
-        return {"pooler": pooler} | (pooling if cls.kind == "embed" else {}) | given
-    if new_head or cls.kind not in ("classify", "ner"):
-        return given
-    out = _sources(spec.weight_map, "head.out.weight" if cls.kind == "classify" else "classifier.weight")[0]
-    if cls.kind == "classify" and out not in hf_state and "head" not in given:
-        raise CheckpointError(f"{folder}: head does not fit a linear classifier (expected {out}; tensors "
-                              f"{', '.join(sorted(k for k in hf_state if k.startswith(out[:-6]))) or 'none'}): "
-                              f"pass head= the module it was saved with")
-    stored = {"num_labels": hf_state[out].shape[0] if out in hf_state else None}
-    if cls.kind == "classify":
-        info = read_task_info(folder)
-        stored["regression"] = raw.get("problem_type") == "regression" or info.get("task_type") == "regression"
-        stored["multilabel"] = raw.get("problem_type") == "multi_label_classification"
-    return stored | given
+def _stored(cls: type[Model], spec: FamilySpec, hf_state: dict[str, torch.Tensor], folder: Path, new_head: bool,
+            options: dict[str, Any]) -> Stored:
+    """What the folder fixes of a `cls` model: its pooler, its output layer's rows (the stored head's labels)."""
+    pooler = spec.pooler and all(n in hf_state for n in _sources(spec.weight_map, "pooler.dense.weight"))
+    outputs = None
+    if cls.output_layer is not None and not new_head:
+        out = _sources(spec.weight_map, cls.output_layer)[0]
+        if out not in hf_state and options.get("head") is None:
+            raise CheckpointError(f"{folder}: head does not fit a linear output layer (expected {out}; tensors "
+                                  f"{', '.join(sorted(k for k in hf_state if k.startswith(out[:-6]))) or 'none'}): "
+                                  f"pass head= the module it was saved with")
+        outputs = hf_state[out].shape[0] if out in hf_state else None
+    return Stored(new_head, pooler, outputs, lambda: settings(folder), lambda: read_task_info(folder))
 
 
 def save_pretrained(model: nn.Module, folder: str | os.PathLike, tokenizer=None, info: dict | None = None) -> None:

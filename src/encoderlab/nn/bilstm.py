@@ -41,7 +41,7 @@ class BiLSTMClassifier(nn.Module):
         states = states.masked_fill(~attention_mask.bool()[..., None], float("-inf"))  # (B, T, 2h)
         logits = self.classifier(self.dropout(states.max(1).values))  # (B, L)
         return ModelOutput(logits, terms={} if labels is None else {
-            "classify": lambda: sequence_sum(logits, labels, self.regression)})
+            "classify": lambda: sequence_sum(logits, labels, "regression" if self.regression else None)})
 
     def hf_config(self) -> dict:
         """config.json of our own format."""

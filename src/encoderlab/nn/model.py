@@ -1,26 +1,29 @@
 """Whole models, one class per Hugging Face architecture: the same Encoder plus one head, one output type.
 
-| class                 | kind        | head                                  | transformers class (X: family stem) | loss given labels      |
-|-----------------------|-------------|---------------------------------------|-------------------------------------|------------------------|
-| EncoderModel          | base        | the [CLS] pooler, when there is one   | XModel                              | none                   |
-| SentenceEmbedder      | embed       | mean or [CLS] pooling, no parameters  | XModel (+ sentence-transformers)    | none                   |
-| MaskedLMModel         | mlm         | MLM head tied to the word embeddings  | XForMaskedLM                        | CE, labelled positions |
-| PreTrainingModel      | pretraining | pooler + MLM head + NSP (SOP) head    | XForPreTraining                     | MLM + NSP              |
-| ReplacedTokenDetector | rtd         | ELECTRA's discriminator               | ElectraForPreTraining               | BCE over real tokens   |
-| SequenceClassifier    | classify    | the family's head (nn.heads)          | XForSequenceClassification          | CE; MSE for regression |
-| TokenClassifier       | ner         | each token -> dropout -> linear       | XForTokenClassification             | CE, labelled tokens    |
-| SpanExtractor         | qa          | each token -> linear -> start, end    | XForQuestionAnswering               | mean CE of start, end  |
+| class                 | kind        | head                                  | transformers class (X: family stem) | loss (unit)        |
+|-----------------------|-------------|---------------------------------------|-------------------------------------|--------------------|
+| EncoderModel          | base        | the [CLS] pooler, when there is one   | XModel                              | none               |
+| SentenceEmbedder      | embed       | mean or [CLS] pooling, no parameters  | XModel (+ sentence-transformers)    | none               |
+| MaskedLMModel         | mlm         | MLM head tied to the word embeddings  | XForMaskedLM                        | CE (masked)        |
+| PreTrainingModel      | pretraining | pooler + MLM head + NSP (SOP) head    | XForPreTraining                     | MLM; NSP (pairs)   |
+| ReplacedTokenDetector | rtd         | ELECTRA's discriminator               | ElectraForPreTraining               | BCE (tokens)       |
+| SequenceClassifier    | classify    | the family's head (nn.heads)          | XForSequenceClassification          | by problem_type    |
+| TokenClassifier       | ner         | each token -> dropout -> linear       | XForTokenClassification             | CE (masked)        |
+| SpanExtractor         | qa          | each token -> linear -> start, end    | XForQuestionAnswering               | CE/2 each (seqs.)  |
 
-Every model returns a ModelOutput (nn/output.py), given labels with each loss term as (sum, count). A family
-changes the config (its head layout too) and the weight-name map, not these classes; encoderlab.checkpoint names,
-loads and saves them all (load_model, save_pretrained), reading MODEL_CLASSES: nothing here imports it, so nn/
-never sees the family registry."""
+SequenceClassifier's loss follows transformers' problem_type: regression, MSE per row (sequences);
+single_label_classification, CE per row (sequences); multi_label_classification, BCE per (row, class) (label_cells).
+
+Every model returns a ModelOutput (nn/output.py), given labels with each loss term as a LossTerm (sum, count, unit).
+A family changes the config (its head layout too) and the weight-name map, not these classes; encoderlab.checkpoint
+names, loads and saves them all (load_model, save_pretrained), finding a class by its `kind` in MODEL_CLASSES and
+building it with its own from_stored: nothing here imports checkpoint, so nn/ never sees the family registry."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from typing import ClassVar
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -30,16 +33,35 @@ from encoderlab.config import EncoderConfig
 from encoderlab.nn.dropout import Dropout
 from encoderlab.nn.encoder import Encoder, init_weights
 from encoderlab.nn.heads import MLMHead, NSPHead, Pooler, RTDHead, SequenceHead, Transform, init_linear
-from encoderlab.nn.output import IGNORE_INDEX, ModelOutput, Sum
+from encoderlab.nn.output import IGNORE_INDEX, LossTerm, ModelOutput
 from encoderlab.nn.pooling import pool
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What a checkpoint folder fixes of a model it loads as (encoderlab.checkpoint reads it, the class uses it)."""
+
+    new_head: bool  # the folder holds another kind's task head (or none): the class's head starts fresh
+    pooler: bool  # the folder holds the [CLS] pooler's weights
+    outputs: int | None  # rows of the stored output layer (the class's output_layer); None: absent or new_head
+    settings: Callable[[], Any]  # -> the folder's inference settings (pooling, normalize), read when asked
+    task_info: Callable[[], dict]  # -> the folder's task.json, read when asked ({} without one)
 
 
 class Model(nn.Module):
     """Base of all models: the Encoder (and a [CLS] pooler) under a head."""
 
-    kind: ClassVar[str]  # our name for the architecture (see the table above)
+    kind: ClassVar[str]  # our name for the architecture (see the table above): load_model's kind=
+    hf_kind: ClassVar[str | None] = None  # the kind whose transformers class this one saves as (None: its own)
     hf_suffix: ClassVar[str | None] = None  # transformers' class is the family stem + this; None: FamilySpec names it
     task_head: ClassVar[tuple[str, ...]] = ()  # prefixes of our task head's tensors: a checkpoint may lack them
+    output_layer: ClassVar[str | None] = None  # our name of the output layer's weight: its rows are the labels
+    bare: ClassVar[bool] = False  # saved as transformers' XModel: backbone tensors without the base prefix
+
+    @classmethod
+    def from_stored(cls, config: EncoderConfig, stored: Stored, **options: Any) -> Model:
+        """The model a checkpoint folder holds: what the folder fixes (head size, pooling), then `options`."""
+        return cls(config, **options)
 
     def __init__(self, config: EncoderConfig, pooler: bool = False) -> None:
         super().__init__()
@@ -73,7 +95,12 @@ class Model(nn.Module):
 class EncoderModel(Model):
     """The bare encoder (HF `BertModel`): token ids -> hidden states, plus the [CLS] pooler if present."""
 
-    kind = "base"
+    kind, bare = "base", True
+
+    @classmethod
+    def from_stored(cls, config: EncoderConfig, stored: Stored, **options: Any) -> Model:
+        """A pooler only where the checkpoint holds one (an MLM-only BERT checkpoint has none)."""
+        return cls(config, **{"pooler": stored.pooler} | options)
 
     def __init__(self, config: EncoderConfig, pooler: bool | None = None) -> None:
         """pooler: whether to build the [CLS] pooler (a checkpoint may lack it); by default, config.pooler."""
@@ -90,7 +117,14 @@ class EncoderModel(Model):
 class SentenceEmbedder(EncoderModel):
     """The bare encoder whose token vectors are pooled into one (B, H) vector per text: mean or [CLS]."""
 
-    kind = "embed"
+    kind, hf_kind = "embed", "base"
+
+    @classmethod
+    def from_stored(cls, config: EncoderConfig, stored: Stored, **options: Any) -> Model:
+        """The folder's pooler, pooling and normalisation (sentence-transformers' modules), then `options`."""
+        settings = stored.settings()
+        return cls(config, **{"pooler": stored.pooler, "pooling": settings.pooling,
+                              "normalize": settings.normalize} | options)
 
     def __init__(self, config: EncoderConfig, pooling: str = "mean", pooler: bool | None = None,
                  normalize: bool = False) -> None:
@@ -137,7 +171,8 @@ def _mlm_output(model: MaskedLMModel | PreTrainingModel, hidden: ModelOutput, la
     else:
         positions = labelled_first(labels, masked_budget)  # (N,) = (masked_budget,)
     logits, targets = model.mlm(states[positions], word_embeddings), labels.flatten()[positions]
-    return replace(hidden, logits=logits, targets=targets, terms={"mlm": lambda: cross_entropy_sum(logits, targets)})
+    return replace(hidden, logits=logits, targets=targets,
+                   terms={"mlm": lambda: cross_entropy_sum(logits, targets, "masked")})
 
 
 def labelled_first(labels: torch.Tensor, budget: int) -> torch.Tensor:
@@ -147,9 +182,9 @@ def labelled_first(labels: torch.Tensor, budget: int) -> torch.Tensor:
     return torch.topk(labelled, min(budget, labelled.numel()), sorted=True).indices
 
 
-def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> Sum:
-    """Cross-entropy of logits (N, C) summed over the labels (N,) that are not IGNORE_INDEX, and their count."""
-    return F.cross_entropy(logits.float(), labels, reduction="sum"), (labels != IGNORE_INDEX).sum()
+def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor, unit: str) -> LossTerm:
+    """Cross-entropy of logits (N, C) summed over the labels (N,) that are not IGNORE_INDEX, counted in `unit`."""
+    return LossTerm(F.cross_entropy(logits.float(), labels, reduction="sum"), (labels != IGNORE_INDEX).sum(), unit)
 
 
 class PreTrainingModel(Model):
@@ -171,7 +206,7 @@ class PreTrainingModel(Model):
         out = _mlm_output(self, hidden, labels, masked_budget)
         out.nsp_logits = nsp_logits = self.nsp(hidden.pooled)  # (B, 2)
         if next_sentence_label is not None:
-            out.terms["nsp"] = lambda: cross_entropy_sum(nsp_logits, next_sentence_label)
+            out.terms["nsp"] = lambda: cross_entropy_sum(nsp_logits, next_sentence_label, "pairs")
         return out
 
 
@@ -193,50 +228,64 @@ class ReplacedTokenDetector(Model):
         if labels is None:
             return replace(hidden, logits=logits)
         real = labels != IGNORE_INDEX
-        return replace(hidden, logits=logits, terms={"rtd": lambda: (F.binary_cross_entropy_with_logits(
-            logits[real].float(), labels[real].float(), reduction="sum"), real.sum())})
+        return replace(hidden, logits=logits, terms={"rtd": lambda: LossTerm(F.binary_cross_entropy_with_logits(
+            logits[real].float(), labels[real].float(), reduction="sum"), real.sum(), "tokens")})
 
 
-def sequence_sum(logits: torch.Tensor, labels: torch.Tensor, regression: bool, multilabel: bool = False) -> Sum:
-    """Squared error of logits (B, 1) for scores (B,) (regression); binary cross-entropy of each logit of (B, L)
-    against 0/1 targets (B, L), counted per (row, class) as transformers' BCEWithLogitsLoss averages them
-    (multilabel); else cross-entropy of (B, L) for class ids (B,)."""
-    if regression:  # torch.full, not torch.tensor: a copy from the host would wait for the GPU's queue
+def sequence_sum(logits: torch.Tensor, labels: torch.Tensor, problem_type: str | None) -> LossTerm:
+    """By transformers' problem_type: squared error of logits (B, 1) for scores (B,), per row (regression); binary
+    cross-entropy of each logit of (B, L) against 0/1 targets (B, L), per (row, class) as BCEWithLogitsLoss averages
+    them (multi_label_classification); else cross-entropy of (B, L) for class ids (B,), per row."""
+    # torch.full, not torch.tensor: a copy from the host would wait for the GPU's queue
+    if problem_type == "regression":
         count = torch.full((), labels.shape[0], device=labels.device)
-        return F.mse_loss(logits.float().squeeze(-1), labels.float(), reduction="sum"), count
-    if multilabel:
+        return LossTerm(F.mse_loss(logits.float().squeeze(-1), labels.float(), reduction="sum"), count, "sequences")
+    if problem_type == "multi_label_classification":
         count = torch.full((), labels.numel(), device=labels.device)
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="sum"), count
-    return cross_entropy_sum(logits, labels)
+        total = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="sum")
+        return LossTerm(total, count, "label_cells")
+    return cross_entropy_sum(logits, labels, "sequences")
 
 
 class SequenceClassifier(Model):
     """The family's classification head on the encoder -> logits (B, L), one for regression. A user's `head` module
     ((B, H) -> (B, L)) replaces its output layer; only an nn.Linear gives a folder transformers can load."""
 
-    kind, hf_suffix, task_head = "classify", "ForSequenceClassification", ("head.",)
+    kind, hf_suffix, task_head, output_layer = "classify", "ForSequenceClassification", ("head.",), "head.out.weight"
+
+    @classmethod
+    def from_stored(cls, config: EncoderConfig, stored: Stored, **options: Any) -> Model:
+        """The stored head's size and problem_type (a folder older than problem_type says regression in task.json);
+        a problem_type in `options` replaces the config's."""
+        problem_type = options.pop("problem_type", None)
+        if problem_type is None and not stored.new_head and stored.task_info().get("task_type") == "regression":
+            problem_type = "regression"
+        config = config if problem_type is None else config.replace(problem_type=problem_type)
+        return cls(config, **{"num_labels": stored.outputs} | options)
 
     def __init__(self, config: EncoderConfig, num_labels: int | None = None, head: nn.Module | None = None,
-                 regression: bool = False, multilabel: bool = False) -> None:
-        """num_labels: by default 1 for regression, else one per config.labels; multilabel (or a config whose
-        problem_type is multi_label_classification): each logit is a yes/no of its class (sigmoid, binary
-        cross-entropy), as transformers' multi_label_classification."""
-        if regression and multilabel:
+                 multilabel: bool = False) -> None:
+        """config.problem_type chooses the loss (see sequence_sum; None: single_label_classification); multilabel
+        sets it to multi_label_classification: each logit a yes/no of its class (sigmoid, binary cross-entropy).
+        num_labels: by default 1 for regression, else one per config.labels."""
+        if multilabel and config.problem_type == "regression":
             raise ValueError("a SequenceClassifier is for regression or multilabel classification, not both")
-        multilabel = not regression and (multilabel or config.problem_type == "multi_label_classification")
-        config = config.replace(problem_type="regression" if regression else "multi_label_classification"
-                                if multilabel else "single_label_classification")  # saved as transformers' key
+        problem_type = "multi_label_classification" if multilabel else config.problem_type
+        config = config.replace(problem_type=problem_type or "single_label_classification")  # transformers' key
         super().__init__(config, pooler=not config.classifier_dense)  # BERT and ALBERT classify the pooled [CLS]
         if num_labels is None and head is None:
-            if not regression and not config.labels:
+            if not self.regression and not config.labels:
                 raise ValueError("SequenceClassifier needs num_labels, config.labels or a head module")
-            num_labels = 1 if regression else len(config.labels)
-        self.regression, self.multilabel = regression, multilabel
+            num_labels = 1 if self.regression else len(config.labels)
         self.head = SequenceHead(config, num_labels, head)
         # Not self.init_weights(): a head module the user supplies keeps its own initialisation.
         init_weights(self.encoder, config)
         if self.pooler is not None:
             init_linear(self.pooler.dense, config.initializer_range)
+
+    regression = property(lambda self: self.config.problem_type == "regression", doc="A score per input (MSE)")
+    multilabel = property(lambda self: self.config.problem_type == "multi_label_classification",
+                          doc="Each logit a yes/no of its class (sigmoid, binary cross-entropy)")
 
     @property
     def num_outputs(self) -> int:
@@ -252,7 +301,7 @@ class SequenceClassifier(Model):
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         logits = self.head(hidden.last_hidden_state, hidden.pooled, attention_mask)  # (B, L)
         terms = {} if labels is None else {
-            "classify": lambda: sequence_sum(logits, labels, self.regression, self.multilabel)}
+            "classify": lambda: sequence_sum(logits, labels, self.config.problem_type)}
         return replace(hidden, logits=logits, terms=terms)
 
     def hf_config(self, architecture: str) -> dict:
@@ -262,7 +311,13 @@ class SequenceClassifier(Model):
 class TokenClassifier(Model):
     """Token vectors (B, T, H) -> [transform] -> dropout -> linear -> logits (B, T, L)."""
 
-    kind, hf_suffix, task_head = "ner", "ForTokenClassification", ("transform.", "classifier.")
+    kind, hf_suffix, task_head, output_layer = "ner", "ForTokenClassification", ("transform.", "classifier."), \
+        "classifier.weight"
+
+    @classmethod
+    def from_stored(cls, config: EncoderConfig, stored: Stored, **options: Any) -> Model:
+        """The stored tag count, then `options`."""
+        return cls(config, **{"num_labels": stored.outputs} | options)
 
     def __init__(self, config: EncoderConfig, num_labels: int | None = None) -> None:
         """num_labels: by default one per config.labels."""
@@ -280,7 +335,8 @@ class TokenClassifier(Model):
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         x = hidden.last_hidden_state if self.transform is None else self.transform(hidden.last_hidden_state)
         logits = self.classifier(self.dropout(x))  # (B, T, L)
-        terms = {} if labels is None else {"ner": lambda: cross_entropy_sum(logits.flatten(0, 1), labels.flatten())}
+        terms = {} if labels is None else {
+            "ner": lambda: cross_entropy_sum(logits.flatten(0, 1), labels.flatten(), "masked")}
         return replace(hidden, logits=logits, terms=terms)
 
     def hf_config(self, architecture: str) -> dict:
@@ -312,19 +368,30 @@ class SpanExtractor(Model):
         return replace(hidden, logits=logits, terms={} if labels is None else span_terms(logits, labels))
 
 
-def span_terms(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, Callable[[], Sum]]:
+def span_terms(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, Callable[[], LossTerm]]:
     """Half the start and end cross-entropies (BERT 4.2) of logits (B, T, 2) at positions (B, 2); a position past
-    the window carries none (transformers clamps it to T and ignores T), so each side keeps its own count."""
+    the window carries none (transformers clamps it to T and ignores T), so each side keeps its own count. The unit
+    is the sequence: fine-tuning's features point an answer outside their window at [CLS], so every side counts."""
     positions = labels.clamp(min=0).masked_fill(labels >= logits.shape[1], IGNORE_INDEX)  # (B, 2)
 
-    def half(i: int) -> Sum:
-        total, count = cross_entropy_sum(logits[..., i], positions[:, i])
-        return total / 2, count
+    def half(i: int) -> LossTerm:
+        total, count, unit = cross_entropy_sum(logits[..., i], positions[:, i], "sequences")
+        return LossTerm(total / 2, count, unit)
 
     return {"qa_start": lambda: half(0), "qa_end": lambda: half(1)}
 
 
-MODEL_CLASSES: dict[str, type[Model]] = {cls.kind: cls for cls in (
-    EncoderModel, SentenceEmbedder, MaskedLMModel, PreTrainingModel, ReplacedTokenDetector, SequenceClassifier,
-    TokenClassifier, SpanExtractor)}
-"""Model kind -> class: checkpoint.load_model builds a kind by name (the BiLSTM baseline is its own format)."""
+def by_kind(*classes: type[Model]) -> dict[str, type[Model]]:
+    """Each class under its own `kind`; two classes claiming one kind are refused."""
+    out: dict[str, type[Model]] = {}
+    for cls in classes:
+        if cls.kind in out:
+            raise TypeError(f"{cls.__name__} and {out[cls.kind].__name__} both declare kind {cls.kind!r}")
+        out[cls.kind] = cls
+    return out
+
+
+MODEL_CLASSES = by_kind(EncoderModel, SentenceEmbedder, MaskedLMModel, PreTrainingModel, ReplacedTokenDetector,
+                        SequenceClassifier, TokenClassifier, SpanExtractor)
+"""Model kind -> class, by each class's own `kind`: checkpoint.load_model builds a kind by name (the BiLSTM baseline
+is its own format)."""

@@ -1,5 +1,6 @@
-"""The Objective interface every objective implements, the whole-step counts its loss is normalised by, the model a
-run starts from (ModelChoice), and ObjectiveSpec: what registers an objective, as FamilySpec registers a family."""
+"""The Objective interface every objective implements (its loss normalised by the whole step's counts of each term's
+unit, nn.output), the model a run starts from (ModelChoice), and ObjectiveSpec: what registers an objective, as
+FamilySpec registers a family."""
 
 from __future__ import annotations
 
@@ -16,13 +17,9 @@ from encoderlab.config import EncoderConfig
 from encoderlab.data.collate import MaskBudget
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.models import FAMILIES
-from encoderlab.nn.model import IGNORE_INDEX
+from encoderlab.nn.output import Counts
 from encoderlab.paths import resolve_model_path
 from encoderlab.tokenizer import Tokenizer
-
-Counts = dict[str, torch.Tensor]
-"""Whole-step totals over all ranks and micro-batches: "masked" tokens, "tokens" (real ones), "sequences"."""
-
 
 class Objective(nn.Module):
     """Base of the objectives: forward(batch, counts) -> (loss, sums); metrics from summed sums; save/load/export,
@@ -42,14 +39,9 @@ class Objective(nn.Module):
                 model.eval()  # a frozen model's dropout stays off: its targets must not be noisy
         return self
 
-    def counts(self, batch: dict[str, torch.Tensor]) -> Counts:
-        """This micro-batch's share of the step's counts (the loop sums them over micro-batches and ranks)."""
-        return {"masked": (batch["labels"] != IGNORE_INDEX).sum(), "tokens": batch["attention_mask"].sum(),
-                # torch.full, not torch.tensor: a copy from the host would wait for the GPU's queue every step
-                "sequences": torch.full((), batch["input_ids"].shape[0], device=batch["input_ids"].device)}
-
     def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The micro-batch's share of the step's loss, and detached sums (losses, correct counts) for the logs."""
+        """The micro-batch's share of the step's loss, given the whole step's counts of each unit (nn.output's
+        batch_counts, summed over micro-batches and ranks), and detached sums (losses, correct counts) for the logs."""
         raise NotImplementedError
 
     def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:

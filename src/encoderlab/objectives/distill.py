@@ -26,7 +26,8 @@ from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.nn.model import MaskedLMModel
-from encoderlab.objectives.base import Counts, ModelChoice, Objective, ObjectiveSpec, check_vocabulary
+from encoderlab.nn.output import Counts, LossTerm, step_means
+from encoderlab.objectives.base import ModelChoice, Objective, ObjectiveSpec, check_vocabulary
 from encoderlab.objectives.mlm import mlm_correct, mlm_metrics
 from encoderlab.tokenizer import Tokenizer
 
@@ -85,15 +86,16 @@ class Distillation(Objective):
         T = self.temperature
         ce_sum = F.kl_div(F.log_softmax(student.logits.float() / T, dim=-1),
                           F.log_softmax(teacher.logits.float() / T, dim=-1), log_target=True, reduction="sum") * T * T
-        mlm_sum = student.sums["mlm"][0]
+        mlm = student.sums["mlm"]
         real = attention_mask.bool()
         cosine = F.cosine_similarity(student.last_hidden_state[real].float(),
                                      teacher.last_hidden_state[real].float(), dim=-1)  # (R,)
-        cos_sum = (1 - cosine).sum()
-        loss = (self.alpha_ce * ce_sum + self.alpha_mlm * mlm_sum) / counts["masked"] + \
-            self.alpha_cos * cos_sum / counts["tokens"]
-        return loss, {"ce_loss": ce_sum.detach(), "mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(student),
-                      "cos_loss": cos_sum.detach()}
+        terms = {"ce": LossTerm(ce_sum, mlm.count, "masked"), "mlm": mlm,  # per masked token
+                 "cos": LossTerm((1 - cosine).sum(), real.sum(), "tokens")}  # per real token
+        means = step_means(terms, counts)
+        loss = self.alpha_ce * means["ce"] + self.alpha_mlm * means["mlm"] + self.alpha_cos * means["cos"]
+        return loss, {"ce_loss": ce_sum.detach(), "mlm_loss": mlm.total.detach(), "mlm_correct": mlm_correct(student),
+                      "cos_loss": terms["cos"].total.detach()}
 
     def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
         """ce_loss (T^2 KL) and MLM per masked token, cos_loss per real token; loss: their weighted sum."""

@@ -21,7 +21,8 @@ from encoderlab.checkpoint import load_model, resolve_model_path
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, ModelOutput, PreTrainingModel
-from encoderlab.objectives.base import Counts, ModelChoice, Objective, ObjectiveSpec, check_vocabulary
+from encoderlab.nn.output import Counts, step_means
+from encoderlab.objectives.base import ModelChoice, Objective, ObjectiveSpec, check_vocabulary
 from encoderlab.tokenizer import Tokenizer
 
 
@@ -65,6 +66,12 @@ def mlm_metrics(sums: dict[str, float], counts: dict[str, float]) -> dict[str, f
     return {"mlm_loss": sums["mlm_loss"] / masked, "mlm_accuracy": sums["mlm_correct"] / masked}
 
 
+def anchored(counts: Counts | dict[str, float]) -> torch.Tensor | float:
+    """The anchored tokens of a step: real and not selected for prediction (at least 1)."""
+    count = counts["tokens"] - counts["masked"]
+    return count.clamp(min=1) if isinstance(count, torch.Tensor) else max(count, 1.0)
+
+
 class MaskedLanguageModeling(Objective):
     """MLM (MaskedLMModel) or MLM + NSP/SOP (PreTrainingModel), one model; optionally a frozen anchor encoder."""
 
@@ -76,12 +83,6 @@ class MaskedLanguageModeling(Objective):
         self.model, self.anchor_weight, self.anchor_all = model, anchor_weight, anchor_layers == "all"
         self.anchor = None if anchor is None else anchor.requires_grad_(False).eval()
 
-    def counts(self, batch: dict[str, torch.Tensor]) -> Counts:
-        out = super().counts(batch)
-        if self.anchor is not None:  # the anchored tokens: real and not selected for prediction
-            out["anchored"] = out["tokens"] - out["masked"]
-        return out
-
     def forward(self, batch: dict[str, torch.Tensor], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         labels, pair_labels = batch["labels"], batch.get("next_sentence_label")
         flags = {} if pair_labels is None else {"next_sentence_label": pair_labels}
@@ -90,13 +91,10 @@ class MaskedLanguageModeling(Objective):
         if self.mask_budget is not None:
             flags["masked_budget"] = self.mask_budget.positions(*labels.shape)
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels, **flags)
-        mlm_sum = out.sums["mlm"][0]
-        loss = mlm_sum / counts["masked"]
-        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(out)}
+        loss = sum(step_means(out.sums, counts).values())  # MLM per masked token, NSP per labelled pair
+        sums = {"mlm_loss": out.sums["mlm"].total.detach(), "mlm_correct": mlm_correct(out)}
         if pair_labels is not None:
-            nsp_sum = out.sums["nsp"][0]  # per sequence: the step's sequences, unlabelled pairs included
-            loss = loss + nsp_sum / counts["sequences"]
-            sums["nsp_loss"] = nsp_sum.detach()
+            sums["nsp_loss"] = out.sums["nsp"].total.detach()
             sums["nsp_correct"] = (out.nsp_logits.argmax(-1) == pair_labels).sum()
         if self.anchor is not None:
             with torch.no_grad():
@@ -108,7 +106,7 @@ class MaskedLanguageModeling(Objective):
             cos_sums = [((1 - F.cosine_similarity(ours.float(), theirs.float(), dim=-1)) * kept).sum()
                         for ours, theirs in pairs]
             cos_sum = sum(cos_sums) / len(cos_sums)
-            loss = loss + self.anchor_weight * cos_sum / counts["anchored"]
+            loss = loss + self.anchor_weight * cos_sum / anchored(counts)
             sums["cos_loss"] = cos_sum.detach()
         return loss, sums
 
@@ -116,11 +114,12 @@ class MaskedLanguageModeling(Objective):
         out = mlm_metrics(sums, counts)
         out["loss"] = out["mlm_loss"]
         if "nsp_loss" in sums:
-            out["nsp_loss"] = sums["nsp_loss"] / counts["sequences"]
-            out["nsp_accuracy"] = sums["nsp_correct"] / counts["sequences"]
+            pairs = max(counts["pairs"], 1.0)
+            out["nsp_loss"] = sums["nsp_loss"] / pairs
+            out["nsp_accuracy"] = sums["nsp_correct"] / pairs
             out["loss"] += out["nsp_loss"]
         if "cos_loss" in sums:
-            out["cos_loss"] = sums["cos_loss"] / max(counts["anchored"], 1.0)
+            out["cos_loss"] = sums["cos_loss"] / anchored(counts)
             out["loss"] += self.anchor_weight * out["cos_loss"]
         return out
 

@@ -34,7 +34,8 @@ from encoderlab.errors import CheckpointError, ConfigError
 from encoderlab.io import atomic_write
 from encoderlab.models import FAMILIES
 from encoderlab.nn.model import IGNORE_INDEX, EncoderModel, MaskedLMModel, ReplacedTokenDetector
-from encoderlab.objectives.base import Counts, ModelChoice, Objective, ObjectiveSpec
+from encoderlab.nn.output import Counts, step_means
+from encoderlab.objectives.base import ModelChoice, Objective, ObjectiveSpec
 from encoderlab.objectives.mlm import mlm_correct, mlm_metrics
 from encoderlab.tokenizer import Tokenizer
 
@@ -176,15 +177,15 @@ class ReplacedTokenDetection(Objective):
         input_ids, attention_mask, token_type_ids, labels = (batch[k] for k in ("input_ids", "attention_mask",
                                                                                 "token_type_ids", "labels"))
         generated = self.generator(input_ids, attention_mask, token_type_ids, labels)  # logits (N, V)
-        mlm_sum = generated.sums["mlm"][0]
         corrupted, replaced = _replace(input_ids, labels, generated.logits)
         real = attention_mask.bool()
         detected = self.discriminator(corrupted, attention_mask, token_type_ids,
                                       replaced.long().masked_fill(~real, IGNORE_INDEX))  # logits (B, T)
-        rtd_sum = detected.sums["rtd"][0]
-        loss = mlm_sum / counts["masked"] + self.rtd_weight * rtd_sum / counts["tokens"]
-        sums = {"mlm_loss": mlm_sum.detach(), "mlm_correct": mlm_correct(generated),
-                "rtd_loss": rtd_sum.detach(), "rtd_correct": (((detected.logits > 0) == replaced) & real).sum(),
+        terms = {"mlm": generated.sums["mlm"], "rtd": detected.sums["rtd"]}  # per masked token, per real token
+        means = step_means(terms, counts)
+        loss = means["mlm"] + self.rtd_weight * means["rtd"]
+        sums = {"mlm_loss": terms["mlm"].total.detach(), "mlm_correct": mlm_correct(generated),
+                "rtd_loss": terms["rtd"].total.detach(), "rtd_correct": (((detected.logits > 0) == replaced) & real).sum(),
                 "replaced": replaced.sum()}
         return loss, sums
 

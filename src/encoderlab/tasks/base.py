@@ -1,5 +1,5 @@
 """What every task gives the one training loop, and the helpers they share: examples -> features (unpadded token
-ids and targets) -> padded batches -> a summed loss and its counts; examples -> predictions and metrics."""
+ids and targets) -> padded batches -> loss terms, each a sum in its unit; examples -> predictions and metrics."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from torch import nn
 
 from encoderlab.config import EncoderConfig
 from encoderlab.engine import Engine, eval_mode, pad_batch
+from encoderlab.nn.output import LossTerm
 from encoderlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,6 @@ class Task(ABC):
     metrics: tuple[str, ...]  # what evaluate() reports; the first selects the best checkpoint by default
     other_metrics: ClassVar[tuple[str, ...]] = ()  # what evaluate() may report instead (e.g. without scores)
     group_by_length: ClassVar[bool] = True  # batches of similar length (less padding); False: uniformly random
-    loss_per: ClassVar[str] = "sequences"  # the count of counts() that divides the summed loss
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, batch_size: int = 32, precision: str = "fp32") -> None:
         self.tokenizer, self.max_length = tokenizer, max_length
@@ -73,18 +73,11 @@ class Task(ABC):
     def collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         """A padded batch of tensors."""
 
-    def counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """This batch's share of a step's counts: sequences (rows) and real tokens (of every text column)."""
-        inputs = [b for b in batch.values() if isinstance(b, dict)] or [batch]  # embed: one dict per column
-        mask = inputs[0]["attention_mask"]
-        return {"sequences": torch.tensor(mask.shape[0], device=mask.device),
-                "tokens": sum(b["attention_mask"].sum() for b in inputs)}
-
-    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        """The loss of a batch summed over its `loss_per` units (a scalar): the loop divides by the step's count.
-        By default the model's own loss terms given the batch's labels, summed."""
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, LossTerm]:
+        """The batch's loss terms, each summed in its unit (the loop divides by the step's count of that unit): by
+        default the model's own, given the batch's labels."""
         out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
-        return sum(total for total, _ in out.sums.values())
+        return out.sums
 
     @abstractmethod
     def predict(self, model: nn.Module, examples: list) -> list:

@@ -147,4 +147,5 @@ register_task(TaskSpec(
         tokenizer, max_length, None if model.regression else model.labels or numbered_labels(model),
         model.regression, stride=given.stride, combine=given.combine, **common),
     models=(SequenceClassifier, BiLSTMClassifier), model_kind="classify", keeps_labels=True,
-    model_options=lambda task, head: {"num_labels": task.num_outputs, "regression": task.regression}))
+    model_options=lambda task, head: {"num_labels": task.num_outputs, "problem_type": "regression" if task.regression
+                                      else "single_label_classification"}))

@@ -27,6 +27,7 @@ from encoderlab.engine import encode, eval_mode, forward, sentence_vectors
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import correlation_metrics
 from encoderlab.nn.model import SentenceEmbedder
+from encoderlab.nn.output import LossTerm
 from encoderlab.tasks.readers import TextExample, read_texts
 from encoderlab.tasks.spec import TaskSpec, register_task
 from encoderlab.tokenizer import Tokenizer
@@ -143,10 +144,13 @@ class EmbedTask(Task):
         batch["labels"] = torch.tensor([f["label"] for f in features], dtype=torch.float32)
         return batch
 
-    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, LossTerm]:
+        """The batch's loss times its rows, per row (sequences): see embedding_loss."""
         vectors = [model(b["input_ids"], b["attention_mask"], b["token_type_ids"]).embedding
                    for key, b in sorted(batch.items()) if key != "labels"]  # (B, H) per text column
-        return embedding_loss(self.loss_name, vectors, batch["labels"], self.scale, self.score_max, self.matryoshka)
+        labels = batch["labels"]
+        total = embedding_loss(self.loss_name, vectors, labels, self.scale, self.score_max, self.matryoshka)
+        return {self.loss_name: LossTerm(total, torch.full((), labels.shape[0], device=labels.device), "sequences")}
 
     def vectors(self, model: nn.Module, texts: list[str]) -> torch.Tensor:
         """(N, H) unit vectors, in order."""

@@ -76,11 +76,6 @@ class MultiLabelTask(ClassifyTask):
             batch["labels"] = torch.tensor([f["label"] for f in features], dtype=torch.float32)  # (B, L)
         return batch
 
-    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        """The model's binary cross-entropy summed over the batch, averaged over the classes: divided by the step's
-        sequences, transformers' mean over every (row, class)."""
-        return super().loss(model, batch) / len(self.labels)
-
     def predict(self, model: nn.Module, examples: list[TextExample]) -> list[list[str]]:
         """The classes whose probability (the sigmoid of their logit) passes the threshold, per example."""
         chosen = self.logits(model, examples).sigmoid() >= self.threshold  # (N, L)

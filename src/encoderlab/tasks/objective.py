@@ -4,9 +4,10 @@ The standard recipe (Devlin et al. 2019, section 4 and appendix A.3; transformer
 0.9/0.999, eps 1e-8), weight decay 0.01 except on biases and LayerNorm weights, linear warmup over 10% of steps then
 linear decay to 0, gradients clipped to norm 1. After each epoch (or every `eval_every` steps) the model is scored
 on the eval set and saved when its metric is the best so far, so the folder always holds the best checkpoint.
-A task's loss is a sum over the micro-batch divided by the count of the whole step (sequences; labelled tokens for
-NER), so micro-batches and ranks give the gradient of one batch. The contrastive embedding losses (mnrl, cosent)
-compare the texts of one micro-batch: its loss is weighted by its share of the step's pairs.
+A task's loss terms are sums over the micro-batch, each divided by the whole step's count of its unit (sequences;
+tagged tokens for NER; (row, class) cells for multilabel), so micro-batches and ranks give the gradient of one batch.
+The contrastive embedding losses (mnrl, cosent) compare the texts of one micro-batch: its loss is weighted by its
+share of the step's pairs.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from torch import nn
 from encoderlab.checkpoint import load_model
 from encoderlab.errors import ConfigError
 from encoderlab.nn.model import SentenceEmbedder
-from encoderlab.objectives import Counts, Objective
+from encoderlab.nn.output import Counts, step_means
+from encoderlab.objectives import Objective
 from encoderlab.tasks.base import Task, length_grouped_batches, model_device
 from encoderlab.train import distributed
 from encoderlab.train.loop import DUMMY, PRECISIONS, Evaluation, LoopOptions, RunSetup, run_loop
@@ -100,22 +102,23 @@ class RunResult:
 
 
 class TaskObjective(Objective):
-    """A task model trained on its task's loss, summed over the micro-batch and divided by the step's count."""
+    """A task model trained on its task's loss terms, each summed over the micro-batch and divided by the step's
+    count of its unit; the logged sums are by unit ("loss/masked")."""
 
     def __init__(self, model: nn.Module, task: Task) -> None:
         super().__init__()
         self.model, self.task = model, task
         self.unused_parameters = isinstance(model, SentenceEmbedder)  # keeps its checkpoint's pooler, never runs it
 
-    def counts(self, batch: dict[str, Any]) -> Counts:
-        return self.task.counts(batch)
-
     def forward(self, batch: dict[str, Any], counts: Counts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        total = self.task.loss(self.model, batch)
-        return total / counts[self.task.loss_per], {"loss": total.detach()}
+        terms = self.task.loss(self.model, batch)
+        by_unit: dict[str, torch.Tensor] = {}  # "loss/UNIT": not a count's name, which the loop keeps beside
+        for term in terms.values():
+            by_unit[f"loss/{term.unit}"] = by_unit.get(f"loss/{term.unit}", 0) + term.total.detach()
+        return sum(step_means(terms, counts).values()), by_unit
 
     def metrics(self, sums: dict[str, float], counts: dict[str, float]) -> dict[str, float]:
-        return {"loss": sums["loss"] / counts[self.task.loss_per]}
+        return {"loss": sum(total / counts[key.removeprefix("loss/")] for key, total in sums.items())}
 
     def load(self, folder: Path) -> None:  # load_model: a BiLSTM baseline has no family weight map
         self.model.load_state_dict(load_model(folder).state_dict())

@@ -31,6 +31,7 @@ from encoderlab.choices import split_names
 from encoderlab.engine import Pipeline, encode, forward
 from encoderlab.errors import InputError
 from encoderlab.nn.model import SequenceClassifier
+from encoderlab.nn.output import LossTerm
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.readers import TextExample, read_texts
 from encoderlab.tasks.spec import TaskSpec, register_task
@@ -128,20 +129,15 @@ class RerankTask(Task):
         batch["targets"], batch["present"] = targets / targets.sum(-1, keepdim=True), present
         return batch
 
-    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, LossTerm]:
+        """Pointwise, the model's own; listwise, the cross-entropy of each query's passages, per query."""
         if "targets" not in batch:
             return super().loss(model, batch)
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits[:, 0].float()
         present = batch["present"]
         grid = logits.new_full(present.shape, float("-inf")).masked_scatter(present, logits)  # (Q, G)
-        return -(batch["targets"] * grid.log_softmax(-1).masked_fill(~present, 0.0)).sum()
-
-    def counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """Listwise, the loss is per query: `sequences` counts the queries."""
-        counts = super().counts(batch)
-        if "present" in batch:
-            counts["sequences"] = torch.tensor(batch["present"].shape[0], device=batch["present"].device)
-        return counts
+        total = -(batch["targets"] * grid.log_softmax(-1).masked_fill(~present, 0.0)).sum()
+        return {"listwise": LossTerm(total, torch.full((), present.shape[0], device=present.device), "queries")}
 
     def info(self) -> dict[str, Any]:
         return super().info() | {"loss": "listwise" if self.listwise else "pointwise"}

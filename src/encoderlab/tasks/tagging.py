@@ -54,7 +54,6 @@ class TagTask(Task):
     """Token classification with word-level tags (IOB2)."""
 
     name = "ner"
-    loss_per = "targets"  # tagged tokens: each word's first token
     metrics = ("f1", "precision", "recall", "accuracy")
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, labels: list[str], batch_size: int = 32,
@@ -94,9 +93,6 @@ class TagTask(Task):
         if "labels" in features[0]:
             batch["labels"] = pad([f["labels"] for f in features], IGNORE_INDEX)
         return batch
-
-    def counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        return super().counts(batch) | {"targets": (batch["labels"] != IGNORE_INDEX).sum()}
 
     def predict(self, model: nn.Module, sentences: list[TaggedSentence]) -> list[list[str]]:
         """One tag per word of each sentence."""

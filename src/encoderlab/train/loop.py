@@ -37,6 +37,7 @@ from encoderlab.choices import TRAINING_PRECISIONS
 from encoderlab.engine import autocast
 from encoderlab.errors import ConfigError, TrainingDiverged
 from encoderlab.io import number_text
+from encoderlab.nn.output import batch_counts
 from encoderlab.objectives import Objective
 from encoderlab.train import distributed
 from encoderlab.train.logger import COLUMNS, RunLogger
@@ -387,9 +388,9 @@ class Watch:
                 f"(--resume continues from it: lower lr, raise warmup_steps, or use precision fp32)")
 
 
-def step_counts(objective: Objective, batches: list[dict[str, Any]], dist: distributed.Dist) -> dict[str, torch.Tensor]:
-    """The objective's counts of a whole step, all micro-batches (DUMMY ones count nothing) and ranks; each >= 1."""
-    counts = [objective.counts(b) for b in batches]
+def step_counts(batches: list[dict[str, Any]], dist: distributed.Dist) -> dict[str, torch.Tensor]:
+    """The count of each unit over a whole step, all micro-batches (DUMMY ones count nothing) and ranks; each >= 1."""
+    counts = [batch_counts(b) for b in batches]
     keys = sorted(counts[0])
     local = torch.stack([sum(c[k] * (0 if b.get(DUMMY) else 1) for b, c in zip(batches, counts)) for k in keys])
     return dict(zip(keys, dist.sum(local.float()).clamp(min=1).unbind()))
@@ -414,7 +415,7 @@ def device_step(model: torch.nn.Module, micro_batches: list[dict[str, Any]], opt
     weight 0: it lets a rank without examples meet the others in DDP's all-reduce. Nothing here waits for the device."""
     objective = model.module if isinstance(model, DistributedDataParallel) else model
     micro_batches = [to_device(b, dist.device) for b in micro_batches]
-    counts = step_counts(objective, micro_batches, dist)
+    counts = step_counts(micro_batches, dist)
     sums: dict[str, torch.Tensor] = {}
     total = torch.zeros((), device=dist.device)
     for i, batch in enumerate(micro_batches):

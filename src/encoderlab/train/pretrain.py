@@ -29,6 +29,7 @@ from encoderlab.errors import InputError
 from encoderlab.io import atomic_write_text, clear_folder
 from encoderlab.models import FAMILIES
 from encoderlab.nn.model import Model
+from encoderlab.nn.output import batch_counts
 from encoderlab.objectives import OBJECTIVES, Objective, build_objective as build
 from encoderlab.objectives.mlm import MaskedLanguageModeling
 from encoderlab.paths import resolve_model_path
@@ -101,10 +102,10 @@ def evaluate(model: Objective | Model, batches: Batches, cfg: PretrainConfig, mi
     with eval_mode(objective):
         for start in range(0, count, micro):
             batch = to_device(batches.make([(0, i) for i in range(start, min(start + micro, count))]), device)
-            batch_counts = objective.counts(batch)
+            units = batch_counts(batch)
             with autocast(cfg.loop.precision, device):
-                _, parts = objective(batch, {key: torch.tensor(1.0, device=device) for key in batch_counts})
-            counts.update({key: float(value) for key, value in batch_counts.items()})
+                _, parts = objective(batch, {key: torch.tensor(1.0, device=device) for key in units})
+            counts.update({key: float(value) for key, value in units.items()})
             sums.update({key: float(value) for key, value in parts.items()})
     result = {f"eval_{k}": v for k, v in objective.metrics(sums, counts).items()}
     result["eval_perplexity"] = math.exp(min(result["eval_mlm_loss"], 50.0))
