@@ -90,7 +90,8 @@ def test_training_lowers_the_contrastive_loss(tiny):
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(25):
-        loss = task.loss(model, batch)
+        [term] = task.loss(model, batch).values()  # the contrastive term alone (no teacher)
+        loss = term.total / term.count
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -170,7 +171,10 @@ def test_teacher_scores_add_a_kl_term(tiny, tmp_path):
     assert batch["teacher"].shape == (len(rows), 2)
     model = ColbertModel(load_model(tiny, kind="base"), 16).eval()
     with torch.no_grad():
-        assert taught.loss(model, batch) > plain.loss(model, plain.collate(plain.features(rows)))
+        taught_terms, plain_terms = taught.loss(model, batch), plain.loss(model, plain.collate(plain.features(rows)))
+    assert set(plain_terms) == {"contrastive"} and set(taught_terms) == {"contrastive", "distill"}
+    assert_close(taught_terms["contrastive"].total, plain_terms["contrastive"].total)  # the same batch's MaxSim
+    assert taught_terms["distill"].total > 0 and taught_terms["distill"].unit == "sequences"
 
 
 def test_pipeline_gives_the_token_vectors(tiny, tiny_colbert):

@@ -262,11 +262,13 @@ def test_inference_free_queries_train_the_table_without_a_flops_term(tiny, tmp_p
     assert "query_table" not in model.state_dict() and task.table is model.query_table
     batch = task.collate(task.features([TextExample(tuple(row), None, f"row {i}") for i, row in enumerate(rows)]))
     task.seen = 4  # past the warm-up: the full FLOPS weights
-    loss = task.loss(model, batch)
+    terms = task.loss(model, batch)
     queries = task.query_weights(model, batch["0"])
     documents = torch.cat([model_weights(model, batch["1"]), model_weights(model, batch["2"])])
-    expected = contrastive_sum(queries, documents) + task.document_flops * flops(documents) * 2
-    assert_close(loss, expected)
+    assert {t.unit for t in terms.values()} == {"sequences"} and all(t.count == 2 for t in terms.values())
+    assert_close(terms["contrastive"].total, contrastive_sum(queries, documents))
+    assert_close(terms["flops"].total, task.document_flops * flops(documents) * 2)  # the documents' alone
+    loss = sum(t.total for t in terms.values())
     loss.backward()
     assert model.query_table.grad is not None and model.query_table.grad.abs().sum() > 0
 

@@ -42,7 +42,7 @@ from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.folder import read_task_info
 from encoderlab.io import atomic_write, atomic_write_text
 from encoderlab.nn.model import EncoderModel
-from encoderlab.nn.output import ModelOutput
+from encoderlab.nn.output import LossTerm, ModelOutput
 from encoderlab.paths import resolve_model_path
 from encoderlab.tasks.base import Task, model_device
 from encoderlab.tasks.readers import TextExample, read_texts
@@ -301,27 +301,24 @@ class ColbertTask(Task):
             batch["teacher"] = torch.tensor([f["teacher"] for f in features if f["teacher"]])  # (K, 2)
         return batch
 
-    def counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """The loss is per query: `sequences` counts the queries."""
-        mask = batch["query"]["attention_mask"]
-        return {"sequences": torch.tensor(mask.shape[0], device=mask.device),
-                "tokens": mask.sum() + batch["documents"]["attention_mask"].sum()}
-
-    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        """Summed over the batch's queries: cross-entropy over every document of the batch, plus KL to the teacher."""
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, LossTerm]:
+        """Summed over the batch's queries (unit: sequences, the queries): cross-entropy over every document of the
+        batch, and with a teacher the KL to its scores."""
         q, d = batch["query"], batch["documents"]
         queries = model(q["input_ids"], q["attention_mask"], q["token_type_ids"]).last_hidden_state  # (B, S, dim)
         documents = model(d["input_ids"], d["attention_mask"], d["token_type_ids"]).last_hidden_state  # (C, T, dim)
         scores = maxsim(queries, q["attention_mask"].bool(), documents,
                         scoring_mask(d["input_ids"], d["attention_mask"], self.skip))  # (B, C)
         B = len(scores)
-        loss = F.cross_entropy(scores, torch.arange(B, device=scores.device), reduction="sum")
+        queries_count = torch.full((), B, device=scores.device)
+        terms = {"contrastive": LossTerm(F.cross_entropy(scores, torch.arange(B, device=scores.device),
+                                                         reduction="sum"), queries_count, "sequences")}
         if "teacher" in batch:
             rows = batch["negative_of"]
             student = torch.stack([scores[rows, rows], scores[rows, B + torch.arange(len(rows))]], -1)  # (K, 2)
-            loss = loss + F.kl_div(student.log_softmax(-1), batch["teacher"].to(scores).softmax(-1),
-                                   reduction="sum")
-        return loss
+            terms["distill"] = LossTerm(F.kl_div(student.log_softmax(-1), batch["teacher"].to(scores).softmax(-1),
+                                                 reduction="sum"), queries_count, "sequences")
+        return terms
 
     def encoder(self, model: nn.Module) -> TokenEncoder:
         """Token vectors with this task's window, batch size and precision."""

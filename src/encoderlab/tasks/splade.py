@@ -48,6 +48,7 @@ from encoderlab.errors import InputError
 from encoderlab.folder import read_task_info
 from encoderlab.io import atomic_write, atomic_write_text
 from encoderlab.nn.model import MaskedLMModel
+from encoderlab.nn.output import LossTerm
 from encoderlab.paths import resolve_model_path
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.readers import TextExample, read_texts
@@ -186,9 +187,10 @@ class SpladeTask(Task):
             batch["2"] = pad_features(negatives, self.tokenizer.pad_id, prefix="2.")
         return batch
 
-    def loss(self, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        """Summed over the batch's queries (the loop divides by the step's): the contrastive loss, plus each FLOPS
-        term (a batch-level quantity, counted once per query so that the division leaves it whole)."""
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, LossTerm]:
+        """Summed over the batch's queries (unit: sequences; the loop divides by the step's count): the contrastive
+        loss, and the FLOPS terms (a batch-level quantity, counted once per query so that the division leaves it
+        whole)."""
         queries = self.query_weights(model, batch["0"])  # (B, V)
         documents = torch.cat([model_weights(model, batch[c]) for c in ("1", "2") if c in batch])  # (C, V)
         B = len(queries)
@@ -198,7 +200,9 @@ class SpladeTask(Task):
         regulariser = flops_weight(step, self.flops_warmup or 0, self.document_flops) * flops(documents)
         if not self.inference_free:
             regulariser = regulariser + flops_weight(step, self.flops_warmup or 0, self.query_flops) * flops(queries)
-        return contrastive_sum(queries, documents) + regulariser * B
+        count = torch.full((), B, device=queries.device)
+        return {"contrastive": LossTerm(contrastive_sum(queries, documents), count, "sequences"),
+                "flops": LossTerm(regulariser * B, count, "sequences")}
 
     def query_weights(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """(B, V) query weights: the model's, or (inference-free) its query table's."""
