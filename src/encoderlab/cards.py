@@ -13,10 +13,11 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
-import inspect
+import sys
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal
 
 from encoderlab.choices import COMBINE
@@ -300,22 +301,30 @@ def flags(options: type) -> list[Flag]:
     return out
 
 
-@functools.cache
 def field_docs(options: type) -> dict[str, str]:
     """{field: the string literal under it} of a dataclass and its bases: field docstrings, as the house style writes
     them, read from the source (Python keeps no attribute docstrings at run time)."""
     docs: dict[str, str] = {}
     for cls in reversed(options.__mro__[:-1]):
-        try:
-            tree = ast.parse(inspect.getsource(cls))
-        except (OSError, TypeError):
-            continue
-        body = tree.body[0].body
-        for before, node in zip(body, body[1:]):
-            if isinstance(before, ast.AnnAssign) and isinstance(node, ast.Expr) and \
-                    isinstance(node.value, ast.Constant):
-                docs[before.target.id] = " ".join(str(node.value.value).split())
+        docs |= class_docs(cls.__module__).get(cls.__qualname__, {})
     return docs
+
+
+@functools.cache
+def class_docs(module: str) -> dict[str, dict[str, str]]:
+    """The field docstrings of every top-level class of a module, by class name: its source parsed once (asking
+    inspect for each class's source parsed the module again per class, 0.14 s of `--help`)."""
+    path = getattr(sys.modules[module], "__file__", None)
+    if path is None:
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for node in ast.parse(Path(path).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = {before.target.id: " ".join(str(doc.value.value).split())
+                              for before, doc in zip(node.body, node.body[1:])
+                              if isinstance(before, ast.AnnAssign) and isinstance(doc, ast.Expr)
+                              and isinstance(doc.value, ast.Constant)}
+    return out
 
 
 def choices_of(kind: Any) -> tuple | None:
