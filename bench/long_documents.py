@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from common import goal, parser, size, tiny_model, training_precision, write_results  # noqa: E402
 
-from encoderlab.tasks.finetune import EvaluateJob, FinetuneJob, Head, Reading, evaluate, finetune  # noqa: E402
+from encoderlab.cards import ClassifyOptions  # noqa: E402
+from encoderlab.tasks.finetune import EvaluateJob, FinetuneJob, Reading, evaluate, finetune  # noqa: E402
 from encoderlab.tasks.objective import TrainOptions  # noqa: E402
 from encoderlab.tokenizer import Tokenizer  # noqa: E402
 
@@ -74,7 +75,7 @@ def run(model: str, folder: Path, train: Path, test: Path, stride: int | None, e
     out = folder / ("windows" if stride else "truncated")
     options = TrainOptions(lr=5e-5, epochs=epochs, batch_size=32, precision=precision, progress=False)
     start = time.perf_counter()
-    trained = finetune(FinetuneJob("classify", model, str(train), out, options, head=Head(stride=stride),
+    trained = finetune(FinetuneJob("classify", model, str(train), out, options, head=ClassifyOptions(stride=stride),
                                    max_length=WINDOW))
     scored = evaluate(EvaluateJob("classify", str(out), str(test), Reading(), precision=precision))
     return {"accuracy": scored["metrics"]["accuracy"], "train_features": trained["train_features"],

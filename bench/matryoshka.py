@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from common import goal, parser, size, smoke_data, tiny_model, training_precision, write_results  # noqa: E402
 
 from encoderlab.infer.pipelines import pipeline  # noqa: E402
-from encoderlab.tasks.finetune import FinetuneJob, Head, Reading, finetune, subsample  # noqa: E402
+from encoderlab.cards import EmbedOptions  # noqa: E402
+from encoderlab.tasks.finetune import FinetuneJob, Reading, finetune, subsample  # noqa: E402
 from encoderlab.tasks.metrics import correlation_metrics  # noqa: E402
 from encoderlab.tasks.objective import TrainOptions  # noqa: E402
 from encoderlab.tasks.spec import task_spec  # noqa: E402
@@ -59,7 +60,7 @@ def train(model: str, data: Path, out: Path, dims: tuple[int, ...] | None, pairs
     options = TrainOptions(lr=2e-5, epochs=epochs, batch_size=16, precision=training_precision(), progress=False)
     start = time.perf_counter()
     result = finetune(FinetuneJob("embed", model, str(data / "train.tsv"), out, options, max_train=pairs,
-                                  head=Head(loss="cosent", matryoshka=dims), keep_state=False))
+                                  head=EmbedOptions(loss="cosent", matryoshka=dims), keep_state=False))
     return {"seconds": round(time.perf_counter() - start, 1), "steps": result["steps"],
             "train_pairs": result["train_examples"]}
 
@@ -81,7 +82,7 @@ def main() -> None:
                              f"(run --smoke for the synthetic check)")
         else:
             model, data, dims = "minilm", STSB, DIMS["minilm"]
-        dev = subsample(task_spec("embed").read(str(data / "dev.tsv"), Reading(), {}, Head()), dev_pairs)
+        dev = subsample(task_spec("embed").read(str(data / "dev.tsv"), Reading(), {}, EmbedOptions()), dev_pairs)
         figures = {"model": model, "loss": "cosent", "epochs": args.epochs, "batch_size": 16, "lr": 2e-5,
                    "dimensions": list(dims), "dev_pairs": len(dev), "note": "Spearman x 100 on STS-B dev (GLUE's "
                    "test split has no public scores); vectors cut to each width, then normalised",

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from common import goal, parser, size, smoke_data, tiny_model, training_precision, write_results  # noqa: E402
 
-from encoderlab.tasks.finetune import EvaluateJob, FinetuneJob, Head, evaluate, finetune, subsample  # noqa: E402
+from encoderlab.cards import ClassifyOptions  # noqa: E402
+from encoderlab.tasks.finetune import EvaluateJob, FinetuneJob, evaluate, finetune, subsample  # noqa: E402
 from encoderlab.tasks.multilabel import multilabel_metrics  # noqa: E402
 from encoderlab.tasks.objective import TrainOptions  # noqa: E402
 from encoderlab.tasks.readers import read_conll  # noqa: E402
@@ -96,7 +97,8 @@ def main() -> None:
                                progress=mode == "full")
         start = time.perf_counter()
         result = finetune(FinetuneJob("classify", model, str(table(folder / "train.tsv", train)), folder / "run",
-                                      options, max_length=64, keep_state=False, head=Head(task_type="multilabel")))
+                                      options, max_length=64, keep_state=False,
+                                      head=ClassifyOptions(task_type="multilabel")))
         train_seconds = time.perf_counter() - start
         ours = evaluate(EvaluateJob("classify", str(folder / "run"), str(table(folder / "test.tsv", test)),
                                     max_length=64))["metrics"]

@@ -8,7 +8,8 @@ import torch
 
 from encoderlab.engine import cosine_similarity
 from encoderlab.errors import InputError
-from encoderlab.infer.pipelines import Embed, pipeline
+from encoderlab.infer.pipelines import pipeline
+from encoderlab.tasks.embedding import Embed
 from encoderlab.nn.pooling import pool
 
 

@@ -24,7 +24,8 @@ from encoderlab.errors import ConfigError, InputError
 from encoderlab.infer import backends
 from encoderlab.infer import precision as precisions
 from encoderlab.infer.backends import cache_dir, candidates, ct2_unsupported, resolve, runtime_model
-from encoderlab.infer.pipelines import Embed, pipeline, prepare
+from encoderlab.infer.pipelines import pipeline, prepare
+from encoderlab.tasks.embedding import Embed
 from encoderlab.infer.server import load_pipelines
 from encoderlab.nn.model import SentenceEmbedder
 from encoderlab.tokenizer import Tokenizer

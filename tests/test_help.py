@@ -12,13 +12,12 @@ import pytest
 from encoderlab import choices
 from encoderlab.cli import COMMAND_GROUPS, COMMAND_MODULES, TAGLINE, build_parser, main
 from encoderlab.cli.finetune import _print_summary
-from encoderlab.infer.pipelines import PIPELINES
+from encoderlab.cards import served, trainable
 from encoderlab.io import count_text, number_text
 from encoderlab.objectives import OBJECTIVES
-from encoderlab.tasks import finetune as _registers_the_tasks  # noqa: F401 (each task's module registers its spec)
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tasks.rerank import RerankTask
-from encoderlab.tasks.spec import TASKS
+from encoderlab.tasks.spec import task_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +44,7 @@ def subcommands(parser) -> list[str]:
 def test_help_lists_every_command_and_every_pipeline_has_one(capsys):
     commands = listed(capsys)
     assert commands == subcommands(build_parser())
-    assert set(PIPELINES) <= set(commands), "a pipeline without its command"
+    assert {c.name for c in served() if c.command} <= set(commands), "a card's command missing"
 
 
 def test_the_tagline_names_each_group_of_commands(capsys):
@@ -57,8 +56,8 @@ def test_the_tagline_names_each_group_of_commands(capsys):
 
 
 def test_the_tasks_named_are_the_registered_tasks(capsys):
-    registered = {name for name, _ in TASKS}
-    assert set(choices.FINETUNE_TASKS) == registered
+    registered = {card.name for card in trainable()}
+    assert all(task_spec(name).name == name for name in registered)  # each card's spec is its task's
     assert set(listed(capsys, "finetune")) == registered
     line = re.search(r" finetune fine-tune on (.+?) evaluate ", help_of(capsys))  # the next command follows
     named = set(re.split(r", | or ", line.group(1)))

@@ -18,7 +18,8 @@ from test_tasks_finetune import write_tiny_encoder
 from encoderlab.cli import main
 from encoderlab.data.prepare import prepare
 from encoderlab.infer.onnx import OnnxRunner
-from encoderlab.infer.pipelines import Classify, pipeline
+from encoderlab.infer.pipelines import pipeline
+from encoderlab.tasks.classify import Classify
 from encoderlab.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py

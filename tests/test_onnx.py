@@ -15,7 +15,8 @@ from hf_oracle import randomize
 from encoderlab import CheckpointError, ConfigError, EncoderConfig, EncoderModel, MaskedLMModel
 from encoderlab.errors import InputError
 from encoderlab.checkpoint import load_model
-from encoderlab.infer.pipelines import Embed, pipeline
+from encoderlab.infer.pipelines import pipeline
+from encoderlab.tasks.embedding import Embed
 from encoderlab.cli import main
 from encoderlab.infer.onnx import OnnxRunner, export_onnx, sidecar_path
 from encoderlab.checkpoint import save_pretrained

@@ -18,7 +18,8 @@ from encoderlab.cli import main
 from encoderlab.errors import InputError
 from encoderlab.infer import precision as precisions
 from encoderlab.engine import Encoded, sorted_batches
-from encoderlab.infer.pipelines import NER, entities, pipeline, word_tags
+from encoderlab.infer.pipelines import pipeline
+from encoderlab.tasks.tagging import NER, entities, word_tags
 from encoderlab.tokenizer import Tokenizer
 from conftest import shared_file
 from hf_oracle import randomize

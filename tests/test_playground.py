@@ -23,7 +23,7 @@ from test_server import ROOT, WORDS, Stub, task_folders  # noqa: F401 (task_fold
 from encoderlab import EncoderConfig, MaskedLMModel, save_pretrained
 from encoderlab.cli import main
 from encoderlab.errors import InputError
-from encoderlab.infer.pipelines import PIPELINES
+from encoderlab.cards import CARDS
 from encoderlab.infer.server import (PLAYGROUND, REDOC_LOGO, REDOC_SCRIPT, Limits, check_exposure, create_app,
                                      load_pipelines)
 from encoderlab.tokenizer import Tokenizer
@@ -53,7 +53,7 @@ def test_every_endpoint_has_a_panel():
     handler."""
     page, script = (PLAYGROUND / "index.html").read_text(), (PLAYGROUND / "playground.js").read_text()
     panels = re.findall(r'<section class="panel" id="(panel-[\w-]+)" data-task="([\w-]+)">', page)
-    assert set(PIPELINES) <= {task for _, task in panels}
+    assert {card.name for card in CARDS.values() if card.pipeline} <= {task for _, task in panels}
     assert all(f'onSubmit("{panel}",' in script for panel, _ in panels)
 
 

@@ -23,14 +23,13 @@ import uvicorn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pydantic import Field, create_model
+from toy_capability import TOY_CARD, Shout
 
 from encoderlab import EncoderConfig, EncoderModel, MaskedLMModel
-from encoderlab.cli.pipelines import COMMANDS
-from encoderlab.cli.serve import TASKS as SERVE_TASKS
-from encoderlab.engine import Pipeline
+from encoderlab.cards import CARDS
+from encoderlab.cli import build_parser
 from encoderlab.errors import InputError
-from encoderlab.infer.pipelines import PIPELINES, pipeline
+from encoderlab.infer.pipelines import pipeline, pipeline_classes
 from encoderlab.infer.server import Limits, create_app, load_pipelines, request_model
 from encoderlab.tasks.rerank import Rerank
 from encoderlab.checkpoint import save_pretrained
@@ -319,30 +318,9 @@ def test_one_bad_request_fails_alone_and_crashes_give_short_500():
     assert health["stats"]["embed"]["errors"] == 2
 
 
-# ---- the registry: a capability's inference side is its Pipeline class plus one line in PIPELINES ------------
-class Shout(Pipeline):
-    """Texts -> the texts shouted (a capability declared once: call, request fields, result model, how it prints)."""
-
-    task = "shout"
-    result = create_model("ShoutResult", text=str)
-
-    @classmethod
-    def request(cls, text, many, model):
-        return {"texts": (list[text], many()), "marks": (int, Field(1, ge=1, le=3))}
-
-    @staticmethod
-    def show(result):
-        return result["text"]
-
-    def __init__(self) -> None:  # a stand-in: no model, no tokenizer
-        self.precision, self.model_name, self.engine_name = "fp32", "", "torch"
-
-    def __call__(self, texts, marks=1):
-        return [{"text": t.upper() + "!" * marks} for t in texts]
-
-
+# ---- the cards: a capability's inference side is its Pipeline class plus one card row ----------------------
 def test_a_registered_pipeline_gets_its_endpoint_and_schema_from_its_class(monkeypatch):
-    monkeypatch.setitem(PIPELINES, "shout", Shout)
+    monkeypatch.setitem(CARDS, "shout", TOY_CARD)
     with running(create_app({"shout": Shout()}, Limits(max_batch=4, batch_wait_ms=1), model="stub")) as url:
         answer = httpx.post(f"{url}/shout", json={"texts": ["hi", "yo"], "marks": 2}, timeout=30)
         refused = httpx.post(f"{url}/shout", json={"texts": ["a"] * 5}, timeout=30)
@@ -355,11 +333,12 @@ def test_a_registered_pipeline_gets_its_endpoint_and_schema_from_its_class(monke
     assert "ShoutResults" in schema["components"]["schemas"] and missing.status_code == 404
 
 
-def test_every_endpoint_serve_offers_is_a_registered_pipeline_and_every_command_one():
-    assert sorted(SERVE_TASKS) == sorted(PIPELINES)
-    assert {command.name for command in COMMANDS} <= set(PIPELINES)
-    assert PIPELINES["rerank"] is Rerank  # declared with its task, registered in one line
-    for kind in PIPELINES.values():
+def test_every_endpoint_serve_offers_is_a_card_with_a_pipeline():
+    kinds = pipeline_classes()
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # noqa: SLF001 (no public getter)
+    assert sorted(next(a.choices for a in serve._actions if a.dest == "tasks")) == sorted(kinds)  # noqa: SLF001
+    assert kinds["rerank"] is Rerank  # declared with its task, named by its card
+    for kind in kinds.values():
         assert kind.result.model_fields and request_model(kind, Limits()).model_fields
 
 

@@ -26,7 +26,9 @@ from test_family import HF_CONFIGS, family_batch, tiny_config
 from encoderlab import EncoderConfig, load_model
 from encoderlab.cli.finetune import add_commands
 from encoderlab.infer import precision as precisions
-from encoderlab.infer.pipelines import Embed, entities, pipeline
+from encoderlab.infer.pipelines import pipeline
+from encoderlab.tasks.embedding import Embed
+from encoderlab.tasks.tagging import entities
 from encoderlab.models import FAMILIES
 from encoderlab.checkpoint import save_pretrained
 from encoderlab.nn.model import (MaskedLMModel, ModelOutput, SentenceEmbedder, SequenceClassifier, SpanExtractor,

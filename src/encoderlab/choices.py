@@ -33,48 +33,14 @@ ONNX_KINDS = ("base", "mlm")
 DEFAULT_OPSET = 17  # the first with LayerNormalization as one op (fewer nodes than its decomposition)
 MIN_OPSET, MAX_OPSET = 14, 20  # SDPA's symbolic needs 14; 20 is the TorchScript exporter's last
 
-# ---- fine-tuning: encoderlab.tasks.finetune ------------------------------------------------------------------
-@dataclass(frozen=True)
-class TaskCard:
-    """A fine-tuning task as the command line shows it before torch loads (the task's module registers the rest,
-    its encoderlab.tasks.spec.TaskSpec)."""
+# ---- fine-tuning: the tasks' names, data and defaults are their cards' (encoderlab.cards) ---------------------------
+BILSTM = "bilstm"  # `finetune classify --model bilstm`: the baseline trained from scratch
 
-    name: str
-    data: str
-    """The data file's format, for --help."""
-    max_length: int
-    """Tokens per input unless --max-length says otherwise."""
-    batch_size: int
-    """Examples per step (and per forward pass in evaluate) unless --batch-size says otherwise."""
-    reads: str = "table"
-    """The reader, which decides the reader options the command line offers: table (TSV/CSV/JSONL), conll, squad."""
-
-
-TASK_CARDS = (
-    TaskCard("classify", "GLUE-style TSV/CSV with a header row (or --no-header), or JSONL", 128, 32),
-    TaskCard("ner", "CoNLL column file (blank line between sentences; IOB1/IOB2/BIOES tags), or JSONL with tokens/tags",
-             256, 32, "conll"),
-    TaskCard("qa", "SQuAD v1.1 or v2.0 JSON", 384, 16, "squad"),
-    TaskCard("embed", "TSV/CSV/JSONL of text pairs (anchor, positive[, negative]) or scored pairs (sentence1, "
-             "sentence2, score)", 128, 32),
-    TaskCard("rerank", "TSV/CSV/JSONL of (query, passage, label): label 1 relevant, 0 not, or a score in [0, 1]", 256, 32),
-    TaskCard("colbert", "TSV/CSV/JSONL of (query, positive, negative) rows, the negative optional (may be empty)",
-             180, 32),
-    TaskCard("splade", "TSV with a header query, positive, negative (negative optional): retrieval training rows", 128,
-             32),
-)
-FINETUNE_TASKS = tuple(card.name for card in TASK_CARDS)
-READS = {card.name: card.reads for card in TASK_CARDS}
-DATA_HELP = {card.name: card.data for card in TASK_CARDS}
-MAX_LENGTH = {card.name: card.max_length for card in TASK_CARDS}
-BATCH_SIZE = {card.name: card.batch_size for card in TASK_CARDS}
 # splade's FLOPS peak weights for queries and documents: sentence-transformers 6.2's SpladeLoss example
 # (query_regularizer_weight 5e-5, document_regularizer_weight 3e-5); queries weigh more, as in SPLADE v2
 # (arXiv:2109.10086, sec. 3: lambda_q > lambda_d), since every search pays for each query term.
 QUERY_FLOPS, DOCUMENT_FLOPS = 5e-5, 3e-5
 SHOWN_TERMS = 20  # terms `embed --sparse` prints per text (all with --json)
-CLASSIFY_TYPES = ("classification", "regression", "multilabel")  # classify's --task-type
-BILSTM = "bilstm"
 
 # ---- `encoderlab compare`: encoderlab.compare ----------------------------------------------------------------
 REFERENCE = "bert-base"

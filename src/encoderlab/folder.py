@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from encoderlab.cards import CARDS
 from encoderlab.io import atomic_write_text, read_json_file
 from encoderlab.paths import resolve_model_path
 
@@ -87,8 +88,6 @@ def write_sentence_transformers(folder: Path, hidden_size: int, pooling: str, ma
 
 # ---- the model card `encoderlab push` writes --------------------------------------------------------------------
 TRAINING_FILE = "training.json"  # what `encoderlab finetune` recorded: base model, data, options, best evaluation
-PIPELINE_TAGS = {"classify": "text-classification", "ner": "token-classification", "qa": "question-answering",
-                 "embed": "sentence-similarity", "rerank": "text-ranking"}  # the Hub's names for our tasks
 
 
 def model_card(folder: Path, repo_id: str) -> str:
@@ -97,7 +96,7 @@ def model_card(folder: Path, repo_id: str) -> str:
     config, info = read_json_file(folder / "config.json"), read_task_info(folder)
     task, training = info.get("task"), read_json_file(folder / TRAINING_FILE, optional=True)
     masked_lm = any("MaskedLM" in str(a) for a in config.get("architectures") or [])
-    tag = PIPELINE_TAGS.get(task, "fill-mask" if masked_lm else "feature-extraction")
+    tag = CARDS[task].hub_tag if task in CARDS else "fill-mask" if masked_lm else "feature-extraction"
     table = "\n".join(f"| {key} | {value} |" for key, value in _card_rows(config, info, training))
     use = task or ("fill-mask" if masked_lm else "embed")
     return (f"---\nlibrary_name: encoderlab\npipeline_tag: {tag}\ntags:\n- encoderlab\n- {config.get('model_type', 'bert')}"

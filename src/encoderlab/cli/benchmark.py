@@ -14,8 +14,9 @@ from typing import Any
 from encoderlab.choices import BENCHMARK_QUICK as QUICK
 from encoderlab.choices import split_names
 from encoderlab.cli.finetune import given
-from encoderlab.cli.options import (DEVICE, add_inference_options, add_json, add_model, add_options, add_overwrite,
-                                    add_precision, add_threads, apply_threads, load_pipeline, resolve_device)
+from encoderlab.cli.options import (DEVICE, PROGRESS, add_inference_options, add_json, add_model, add_options,
+                                    add_overwrite, add_precision, add_threads, apply_threads, load_pipeline,
+                                    resolve_device)
 from encoderlab.cli.retrieval import add_fusion_options, fusion_options
 from encoderlab.errors import InputError
 from encoderlab.io import check_out_folder
@@ -114,7 +115,7 @@ def add_beir(suites: argparse._SubParsersAction) -> None:
     add_options(sub, (
         ("--modes", split_names, None, "A,B", f"retrieval modes, some of {','.join(BEIR_MODES)} (default: all)"),
         ("--split", None, "test", "NAME", "the qrels file, qrels/NAME.tsv (default: test)"),
-        ("--no-progress", bool, None, None, "no progress bar while indexing")))
+        PROGRESS))
     add_fusion_options(sub)
     add_overwrite(sub)
     add_inference_options(sub)
@@ -153,7 +154,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
             ("--plot", bool, None, None, "also draw OUT/spread.png: each seed's figure (needs matplotlib)"), DEVICE))
         add_precision(sub, training=True)
         add_threads(sub)
-        sub.add_argument("--no-progress", action="store_true", help="no progress bar")
+        add_options(sub, (PROGRESS,))
         add_json(sub, "print the results as JSON")
         sub.set_defaults(func=cmd_benchmark)
     add_beir(suites)

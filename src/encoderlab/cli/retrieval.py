@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from encoderlab.cli.options import (add_inference_options, add_json, add_model, add_options, add_overwrite,
+from encoderlab.cli.options import (PROGRESS, add_inference_options, add_json, add_model, add_options, add_overwrite,
                                     load_pipeline)
 from encoderlab.errors import InputError
 from encoderlab.io import check_out_folder
@@ -410,7 +410,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
          "as many (hierarchical, as PyLate's token pooling) (default: 1, none)"),
         ("--add", bool, None, None, "append the corpus's documents to the index at --out (their ids must be new)"),
         ("--resume", bool, None, None, "finish an index whose build was cut off, from its first unfinished shard"),
-        ("--no-progress", bool, None, None, "no progress bar")))
+        PROGRESS))
     index.add_argument("--ann", choices=ANN_KINDS, default=None, help="also build an approximate index over the "
                        "vectors, which search then uses (--exact skips it): hnsw, faiss's HNSW graph")
     index.add_argument("--quantize", choices=QUANTIZE, default=None, help="search int8 (a byte a dimension) or "
@@ -453,6 +453,6 @@ def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
         ("--split", None, "test", "NAME", "the qrels file, qrels/NAME.tsv (default: test)"),
         ("--run", None, None, "FILE", "also write the run (TREC format), e.g. for fusion with other runs"),
         ("--keep-identical-ids", bool, None, None, "count hits whose doc id equals the query id (BEIR drops them)"),
-        ("--no-progress", bool, None, None, "no progress bar while indexing")))
+        PROGRESS))
     add_search_options(group, 100)
     parser.set_defaults(engine="torch", engine_cache=None, compile=False)

@@ -10,13 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from encoderlab.cli.options import MODEL_HELP, add_inference_options, add_options, apply_threads, resolve_device
-from encoderlab.cli.pipelines import COMMANDS
+from encoderlab.cards import served
 from encoderlab.errors import InputError
 from encoderlab.infer.limits import API_KEY_ENV, Limits
 from encoderlab.retrieval.meta import check_model, read_meta, require_complete
 
-# --tasks, before torch loads: embed (cli.models' commands) and each pipeline command; test_server pins it to PIPELINES
-TASKS = ("embed", *(command.name for command in COMMANDS))
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -90,8 +88,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    f"in every request's X-API-Key header, or as Authorization: Bearer KEY (OpenAI's and TEI's "
                    f"clients; default: ${API_KEY_ENV} if set); needed for a --host "
                    f"other than loopback. Never on the command line: other users can read it in the process list")
-    p.add_argument("--tasks", nargs="+", choices=TASKS, metavar="TASK",
-                   help=f"endpoints to offer, of {', '.join(TASKS)} (default: every one the model supports)")
+    tasks = [card.name for card in served()]  # before torch loads: every card with a pipeline
+    p.add_argument("--tasks", nargs="+", choices=tasks, metavar="TASK",
+                   help=f"endpoints to offer, of {', '.join(tasks)} (default: every one the model supports)")
     add_inference_options(p)
     add_options(p, (
         ("--max-batch", int, Limits.max_batch, "N",

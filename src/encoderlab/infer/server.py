@@ -55,7 +55,7 @@ from encoderlab.infer.batching import Batcher, submit
 from encoderlab.infer.compat import APIError, answered, ours
 from encoderlab.infer.limits import API_KEY_ENV, Limits
 from encoderlab.infer.metrics import Measured, Metrics
-from encoderlab.infer.pipelines import PIPELINES, Pipeline, pipeline
+from encoderlab.infer.pipelines import Pipeline, pipeline, pipeline_classes
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 from encoderlab.viz.attention import attention_maps
 
@@ -292,9 +292,10 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
     """The FastAPI app serving these pipelines (task -> pipeline) and the playground page at /; `unavailable`
     says why others are missing; with an api_key, every other request must carry it (KeyCheck); loopback_only:
     answer only requests addressed to localhost (HostCheck); index: POST /search (serve --index)."""
-    unknown = sorted(set(pipelines) - set(PIPELINES))
+    kinds = pipeline_classes()
+    unknown = sorted(set(pipelines) - set(kinds))
     if unknown:
-        raise InputError(f"no endpoint for task(s) {', '.join(unknown)}; expected some of {', '.join(PIPELINES)}")
+        raise InputError(f"no endpoint for task(s) {', '.join(unknown)}; expected some of {', '.join(kinds)}")
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")  # one model, one thread: no contention
     batchers: dict[str, Batcher] = {}
     started, metrics = time.monotonic(), Metrics()
@@ -345,7 +346,7 @@ def create_app(pipelines: dict[str, Pipeline], limits: Limits, model: str = "",
                 "stats": {t: dict(b.stats) for t, b in batchers.items()}, "limits": asdict(limits),
                 "index": index.info() if index else None}
 
-    for task, kind in PIPELINES.items():
+    for task, kind in kinds.items():
         if task in pipelines:
             _add_endpoint(app, task, request_model(kind, limits), batchers, pipelines[task], limits)
         else:
@@ -420,7 +421,7 @@ def _add_endpoint(app: FastAPI, task: str, request: type[BaseModel], batchers: d
     endpoint.__annotations__["body"] = compat.either(task, request, limited_text(limits), limits, pipe) \
         if foreign else request
     doc = type(pipe).__doc__.splitlines()[0] if type(pipe).__doc__ else task
-    app.post(f"/{task}", response_model=response_model(PIPELINES[task]), summary=doc, name=task,
+    app.post(f"/{task}", response_model=response_model(pipeline_classes()[task]), summary=doc, name=task,
              response_model_exclude_unset=True,  # a result has the fields its pipeline gives (multilabel: labels)
              responses={413: {"description": "body too large"}, 422: {"description": "invalid request"}})(endpoint)
 
@@ -485,11 +486,12 @@ def load_pipelines(model: str, tasks: list[str] | None = None, precision: str = 
     """The pipelines this checkpoint loads as (of `tasks`, default all), and why each other one does not.
     fill_mask_model: serves /fill-mask where `model` has no masked-LM head (serve: the shipped default);
     task_options: one task's own options over `options` (serve --index: embed encodes as the index was built)."""
-    wanted = list(tasks or PIPELINES)
-    unknown = [t for t in wanted if t not in PIPELINES]
+    names = list(pipeline_classes())
+    wanted = list(tasks or names)
+    unknown = [t for t in wanted if t not in names]
     if unknown:
-        raise InputError(f"--tasks {', '.join(unknown)}: expected some of {', '.join(PIPELINES)}")
-    loaded, reasons = {}, {t: "not asked for (--tasks)" for t in PIPELINES if t not in wanted}
+        raise InputError(f"--tasks {', '.join(unknown)}: expected some of {', '.join(names)}")
+    loaded, reasons = {}, {t: "not asked for (--tasks)" for t in names if t not in wanted}
     for task in wanted:
         try:
             loaded[task] = pipeline(task, model, precision, **options | (task_options or {}).get(task, {}))

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from encoderlab.engine import Pipeline
+from encoderlab.tasks.pipeline import Pipeline
 from encoderlab.errors import InputError
 from encoderlab.io import atomic_write_text
 from encoderlab.retrieval.corpus import read_qrels, read_queries, scan

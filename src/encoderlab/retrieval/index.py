@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from encoderlab.engine import Pipeline
 from encoderlab.errors import InputError
-from encoderlab.infer.pipelines import Embed, pipeline
+from encoderlab.infer.pipelines import pipeline
+from encoderlab.tasks.embedding import Embed
+from encoderlab.tasks.pipeline import Pipeline
 from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, progress_bar
 from encoderlab.paths import resolve_model_path
 from encoderlab.retrieval import ann, fusion, lexical, sparse

@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from encoderlab.cards import card, given
 from encoderlab.choices import BENCHMARK_QUICK as QUICK
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.hub_data import is_hub_data, parse_hub_dataset
 from encoderlab.io import atomic_write_text
-from encoderlab.tasks.finetune import (MAX_LENGTH, EvaluateJob, FinetuneJob, Head, Reading, evaluate, finetune,
-                                       seed_spread)
+from encoderlab.tasks.finetune import EvaluateJob, FinetuneJob, Reading, evaluate, finetune, seed_spread
 from encoderlab.tasks.objective import TrainOptions
 from encoderlab.viz.curves import plot_spread
 
@@ -212,7 +212,7 @@ def recipe(job: BenchJob, spec: Spec) -> dict[str, Any]:
 
     options = TrainOptions(lr=pick("lr", 2e-5), epochs=pick("epochs", 3.0), batch_size=pick("batch_size", 32),
                            warmup_ratio=0.1, seed=job.seed, precision=job.precision, progress=job.progress)
-    return {"model": job.model, "options": options, "max_length": job.max_length or MAX_LENGTH[spec.task],
+    return {"model": job.model, "options": options, "max_length": job.max_length or card(spec.task).max_length,
             "max_train": pick("max_train", None), "max_eval": pick("max_eval", None)}
 
 
@@ -229,8 +229,8 @@ def run_seed(job: BenchJob, found: Found, run: dict[str, Any], seed: int, out: P
     if (out / "result.json").is_file():
         return json.loads((out / "result.json").read_text(encoding="utf-8"))
     spec, started = found.spec, time.time()
-    head = Head(labels=list(spec.labels) if spec.labels else None,
-                task_type="regression" if spec.regression else "classification")
+    head = given(card(spec.task).options, {"labels": list(spec.labels) if spec.labels else None,
+                                           "task_type": "regression" if spec.regression else "classification"})
     tuned = finetune(FinetuneJob(spec.task, job.model, str(found.train), out, replace(run["options"], seed=seed),
                                  eval=str(found.evals[0][1]), reading=spec.reading, head=head,
                                  max_length=run["max_length"], metric=spec.metrics[0], device=job.device,

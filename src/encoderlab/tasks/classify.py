@@ -5,20 +5,24 @@ with --metric: e.g. mcc for CoLA, f1 for MRPC and QQP, spearman for STS-B)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
 
 import torch
+from pydantic import Field, create_model
 from torch import nn
 
+from encoderlab.cards import ClassifyOptions
 from encoderlab.choices import split_names
 from encoderlab.errors import InputError
-from encoderlab.engine import COMBINE, Encoded, Engine, encode, forward, mean_by_owner
+from encoderlab.engine import COMBINE, Encoded, as_list, check_texts, Engine, encode, forward, mean_by_owner
 from encoderlab.nn.bilstm import BiLSTMClassifier
 from encoderlab.nn.model import SequenceClassifier
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import classification_metrics, correlation_metrics
+from encoderlab.tasks.pipeline import Pipeline
 from encoderlab.tasks.readers import TextExample, read_texts
-from encoderlab.tasks.spec import Head, Reading, TaskSpec, numbered_labels, register_task
+from encoderlab.tasks.spec import Reading, TaskSpec, numbered_labels
 from encoderlab.tokenizer import Tokenizer
 
 
@@ -37,11 +41,12 @@ class ClassifyTask(Task):
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, labels: list[str] | None, regression: bool = False,
                  batch_size: int = 32, precision: str = "fp32", stride: int | None = None,
-                 combine: str = "logits") -> None:
+                 combine: str | None = None) -> None:
         """stride: read a single text longer than max_length whole, in windows sharing `stride` tokens (None: truncate
         it); each window trains with the text's label, and predictions average the windows' logits (or, combine
-        "probs", their probabilities)."""
+        "probs", their probabilities; None: logits)."""
         super().__init__(tokenizer, max_length, batch_size, precision)
+        combine = combine or COMBINE[0]
         if not regression and not labels:
             raise InputError("classification needs the list of labels")
         if combine not in COMBINE:
@@ -131,14 +136,14 @@ class ClassifyTask(Task):
                                  "labels": self.labels, "stride": self.stride, "combine": self.combine}
 
 
-def read_classes(path: str, reading: Reading, info: dict, head: Head) -> list[TextExample]:
+def read_classes(path: str, reading: Reading, info: dict, head: ClassifyOptions) -> list[TextExample]:
     """A table (or JSONL) of texts and labels or scores; task.json's labels name the classes of a folder of texts."""
     header = reading.header and info.get("header", True)
     return read_texts(path, split_names(reading.option("text_cols", info)), reading.option("label_col", info),
                       head.regression, header, classes=info.get("labels"))
 
 
-register_task(TaskSpec(
+SPEC = TaskSpec(
     "classify", read_classes,
     build=lambda head, tokenizer, train, max_length, common: ClassifyTask(
         tokenizer, max_length, None if head.regression else (head.labels or label_set(train)), head.regression,
@@ -148,4 +153,76 @@ register_task(TaskSpec(
         model.regression, stride=given.stride, combine=given.combine, **common),
     models=(SequenceClassifier, BiLSTMClassifier), model_kind="classify", keeps_labels=True,
     model_options=lambda task, head: {"num_labels": task.num_outputs, "problem_type": "regression" if task.regression
-                                      else "single_label_classification"}))
+                                      else "single_label_classification"})
+
+
+# ---- the `classify` pipeline -------------------------------------------------------------------------------------
+class Classify(Pipeline):
+    """Texts (or [text, pair] items) -> label and class probabilities; a regression model gives a score, a
+    multilabel one every class whose probability passes 0.5."""
+
+    task = "classify"
+    model_class, needs = SequenceClassifier, "a sequence-classification checkpoint (encoderlab finetune classify)"
+    result = create_model(
+        "ClassifyResult", label=(str | None, Field(None, description="the most probable class (absent for regression "
+                                                                     "and multilabel)")),
+        labels=(list[str] | None, Field(None, description="multilabel: every class whose probability passes 0.5")),
+        score=(float | None, Field(None, description="its probability, or the regression value")),
+        scores=(dict[str, float] | None, Field(None, description="every class's probability")))
+
+    @classmethod
+    def request(cls, text: Any, many: Callable[..., Any], model: Callable[..., type]) -> dict[str, Any]:
+        pair = Annotated[list[text], Field(min_length=2, max_length=2)]
+        return {"texts": (list[text | pair], many("texts, or [text, pair] items (all of one kind)"))}
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        if "labels" in result:  # multilabel: every class that passes a half, else the closest ones
+            top = sorted(result["scores"].items(), key=lambda item: -item[1])[:3]
+            return ",".join(result["labels"]) or "no class above 0.5; top: " + ", ".join(
+                f"{name} {score:.4f}" for name, score in top)
+        return f"{result['score']:.4f}" if "label" not in result else f"{result['label']}\t{result['score']:.4f}"
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, stride: int | None = None, combine: str | None = None,
+                 **options: Any) -> None:
+        """stride, combine: how a text longer than the window is read (None follows the folder): in windows sharing
+        `stride` tokens whose logits (or probabilities, combine="probs") are averaged. Pairs are truncated."""
+        super().__init__(model, tokenizer, **options)
+        self.regression, self.multilabel = model.regression, getattr(model, "multilabel", False)
+        self._windowing(stride, combine)
+
+    def __call__(self, inputs: Sequence[str | Sequence[str]]) -> list[dict[str, Any]]:
+        texts, pairs = split_pairs(inputs)
+        if self.stride is not None and pairs is None:
+            logits = self._window_rows(texts, lambda batch: self.logits(batch).float(),
+                                       probs=self.combine == "probs" and not self.regression)
+        else:
+            logits = self.engine.rows(self.engine.encode(texts, pairs), lambda batch: self.logits(batch).float())
+        return [self._result(row) for row in logits]
+
+    def info(self) -> dict[str, Any]:
+        return super().info() | {"stride": self.stride, "combine": self.combine}
+
+    def _result(self, logits: torch.Tensor) -> dict[str, Any]:
+        """{"score": value} for regression; else the top label, its probability and every class's."""
+        if self.regression:
+            return {"score": round(float(logits[0]), 6)}
+        probs = (logits.sigmoid() if self.multilabel else logits.softmax(-1)).tolist()
+        names = self.labels if len(self.labels) == len(probs) else [str(i) for i in range(len(probs))]
+        scores = {name: round(p, 6) for name, p in zip(names, probs)}
+        if self.multilabel:  # each class on its own: every one whose probability passes a half
+            return {"labels": [name for name, p in zip(names, probs) if p >= 0.5], "scores": scores}
+        best = max(range(len(probs)), key=probs.__getitem__)
+        return {"label": names[best], "score": round(probs[best], 6), "scores": scores}
+
+
+def split_pairs(inputs: Sequence[str | Sequence[str]]) -> tuple[list[str], list[str] | None]:
+    """Single texts, or [text, pair] items (all one kind): (texts, pairs or None)."""
+    inputs = as_list(inputs, "text")
+    if all(isinstance(item, str) for item in inputs):
+        return check_texts(inputs), None
+    for i, item in enumerate(inputs):
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise InputError(f"input {i}: expected every input to be a text, or every input a [text, pair] "
+                             f"of two texts")
+    return check_texts([a for a, _ in inputs]), check_texts([b for _, b in inputs], "pair text")

@@ -37,7 +37,8 @@ from torch import nn
 
 from encoderlab.checkpoint import load_model, save_pretrained
 from encoderlab.choices import split_names
-from encoderlab.engine import Engine, Pipeline, check_texts, encode, eval_mode, pad_batch
+from encoderlab.engine import Engine, check_texts, encode, eval_mode, pad_batch
+from encoderlab.cards import ColbertOptions
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.folder import read_task_info
 from encoderlab.io import atomic_write, atomic_write_text
@@ -47,7 +48,8 @@ from encoderlab.paths import resolve_model_path
 from encoderlab.tasks.base import Task, model_device
 from encoderlab.tasks.readers import TextExample, read_texts
 from encoderlab.tasks.rerank import Rerank
-from encoderlab.tasks.spec import Head, TaskSpec, register_task
+from encoderlab.tasks.pipeline import Pipeline
+from encoderlab.tasks.spec import TaskSpec
 from encoderlab.tokenizer import Encoded, Tokenizer
 
 QUERY_LENGTH = 32  # the paper's N_q: queries are padded with [MASK] (or cut) to this many tokens
@@ -170,12 +172,12 @@ def register_markers(path: Path) -> None:
     atomic_write_text(path, backend.to_str(pretty=True))
 
 
-def load_colbert(name: str | Path, head: Head | None = None) -> ColbertModel:
+def load_colbert(name: str | Path, head: ColbertOptions | None = None) -> ColbertModel:
     """A ColBERT folder (its stored projection), or any encoder checkpoint with a new projection to head.dim."""
     folder = resolve_model_path(name)
     dense = folder / DENSE / "model.safetensors"
     if not dense.is_file():
-        return ColbertModel(load_model(folder, kind="base"), (head or Head()).dim)
+        return ColbertModel(load_model(folder, kind="base"), (head or ColbertOptions()).dim)
     weight = load_file(dense).get("linear.weight")
     if weight is None:
         raise CheckpointError(f"{dense}: expected the tensor linear.weight (the token projection)")
@@ -350,7 +352,7 @@ class ColbertTask(Task):
         return super().info() | {"dim": self.dim, "query_length": QUERY_LENGTH}
 
 
-register_task(TaskSpec(
+SPEC = TaskSpec(
     "colbert", lambda path, reading, info, head: read_texts(
         path, split_names(reading.option("text_cols", info, COLUMNS)), reading.option("label_col", info),
         header=reading.header and info.get("header", True), need_label=False),
@@ -358,10 +360,10 @@ register_task(TaskSpec(
         tokenizer, max_length, **common, teacher=head.teacher, dim=head.dim),
     restore=lambda model, given, info, tokenizer, max_length, common: ColbertTask(
         tokenizer, max_length, **common, dim=model.dim),
-    models=(ColbertModel,), model_kind="base", load=load_colbert))
+    models=(ColbertModel,), model_kind="base", load=load_colbert)
 
 
-# ---- the `colbert` pipeline (registered in encoderlab.infer.pipelines.PIPELINES) ----------------------------------
+# ---- the `colbert` pipeline (its card: encoderlab.cards) -----------------------------------------------------------------
 class Colbert(Pipeline):
     """Texts -> each text's unit token vectors, as documents or (query=True) as queries."""
 

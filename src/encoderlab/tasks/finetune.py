@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from encoderlab.choices import BATCH_SIZE, BILSTM, MAX_LENGTH, READS
+from encoderlab.cards import TaskOptions, card, given
+from encoderlab.choices import BILSTM
 from encoderlab.engine import resolve_device as engine_device, window
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.folder import read_task_info, settings
@@ -21,12 +22,10 @@ from encoderlab.hub_data import LocalData, is_hub_data, local_copy
 from encoderlab.io import atomic_write_text, clear_folder
 from encoderlab.checkpoint import load_model, model_config, save_pretrained
 from encoderlab.nn.bilstm import BiLSTMClassifier
-from encoderlab.tasks import (classify, colbert, embedding, multilabel, qa, rerank, splade,  # noqa: F401 -- each
-                              tagging)  # registers its TaskSpec
 from encoderlab.tasks.base import Task
 from encoderlab.tasks.objective import TrainOptions, train
 from encoderlab.tasks.readers import LABEL_NAMES
-from encoderlab.tasks.spec import Head, Reading, TaskSpec, task_spec
+from encoderlab.tasks.spec import Reading, TaskSpec, task_spec
 from encoderlab.tokenizer import Tokenizer
 from encoderlab.train import distributed
 from encoderlab.train.state import clear_checkpoints, seed_everything
@@ -34,7 +33,7 @@ from encoderlab.train.state import clear_checkpoints, seed_everything
 
 @dataclass
 class FinetuneJob:
-    """One `finetune` job: the data, the model, the head and the recipe."""
+    """One `finetune` job: the data, the model, the task's options and the recipe."""
 
     task: str
     model: str
@@ -44,7 +43,8 @@ class FinetuneJob:
     eval: str | None = None
     tokenizer: str | None = None
     reading: Reading = Reading()
-    head: Head = Head()
+    head: TaskOptions | None = None
+    """The task's options (its card's options dataclass); None: their defaults."""
     max_length: int | None = None
     seeds: int = 1
     metric: str | None = None
@@ -79,21 +79,22 @@ class EvaluateJob:
 
 
 # ---- reading data ---------------------------------------------------------------------------------------------
-def read_examples(spec: TaskSpec, source: str, reading: Reading, info: dict, head: Head,
+def read_examples(spec: TaskSpec, source: str, reading: Reading, info: dict, head: TaskOptions,
                   default_split: str = "validation") -> list:
     """The examples of a data file, or of a Hub dataset's split (hf:NAME[/CONFIG][:SPLIT], encoderlab.hub_data)
     written once as the file the task's reader reads."""
     if is_hub_data(source):
-        source = str(local_copy(source, READS[spec.name], default_split).path)
+        source = str(local_copy(source, card(spec.name).reads, default_split).path)
     return spec.read(source, reading, info, head)
 
 
-def hub_labels(job: FinetuneJob) -> Head:
+def hub_labels(job: FinetuneJob) -> TaskOptions:
     """The head, with a Hub dataset's class names (its label column's ClassLabel, in id order) as the labels
     when none are given: SST-2's negative, positive keep the ids and the positive class that F1 is of."""
-    if job.head.labels or job.head.regression or not is_hub_data(job.train) or READS[job.task] != "table":
-        return job.head
-    local = local_copy(job.train, READS[job.task], "train")
+    reads = card(job.task).reads
+    if getattr(job.head, "labels", True) or job.head.regression or not is_hub_data(job.train) or reads != "table":
+        return job.head  # a task without class names, or given them
+    local = local_copy(job.train, reads, "train")
     column = _label_column(local, job.reading.label_col)
     names = local.classes.get(column) if column else None
     return replace(job.head, labels=names) if names else job.head
@@ -120,7 +121,7 @@ def subsample(examples: list, limit: int | None) -> list:
 
 
 # ---- building tasks and models ------------------------------------------------------------------------------
-def build_model(spec: TaskSpec, model: str, head: Head, task: Task, tokenizer: Tokenizer) -> torch.nn.Module:
+def build_model(spec: TaskSpec, model: str, head: TaskOptions, task: Task, tokenizer: Tokenizer) -> torch.nn.Module:
     """A task model: the encoder of `model` (or a BiLSTM) with the task's head, new unless `model` holds it."""
     if model == BILSTM:
         if BiLSTMClassifier not in spec.models:
@@ -147,13 +148,14 @@ def resolve_device(name: str | None) -> torch.device:
 # ---- finetune ------------------------------------------------------------------------------------------------
 def finetune(job: FinetuneJob) -> dict[str, Any]:
     """Fine-tune one run per seed, keeping each run's best checkpoint by the eval metric; the result (or spread)."""
-    spec, out = task_spec(job.task, job.head.task_type), Path(job.out)
+    job = replace(job, head=job.head or card(job.task).options())
+    spec, out = task_spec(job.task, job.head.variant), Path(job.out)
     job.options.validate()
     if job.seeds < 1:
         raise ConfigError(f"--seeds {job.seeds}: expected a positive number")
     tokenizer = Tokenizer.from_pretrained(job.tokenizer or ("minilm" if job.model == BILSTM else job.model))
     job = replace(job, head=hub_labels(job))
-    classes = {"labels": job.head.labels}
+    classes = {"labels": getattr(job.head, "labels", None)}  # the class names given, for a task that has them
     train_set = subsample(read_examples(spec, job.train, job.reading, classes, job.head, "train"), job.max_train)
     evaluation = None
     if job.eval:
@@ -178,7 +180,7 @@ def finetune(job: FinetuneJob) -> dict[str, Any]:
 def train_window(job: FinetuneJob, tokenizer: Tokenizer) -> int:
     """Tokens per training input: --max-length, else the task's default, within what the model takes."""
     config = None if job.model == BILSTM else model_config(job.model)
-    return window(config, tokenizer, job.max_length, MAX_LENGTH[job.task])
+    return window(config, tokenizer, job.max_length, card(job.task).max_length)
 
 
 def _check_metric(metric: str | None, task: Task, evaluation: list | None) -> None:
@@ -223,7 +225,7 @@ def seed_spread(values: list[float]) -> dict[str, Any]:
     """Median, min, max and sample standard deviation of one metric over the seeds, and the values."""
     median = statistics.median(values)
     if all(isinstance(v, int) for v in values) and float(median).is_integer():
-        median = int(median)  # a count (rerank's queries) stays a count, as number_text prints it
+        median = int(median)  # a count (a ranking task's queries) stays a count, as number_text prints it
     return {"median": median, "min": min(values), "max": max(values),
             "std": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
 
@@ -250,9 +252,10 @@ def task_for_model(job: EvaluateJob, model: torch.nn.Module, info: dict, tokeniz
     given = settings(job.model)  # the folder's window and QA decoding, as every pipeline reads them
     given = replace(given, **{k: v for k in ("stride", "combine") if (v := getattr(job, k)) is not None})
     max_length = window(getattr(model, "config", None), tokenizer, job.max_length, given.max_length,
-                        MAX_LENGTH[job.task])
+                        card(job.task).max_length)
     # an fp32 engine: evaluate() converted the weights
-    return spec.restore(model, given, info, tokenizer, max_length, {"batch_size": job.batch_size or BATCH_SIZE[job.task]})
+    return spec.restore(model, given, info, tokenizer, max_length,
+                        {"batch_size": job.batch_size or card(job.task).batch_size})
 
 
 def evaluate(job: EvaluateJob) -> dict[str, Any]:
@@ -264,11 +267,11 @@ def evaluate(job: EvaluateJob) -> dict[str, Any]:
     # under autocast, but what it serves and is scored as is the converted model)
     dtype = torch.bfloat16 if job.precision == "bf16" else None
     loading = {"kind": spec.evaluate_kind, "pooling": job.pooling} if spec.evaluate_kind else {}
-    model = (spec.load(job.model, Head()).to(dtype) if spec.load else load_model(job.model, dtype=dtype, **loading)
+    model = (spec.load(job.model, given(card(job.task).options, {})).to(dtype) if spec.load else load_model(job.model, dtype=dtype, **loading)
              ).to(resolve_device(job.device))
     task = task_for_model(job, model, info, Tokenizer.from_pretrained(job.model))
-    head = Head(task_type=info.get("task_type") or ("regression" if getattr(model, "regression", False)
-                                                    else "classification"))
+    head = given(card(job.task).options, {"task_type": info.get("task_type") or (
+        "regression" if getattr(model, "regression", False) else "classification")})
     examples = subsample(read_examples(spec, job.data, job.reading, info, head), job.max_eval)
     task.validate(examples)  # a label or tag the model does not know is an error, not a silent miss
     predictions, metrics = task.assess(model, examples)

@@ -18,7 +18,7 @@ from encoderlab.nn.model import SequenceClassifier
 from encoderlab.tasks.classify import ClassifyTask, read_classes
 from encoderlab.tasks.metrics import f1_from_counts
 from encoderlab.tasks.readers import TextExample
-from encoderlab.tasks.spec import TaskSpec, numbered_labels, register_task
+from encoderlab.tasks.spec import TaskSpec, numbered_labels
 
 SEPARATOR = "|"
 
@@ -95,7 +95,7 @@ class MultiLabelTask(ClassifyTask):
         return super().info() | {"task_type": "multilabel", "threshold": self.threshold}
 
 
-register_task(TaskSpec(
+SPEC = TaskSpec(
     "classify", read_classes, variant="multilabel",
     build=lambda head, tokenizer, train, max_length, common: MultiLabelTask(
         tokenizer, max_length, head.labels or label_sets(train), stride=head.stride, combine=head.combine, **common),
@@ -103,4 +103,4 @@ register_task(TaskSpec(
         tokenizer, max_length, model.labels or numbered_labels(model), info.get("threshold", 0.5),
         stride=given.stride, combine=given.combine, **common),
     models=(SequenceClassifier,), model_kind="classify", keeps_labels=True,
-    model_options=lambda task, head: {"num_labels": len(task.labels), "multilabel": True}))
+    model_options=lambda task, head: {"num_labels": len(task.labels), "multilabel": True})

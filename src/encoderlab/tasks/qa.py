@@ -13,22 +13,25 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import torch
+from pydantic import Field, create_model
 from torch import nn
 
 from encoderlab.errors import ConfigError
+from encoderlab.io import qa_inputs
 from encoderlab.engine import Encoded, Engine, encode, forward
 from encoderlab.nn.model import SpanExtractor
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.metrics import squad_metrics
+from encoderlab.tasks.pipeline import Pipeline
 from encoderlab.tasks.readers import QAExample, read_squad
-from encoderlab.tasks.spec import TaskSpec, register_task
+from encoderlab.tasks.spec import TaskSpec
 from encoderlab.tokenizer import Tokenizer
 
 
@@ -205,7 +208,7 @@ class QATask(Task):
                                  "allow_null": self.allow_null}
 
 
-register_task(TaskSpec(
+SPEC = TaskSpec(
     "qa", lambda path, reading, info, head: read_squad(path),
     build=lambda head, tokenizer, train, max_length, common: QATask(
         tokenizer, max_length, *fit_to_window(max_length, head.doc_stride, head.max_query_length),
@@ -213,4 +216,56 @@ register_task(TaskSpec(
     restore=lambda model, given, info, tokenizer, max_length, common: QATask(
         tokenizer, max_length, *fit_to_window(max_length, given.doc_stride, given.max_query_length),
         given.max_answer_length, given.n_best, given.allow_null, **common),
-    models=(SpanExtractor,), model_kind="qa"))
+    models=(SpanExtractor,), model_kind="qa")
+
+
+# ---- the `qa` pipeline -------------------------------------------------------------------------------------------
+class QA(Pipeline):
+    """{"question", "context"} items -> answer text, character span and score; long contexts are windowed.
+
+    Windows and decoding are QATask's (encoderlab.tasks.qa), with the folder's options (doc_stride, n_best,
+    max_answer_length, allow_null), so `qa` answers what `evaluate qa` scores.
+    """
+
+    task = "qa"
+    model_class, needs = SpanExtractor, "a question-answering checkpoint (encoderlab finetune qa)"
+    result = create_model("QAResult", answer=(str, Field(description="the answer span ('' when none was found)")),
+                          start=(int, Field(description="character offset in the context")), end=int, score=float)
+
+    @classmethod
+    def request(cls, text: Any, many: Callable[..., Any], model: Callable[..., type]) -> dict[str, Any]:
+        item = model("QAItem", question=(text, Field(description="the question")), context=(text, Field(
+            description="the passage to answer from; long ones are read in windows")))
+        return {"items": (list[item], many("question and context pairs"))}
+
+    @staticmethod
+    def show(result: dict[str, Any]) -> str:
+        return f"{result['answer']!r} [{result['start']}:{result['end']}] {result['score']:.3f}"
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, doc_stride: int | None = None,
+                 max_answer_length: int | None = None, **options: Any) -> None:
+        """doc_stride, max_answer_length: None follows the folder's settings."""
+        super().__init__(model, tokenizer, **options)
+        given = self.settings
+        self.reader = QATask(tokenizer, self.max_length,
+                             *fit_to_window(self.max_length, doc_stride or given.doc_stride, given.max_query_length),
+                             max_answer_length or given.max_answer_length, given.n_best, given.allow_null)
+        self.doc_stride = self.reader.doc_stride
+
+    def __call__(self, inputs: Sequence[dict[str, str]]) -> list[dict[str, Any]]:
+        examples = [QAExample(id=str(i), title="", context=c, question=q) for i, (q, c) in enumerate(qa_inputs(inputs))]
+        decoded = self.reader.decode(self.engine, self.logits, examples)
+        return [self._answer(example, d) for example, d in zip(examples, decoded)]
+
+    def _answer(self, example: QAExample, decoded: Decoded) -> dict[str, Any]:
+        """The answer dict; score = exp(start + end logit) over all (start, end) pairs of all windows."""
+        if decoded.is_null(self.reader.allow_null):
+            score = 0.0 if decoded.score == -math.inf else math.exp(decoded.null - decoded.log_norm)
+            return {"answer": "", "start": 0, "end": 0, "score": round(score, 6)}
+        return {"answer": example.context[decoded.start:decoded.end], "start": decoded.start, "end": decoded.end,
+                "score": round(math.exp(decoded.score - decoded.log_norm), 6)}
+
+    def info(self) -> dict[str, Any]:
+        reader = self.reader
+        return super().info() | {"doc_stride": self.doc_stride, "n_best": reader.n_best,
+                                 "max_answer_length": reader.max_answer_length, "allow_null": reader.allow_null}

@@ -28,13 +28,14 @@ from pydantic import Field, create_model
 from torch import nn
 
 from encoderlab.choices import split_names
-from encoderlab.engine import Pipeline, encode, forward
+from encoderlab.engine import encode, forward
 from encoderlab.errors import InputError
 from encoderlab.nn.model import SequenceClassifier
 from encoderlab.nn.output import LossTerm
 from encoderlab.tasks.base import Task, pad_features
+from encoderlab.tasks.pipeline import Pipeline
 from encoderlab.tasks.readers import TextExample, read_texts
-from encoderlab.tasks.spec import TaskSpec, register_task
+from encoderlab.tasks.spec import TaskSpec
 from encoderlab.tokenizer import Tokenizer
 
 CUTOFF = 10  # MRR@10 and nDCG@10: what a reader of a result list looks at (MS MARCO's passage ranking measure)
@@ -159,16 +160,16 @@ def read_pairs(path: str, reading, info: dict, head) -> list[TextExample]:
                       regression=True, header=reading.header and info.get("header", True))
 
 
-register_task(TaskSpec(
+SPEC = TaskSpec(
     "rerank", read_pairs,
     build=lambda head, tokenizer, train, max_length, common: RerankTask(tokenizer, max_length, **common,
                                                                        listwise=listwise(train)),
     restore=lambda model, given, info, tokenizer, max_length, common: RerankTask(tokenizer, max_length, **common),
     models=(SequenceClassifier,), model_kind="classify",
-    model_options=lambda task, head: {"num_labels": 1, "multilabel": True}))
+    model_options=lambda task, head: {"num_labels": 1, "multilabel": True})
 
 
-# ---- the `rerank` pipeline (registered in encoderlab.infer.pipelines.PIPELINES) -----------------------------------
+# ---- the `rerank` pipeline (named by its card, encoderlab.cards) ----------------------------------------------------
 class Rerank(Pipeline):
     """{"query", "passages"} items -> the passages ordered by a cross-encoder's relevance score, best first.
 

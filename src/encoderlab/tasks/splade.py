@@ -43,7 +43,7 @@ from torch import nn
 
 from encoderlab.checkpoint import read_config, stored_kind
 from encoderlab.choices import DOCUMENT_FLOPS, QUERY_FLOPS, SHOWN_TERMS, split_names
-from encoderlab.engine import Pipeline, encode, eval_mode, forward
+from encoderlab.engine import encode, eval_mode, forward
 from encoderlab.errors import InputError
 from encoderlab.folder import read_task_info
 from encoderlab.io import atomic_write, atomic_write_text
@@ -52,7 +52,8 @@ from encoderlab.nn.output import LossTerm
 from encoderlab.paths import resolve_model_path
 from encoderlab.tasks.base import Task, pad_features
 from encoderlab.tasks.readers import TextExample, read_texts
-from encoderlab.tasks.spec import TaskSpec, register_task
+from encoderlab.tasks.pipeline import Pipeline
+from encoderlab.tasks.spec import TaskSpec
 from encoderlab.tokenizer import Tokenizer
 
 QUERY_MODULE = "query_0_SparseStaticEmbedding"  # the inference-free query table's folder (sentence-transformers')
@@ -312,7 +313,7 @@ def prepare_model(model: nn.Module, task: SpladeTask) -> None:
     task.table = getattr(model, "query_table", None)
 
 
-register_task(TaskSpec(
+SPEC = TaskSpec(
     "splade", read_triplets,
     build=lambda head, tokenizer, train, max_length, common: SpladeTask(
         tokenizer, max_length, **common, **{k: v for k in ("query_flops", "document_flops", "flops_warmup")
@@ -321,7 +322,7 @@ register_task(TaskSpec(
     restore=lambda model, given, info, tokenizer, max_length, common: restored(model, info, tokenizer, max_length,
                                                                              common),
     models=(MaskedLMModel,), model_kind="mlm", evaluate_kind="mlm",
-    check_model=require_mlm_head, after_save=write_sparse_encoder, prepare=prepare_model))
+    check_model=require_mlm_head, after_save=write_sparse_encoder, prepare=prepare_model)
 
 
 def restored(model: nn.Module, info: dict, tokenizer: Tokenizer, max_length: int, common: dict) -> SpladeTask:
@@ -332,7 +333,7 @@ def restored(model: nn.Module, info: dict, tokenizer: Tokenizer, max_length: int
     return SpladeTask(tokenizer, max_length, **common)
 
 
-# ---- the `splade` pipeline (registered in encoderlab.infer.pipelines.PIPELINES) -----------------------------------
+# ---- the `splade` pipeline (its card: encoderlab.cards) ------------------------------------------------------------------
 class Splade(Pipeline):
     """Texts -> sparse vectors: the vocabulary ids with a non-zero weight and their weights (and tokens), heaviest
     first. top_k keeps the heaviest K."""
