@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse
 import torch
 
-from encoderlab.engine import Pipeline
+from encoderlab.tasks.pipeline import Pipeline
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.tasks.splade import Splade
 
