@@ -12,12 +12,11 @@ import random
 import numpy as np
 import pytest
 import torch
-from sentence_transformers import SparseEncoder
 from torch.testing import assert_close
 
-from test_tasks_finetune import CITIES, FILLER, NAMES
+from test_tasks_finetune import CITIES, FILLER, NAMES, tiny_vocabulary
 
-from encoderlab import EncoderConfig, MaskedLMModel, save_pretrained
+from encoderlab import MaskedLMModel, save_pretrained
 from encoderlab.cli import build_parser, main
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.retrieval.index import Index
@@ -38,14 +37,7 @@ WORDS = FILLER + NAMES + CITIES + ["lives", "in", "where", "does", "live", "?", 
 
 def write_tiny_splade(folder, inference_free: bool = False, seed: int = 0):
     """A random 2-layer, 32-wide masked-LM model saved as a SPLADE folder (as `finetune splade` leaves one)."""
-    chars = sorted({c for word in WORDS for c in word})
-    vocab = dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars),
-                           *sorted(set(WORDS))])
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.txt").write_text("".join(f"{token}\n" for token in vocab), encoding="utf-8")
-    tokenizer = Tokenizer.from_pretrained(folder)
-    config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
-                                       vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
+    tokenizer, config = tiny_vocabulary(folder, WORDS)
     torch.manual_seed(seed)
     model = MaskedLMModel(config)
     task = SpladeTask(tokenizer, 32, inference_free=inference_free)
@@ -206,8 +198,11 @@ def test_embed_sparse_prints_the_heaviest_terms(tiny, capsys):
 
 
 # ---- interop ------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # importing the oracle costs seconds
 @pytest.mark.parametrize("inference_free", [False, True], ids=["splade", "inference-free"])
 def test_sentence_transformers_sparse_encoder_gives_our_vectors(tmp_path, inference_free):
+    from sentence_transformers import SparseEncoder  # the oracle, imported where it is used (a second of collection)
+
     folder = write_tiny_splade(tmp_path / "model", inference_free)
     texts = ["where does anna live ?", "peter lives in rome", "the movie was quite so"]
     theirs = SparseEncoder(str(folder), device="cpu")

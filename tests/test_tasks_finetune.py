@@ -46,8 +46,8 @@ def sentence(rng: random.Random, label: int) -> str:
     return " ".join(words)
 
 
-def write_tiny_encoder(folder: Path, words: list[str], seed: int = 0) -> Path:
-    """A random 2-layer, 32-wide encoder and a WordPiece vocabulary of `words`, saved in folder."""
+def tiny_vocabulary(folder: Path, words: list[str]) -> tuple[Tokenizer, EncoderConfig]:
+    """A WordPiece vocabulary of `words` written in folder, and a random 2-layer, 32-wide config for it."""
     # A fixed vocabulary (specials, characters, whole words) rather than a trained one: the WordPiece trainer orders
     # tied pieces differently from run to run, which moved these small tasks' results between runs.
     chars = sorted({c for word in words for c in word})
@@ -56,8 +56,14 @@ def write_tiny_encoder(folder: Path, words: list[str], seed: int = 0) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.txt").write_text("".join(f"{token}\n" for token in vocab), encoding="utf-8")
     tokenizer = Tokenizer.from_pretrained(folder)
-    config = EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64, num_layers=2,
-                                       vocab_size=tokenizer.vocab_size, max_position_embeddings=64)
+    return tokenizer, EncoderConfig.from_preset("bert-tiny", hidden_size=32, num_heads=2, intermediate_size=64,
+                                                num_layers=2, vocab_size=tokenizer.vocab_size,
+                                                max_position_embeddings=64)
+
+
+def write_tiny_encoder(folder: Path, words: list[str], seed: int = 0) -> Path:
+    """A random 2-layer, 32-wide encoder and a WordPiece vocabulary of `words`, saved in folder."""
+    tokenizer, config = tiny_vocabulary(folder, words)
     torch.manual_seed(seed)
     save_pretrained(EncoderModel(config), folder)
     tokenizer.save(folder)
