@@ -195,7 +195,7 @@ def test_serve_of_minilm_answers_fill_mask_with_the_shipped_model(monkeypatch):
     assert response.json()["results"] == json.loads(json.dumps(expected))
     assert health["models"] == {"embed": "minilm", "fill-mask": DEFAULT_FILL_MASK_MODEL}
     assert health["tasks"] == ["embed", "fill-mask"] and health["unavailable"] == {
-        task: "not asked for (--tasks)" for task in ("classify", "ner", "qa", "rerank", "colbert")}
+        task: "not asked for (--tasks)" for task in ("classify", "ner", "qa", "rerank", "colbert", "splade")}
 
 
 @needs_the_model

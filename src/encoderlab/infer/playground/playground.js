@@ -154,6 +154,28 @@ async function search(form) {
     el("p", { class: "snippet" }, snippet(hit.text)))))];
 }
 
+// POST /splade: the heaviest TERMS terms, each a bar scaled to the heaviest.
+const TERMS = 30;
+
+async function splade(form) {
+  const result = (await api("/splade", { texts: [form.text.value], top_k: TERMS })).results[0];
+  if (!result.tokens.length) return [el("p", { class: "hint" }, "no term has a weight")];
+  const top = result.values[0];
+  return [el("div", { class: "terms" }, ...result.tokens.map((token, i) =>
+    bar(token, result.values[i] / top, result.values[i].toFixed(2))))];
+}
+
+// POST /colbert: the token vectors' count and the first DIMS dimensions of each.
+const DIMS = 6;
+
+async function colbert(form) {
+  const result = (await api("/colbert", { texts: [form.text.value], query: form.query.checked })).results[0];
+  const rows = result.vectors.map((v, i) => el("li", {}, el("code", {}, `${i}: ` +
+    v.slice(0, DIMS).map((x) => x.toFixed(3)).join(" ") + " …")));
+  return [el("p", {}, `${result.tokens} token vectors of ${result.vectors[0].length} dimensions`),
+    el("ol", { class: "vectors" }, ...rows)];
+}
+
 async function ner(form) {
   const text = form.text.value;
   const result = (await api("/ner", { texts: [text] })).results[0];
@@ -376,6 +398,8 @@ onSubmit("panel-fill-mask", fillMask);
 onSubmit("panel-attention", attention);
 onSubmit("panel-similarity", similarity);
 onSubmit("panel-rerank", rerank);
+onSubmit("panel-splade", splade);
+onSubmit("panel-colbert", colbert);
 onSubmit("panel-ner", ner);
 onSubmit("panel-qa", qa);
 onSubmit("panel-classify", classify);
