@@ -300,6 +300,14 @@ def contender(name: str, mode: str, work: Path, data: Path, train_file: Path, ba
             "trained_now": not trained["cached"]} | speed_and_interop(name, model, index, texts)
 
 
+def contenders(only: str) -> list[str]:
+    """The contenders `--only` asks for, in the order they run: the bi-encoder with BM25 (BM25 searches its index)."""
+    asked = {n.strip() for n in only.split(",") if n.strip()}
+    if not asked or not asked <= set(CONTENDERS):
+        raise SystemExit(f"--only {only}: expected names among {', '.join(CONTENDERS)}")
+    return [n for n in ORDER if n in asked or (n == "dense" and "bm25" in asked)]
+
+
 def main() -> None:
     cli = parser(__doc__, "100 paragraphs and their held-out questions, 64 training rows: that it runs")
     cli.add_argument("--only", default=",".join(CONTENDERS), help=f"contenders, comma-separated, of "
@@ -310,10 +318,7 @@ def main() -> None:
     mode = size(args)
     if args.max_train:
         TRAINING[mode]["max_train"] = args.max_train
-    asked = {n.strip() for n in args.only.split(",") if n.strip()}
-    if not asked or not asked <= set(CONTENDERS):
-        raise SystemExit(f"--only {args.only}: expected names among {', '.join(CONTENDERS)}")
-    names = [n for n in ORDER if n in asked or (n == "dense" and "bm25" in asked)]
+    names = contenders(args.only)
     require_commands(names)
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)

@@ -28,8 +28,11 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # Set before torch is imported; a test that needs more threads asks for them.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
-# torch.compile's kernels in a cache of this test process's own, removed at its end: a run killed while compiling
-# once left a truncated .so in the shared /tmp/torchinductor_root that failed every later run's compile tests.
+# torch.compile's kernels in a cache of this test run's own, removed at its end: a run killed while compiling once
+# left a truncated .so in the shared /tmp/torchinductor_root that failed every later run's compile tests. One cache
+# for the whole run: the pytest-xdist controller imports this file before it starts its workers, which inherit the
+# variable, so a graph one worker compiled (the int8 matmul's passes, a test model's encoder) is a cache hit in the
+# other and in every process a test starts (inductor writes its entries atomically and locks its C++ builds).
 if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="encoderlab-tests-inductor-")
     atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
@@ -72,6 +75,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 CPU_SECONDS = pytest.StashKey[float]()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first (in file order), the quick ones after them. pytest-xdist's worksteal hands each worker a
+    contiguous block and lets an idle worker take the end of another's queue: with the quick tests at the ends, the
+    last minute of a run is quick tests on both workers, not one worker finishing a 50-second test alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def shared_file(relative: str) -> Path:
     """A file under ../shared/data, or skip the test with the reason when it is absent."""
     path = SHARED_DATA / relative
@@ -90,6 +100,24 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def int8_compiled() -> None:
+    """torch int8's compiled passes around its matmuls (precision.compile_int8_matmul, every variant), compiled once
+    per test process before the tests that run torch int8 (`pytestmark`): on a CPU whose int8 kernel is int_mm (VNNI
+    or AMX) the first compile takes ~20 CPU s, ~4 s when another process of the run already put it in the run's
+    inductor cache. Set-up shared by those tests, not the work of whichever of them a worker happens to run first.
+    Elsewhere (fbgemm on AVX2, no int8) nothing is compiled."""
+    import itertools
+
+    import torch
+
+    from encoderlab.infer import precision
+
+    if precision.int8_kernel() == "int_mm":
+        dtype = torch.bfloat16 if precision.bf16_supported() else torch.float32
+        precision.compile_int8_matmul(dtype, itertools.product((False, True), repeat=2))
 
 
 @pytest.fixture(scope="session")

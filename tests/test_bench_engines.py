@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import common  # noqa: E402
 import engines  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "int8_compiled")
 TEXTS = ["A short one.", "The film is a charming, funny and very long look at the lives of people in Paris and London.",
          "Bleak.", "It was quite dull, but the acting was good.", "Anna met Peter in France last year.",
          "A movie."]

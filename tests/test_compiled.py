@@ -53,18 +53,23 @@ def probabilities(results: list[dict]) -> np.ndarray:
 @pytest.mark.parametrize("mode", ["fp32", "bf16", "int8"])
 @pytest.mark.slow
 def test_compiled_classify_matches_eager(classifier_folder, mode):
+    """fp32 takes each compiled variant: short batches (written-out attention), long ones (SDPA) and a batch of one
+    (no padding). bf16 and int8 change the linears and the passes around them, not the attention's path, so they
+    take the short batches: each variant is one more compile (~15 CPU s)."""
     if mode not in precisions.supported():
         pytest.skip(f"{mode} is not supported on this machine")
+    texts = TEXTS if mode == "fp32" else TEXTS[:37]
     eager = pipeline("classify", classifier_folder, precision=mode, batch_size=8)
     compiled = pipeline("classify", classifier_folder, precision=mode, batch_size=8, compile=True)
     assert compiled.info()["compiled"] and not eager.info()["compiled"]
-    expected, got = probabilities(eager(TEXTS)), probabilities(compiled(TEXTS))
-    alone = probabilities(compiled(TEXTS[5:6]))  # a batch of one: no padding at all
+    expected, got = probabilities(eager(texts)), probabilities(compiled(texts))
     assert expected.std(0).max() > 0.01  # the texts get different outputs, so a broken mask would show
     # fp32 differs only by summation order; bf16 and int8 also round (and quantize) at other points.
     tolerance = {"fp32": 1e-5, "bf16": 3e-2, "int8": 3e-2}[mode]
     np.testing.assert_allclose(got, expected, atol=tolerance, rtol=0)
-    np.testing.assert_allclose(alone, expected[5:6], atol=tolerance, rtol=0)
+    if mode == "fp32":
+        alone = probabilities(compiled(TEXTS[5:6]))  # a batch of one: no padding at all
+        np.testing.assert_allclose(alone, expected[5:6], atol=tolerance, rtol=0)
 
 
 @pytest.mark.slow

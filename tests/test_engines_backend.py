@@ -32,7 +32,7 @@ from encoderlab.tokenizer import Tokenizer
 from test_family import HF_CONFIGS, family_batch, save_tiny_hf
 from test_pipelines import TAGS, TEXTS, hf_folder
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread", "int8_compiled")  # see conftest.py
 RUNTIMES = ("onnxruntime", "ctranslate2", "openvino")
 # int8 cosine to torch fp32 on SST-2 sentences, mean and minimum: dynamic int8 (ORT: per-channel weights, per-tensor
 # activations; CTranslate2) against torch int8's bar of 0.99 and 0.97; OpenVINO's static ranges, calibrated on text

@@ -31,7 +31,7 @@ TEXTS = ["anna lives in paris .", "where does peter live ?", "the movie was very
          "maria", "john went to rome and saw lima and oslo with anna and peter ."]
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread", "int8_compiled")  # see conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,7 @@ NAMES, CITIES = ["anna", "peter", "maria", "john"], ["paris", "rome", "oslo", "l
 WORDS = POSITIVE + NEGATIVE + FILLER + NAMES + CITIES + ["lives", "in", "where", "does", "live", "?", "."]
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread", "int8_compiled")  # see conftest.py
 
 
 # ---- transformers parity of the task heads ---------------------------------------------------------------------
