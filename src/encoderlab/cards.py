@@ -20,7 +20,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from encoderlab.choices import COMBINE
+from encoderlab.choices import COMBINE, DOCUMENT_FLOPS, QUERY_FLOPS
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 
@@ -119,10 +119,10 @@ class ColbertOptions(TaskOptions):
 class SpladeOptions(TaskOptions):
     """splade: the FLOPS regulariser and the inference-free variant."""
 
-    query_flops: float | None = field(default=None, metadata={"metavar": "W"})
-    """peak weight of the queries' FLOPS regulariser (default: 5e-5)"""
-    document_flops: float | None = field(default=None, metadata={"metavar": "W"})
-    """peak weight of the documents' FLOPS regulariser (default: 3e-5)"""
+    query_flops: float = field(default=QUERY_FLOPS, metadata={"metavar": "W"})
+    """peak weight of the queries' FLOPS regulariser"""
+    document_flops: float = field(default=DOCUMENT_FLOPS, metadata={"metavar": "W"})
+    """peak weight of the documents' FLOPS regulariser"""
     flops_warmup: int | None = field(default=None, metadata={"metavar": "N"})
     """steps over which the FLOPS weights rise quadratically from 0 (default: a third of the first epoch's steps)"""
     inference_free: bool = False

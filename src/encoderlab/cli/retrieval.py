@@ -228,7 +228,7 @@ def open_index(args: argparse.Namespace, folder: str) -> Any:
     embedder = None
     if args.mode != "bm25":
         given = argparse.Namespace(**{**vars(args), "model": args.model or meta["model"]["path"]})
-        kind = meta.get("kind", "dense")
+        kind = index_kind(meta)
         embedder = load_pipeline("embed", given, **query_settings(meta)) if kind == "dense" else \
             load_pipeline(PIPELINE_OF_KIND[kind], given, **({} if args.max_length else {"max_length": meta["max_length"]}))
     return Index(folder, embedder)

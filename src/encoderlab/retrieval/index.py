@@ -35,8 +35,8 @@ from encoderlab.paths import resolve_model_path
 from encoderlab.retrieval import ann, fusion, lexical, sparse
 from encoderlab.retrieval.corpus import Document, read_documents, scan
 from encoderlab.retrieval.distributed import WAIT, Dist, join, main_then_all, own_documents, owns, wait
-from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, query_settings,
-                                       read_meta, require_complete, source, write_meta)
+from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, index_kind,
+                                       query_settings, read_meta, require_complete, source, write_meta)
 
 SHARD_SIZE = 10_000  # documents per shard: 15 MB of minilm's float32 vectors, and the unit of resuming
 MODES = ("dense", "bm25", "hybrid")
@@ -92,7 +92,7 @@ VECTOR_KINDS = {kind.kind: kind for kind in (DenseVectors, sparse.SparseVectors)
 
 def vector_kind(meta: dict[str, Any]) -> Any:
     """The vector kind of an index.json."""
-    return VECTOR_KINDS[meta.get("kind", "dense")]
+    return VECTOR_KINDS[index_kind(meta)]
 
 
 class Index:

@@ -112,7 +112,7 @@ def check_model(folder: str | os.PathLike, meta: dict[str, Any], model: str | os
     if model is None:
         return
     built = meta["model"]
-    kind, given = meta.get("kind", "dense"), model_index_kind(model)
+    kind, given = index_kind(meta), model_index_kind(model)
     if given != kind:
         raise InputError(f"--index {folder} is a {kind} index (built with {built['name']}); --model {model} is a "
                          f"{given} model: it cannot encode queries for it. Search with a {kind} model, or index "
