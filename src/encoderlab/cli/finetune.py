@@ -46,9 +46,6 @@ def finetuning(args: argparse.Namespace) -> FinetuneJob:
 # ---- the commands ---------------------------------------------------------------------------------------------
 def cmd_finetune(args: argparse.Namespace) -> dict[str, Any]:
     """Fine-tune a model on a task; keep the best checkpoint by the eval metric; print the results."""
-    if getattr(args, "inference_free", False) and args.resume:
-        raise InputError("--resume: the training state of an --inference-free run does not hold its query table "
-                         "(saved beside each best checkpoint only): start the run again")
     check_out_folder(args.out, args.overwrite, args.resume, RESUMABLE, [args.model])
     apply_threads(args.threads)
     from encoderlab.tasks.finetune import finetune

@@ -151,6 +151,7 @@ def finetune(job: FinetuneJob) -> dict[str, Any]:
     job = replace(job, head=job.head or card(job.task).options())
     spec, out = task_spec(job.task, job.head.variant), Path(job.out)
     job.options.validate()
+    spec.check_job(job)
     if job.seeds < 1:
         raise ConfigError(f"--seeds {job.seeds}: expected a positive number")
     tokenizer = Tokenizer.from_pretrained(job.tokenizer or ("minilm" if job.model == BILSTM else job.model))

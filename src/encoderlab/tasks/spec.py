@@ -81,6 +81,9 @@ class TaskSpec:
     and a projection); None: load_model(kind=model_kind)."""
     check_model: Callable[[str], None] = lambda name: None
     """(--model) -> None, or InputError where the checkpoint cannot start this task (before training starts)."""
+    check_job: Callable[[Any], None] = lambda job: None
+    """(the FinetuneJob) -> None, or InputError for options this task cannot run together (splade: --resume of an
+    --inference-free run), before anything is written."""
     after_save: Callable[[Path, Task], None] = lambda folder, task: None
     """(folder, task): files the task adds beside each saved checkpoint (another library's layout)."""
     prepare: Callable[[nn.Module, Task], None] = lambda model, task: None

@@ -313,6 +313,13 @@ def prepare_model(model: nn.Module, task: SpladeTask) -> None:
     task.table = getattr(model, "query_table", None)
 
 
+def refuse_resuming_inference_free(job: Any) -> None:
+    """--resume of an --inference-free run: its training state does not hold the query table."""
+    if job.head.inference_free and job.resume:
+        raise InputError("--resume: the training state of an --inference-free run does not hold its query table "
+                         "(saved beside each best checkpoint only): start the run again")
+
+
 SPEC = TaskSpec(
     "splade", read_triplets,
     build=lambda head, tokenizer, train, max_length, common: SpladeTask(
@@ -322,7 +329,8 @@ SPEC = TaskSpec(
     restore=lambda model, given, info, tokenizer, max_length, common: restored(model, info, tokenizer, max_length,
                                                                              common),
     models=(MaskedLMModel,), model_kind="mlm", evaluate_kind="mlm",
-    check_model=require_mlm_head, after_save=write_sparse_encoder, prepare=prepare_model)
+    check_model=require_mlm_head, check_job=refuse_resuming_inference_free, after_save=write_sparse_encoder,
+    prepare=prepare_model)
 
 
 def restored(model: nn.Module, info: dict, tokenizer: Tokenizer, max_length: int, common: dict) -> SpladeTask:
