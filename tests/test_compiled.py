@@ -26,6 +26,7 @@ WORDS = "the movie was very good bad and it a plot actors long short film story 
 # for sequences up to attention.SHORT (64) tokens and keeps SDPA above that, so both paths are compared.
 TEXTS = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(n))
          for i, n in enumerate([1 + (i * 13) % 40 for i in range(37)] + list(range(70, 111, 8)))]
+SHORT_TEXTS = TEXTS[:37]  # the 1 to 40 words: the written-out attention only
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
@@ -58,7 +59,7 @@ def test_compiled_classify_matches_eager(classifier_folder, mode):
     take the short batches: each variant is one more compile (~15 CPU s)."""
     if mode not in precisions.supported():
         pytest.skip(f"{mode} is not supported on this machine")
-    texts = TEXTS if mode == "fp32" else TEXTS[:37]
+    texts = TEXTS if mode == "fp32" else SHORT_TEXTS
     eager = pipeline("classify", classifier_folder, precision=mode, batch_size=8)
     compiled = pipeline("classify", classifier_folder, precision=mode, batch_size=8, compile=True)
     assert compiled.info()["compiled"] and not eager.info()["compiled"]
