@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -291,3 +292,39 @@ def test_device_cpu_runs_and_the_pipeline_is_on_it(tmp_path, capsys):
 
     assert str(resolve_device("cpu")) == "cpu"
     assert str(resolve_device(None)) == ("cuda" if torch.cuda.is_available() else "cpu")  # the default
+
+
+class Terminal(io.StringIO):
+    """stderr as a terminal: what a person running a command sees (a log file is not one)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_every_command_with_an_input_file_takes_no_progress():
+    """--no-progress means the same on every command that reads --input: no bar."""
+    parser = build_parser()
+    choices = parser._subparsers._group_actions[0].choices  # noqa: SLF001
+    readers = [name for name, sub in choices.items() if "--input" in sub._option_string_actions]  # noqa: SLF001
+    assert {"embed", "classify", "ner", "fill-mask", "rerank", "splade"} <= set(readers)
+    refused = [name for name in readers if "--no-progress" not in choices[name]._option_string_actions]  # noqa: SLF001
+    assert not refused, f"these read --input but refuse --no-progress: {refused}"
+
+
+@pytest.mark.parametrize("flags, terminal, shown", [([], True, True), (["--no-progress"], True, False),
+                                                    ([], False, False)])
+def test_embed_shows_a_progress_bar_on_a_terminal_only(tmp_path, monkeypatch, flags, terminal, shown):
+    """40 texts in batches of 8: a bar counting them (as often as tqdm redraws it) on a terminal, none with --no-progress or into a file; the
+    vectors are the same either way."""
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(f"sentence number {i} about things" for i in range(40)) + "\n", encoding="utf-8")
+    err = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    out = tmp_path / "v.npy"
+    assert main(["embed", "--model", "minilm", "--input", str(source), "--out", str(out), "--batch-size", "8",
+                 *flags]) == 0
+    assert ("embed:" in err.getvalue() and "/40 [" in err.getvalue()) == shown, err.getvalue()  # "16/40 [00:00<..."
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    quiet = tmp_path / "q.npy"
+    assert main(["embed", "--model", "minilm", "--input", str(source), "--out", str(quiet), "--batch-size", "8"]) == 0
+    np.testing.assert_array_equal(np.load(out), np.load(quiet))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm import tqdm
 
 from encoderlab.choices import COMBINE  # noqa: F401  (tasks and pipelines import it from here)
 from encoderlab.config import EncoderConfig
@@ -234,6 +236,9 @@ class Engine:
     precision: str = "fp32"
     """bf16: run forward passes under bf16 autocast (evaluation while fine-tuning, which trains under it);
     `evaluate` and the pipelines convert the model's weights instead."""
+    progress: str = ""
+    """A label: show a progress bar with it on stderr over runs of more than one batch (the commands set it on a
+    terminal, unless --no-progress); empty: no bar (the server, Python calls)."""
 
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None, what: str = "texts") -> list[Encoded]:
         """Tokenize, truncated to the window."""
@@ -249,12 +254,16 @@ class Engine:
     def run(self, items: Sequence[Encoded], forward: Callable[[dict[str, torch.Tensor]], Result],
             collect: Callable[[list[int], Result], None]) -> None:
         """Forward the items in length-sorted batches; collect(indices, output) places each batch's results."""
-        for indices in sorted_batches([len(item.input_ids) for item in items], self.batch_size):
-            batch = pad_batch([items[i].input_ids for i in indices], [items[i].token_type_ids for i in indices],
-                              self.tokenizer.pad_id)
-            with autocast(self.precision, self.device):
-                output = forward({k: v.to(self.device) for k, v in batch.items()})
-            collect(indices, output)
+        batches = sorted_batches([len(item.input_ids) for item in items], self.batch_size)
+        with tqdm(total=len(items), desc=self.progress, unit="input", file=sys.stderr, leave=False,
+                  disable=not self.progress or len(batches) < 2) as bar:
+            for indices in batches:
+                batch = pad_batch([items[i].input_ids for i in indices], [items[i].token_type_ids for i in indices],
+                                  self.tokenizer.pad_id)
+                with autocast(self.precision, self.device):
+                    output = forward({k: v.to(self.device) for k, v in batch.items()})
+                collect(indices, output)
+                bar.update(len(indices))
 
     def rows(self, items: Sequence[Encoded],
              forward: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> torch.Tensor:

@@ -36,7 +36,7 @@ def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dimensions", type=int, default=None, metavar="N",
                         help="keep each vector's first N dimensions, normalised again where vectors are: for a model "
                              "trained with `finetune embed --matryoshka` (default: all)")
-    add_inference_options(parser)
+    add_inference_options(parser, progress=True)
     add_window_options(parser, combine=False)
 
 

@@ -84,8 +84,9 @@ def add_precision(parser: argparse.ArgumentParser, training: bool = False, scori
     parser.add_argument("--precision", choices=choices, default="fp32", help=help)
 
 
-def add_inference_options(parser: argparse.ArgumentParser) -> None:
-    """--precision, --engine, --compile, --batch-size, --max-length, --threads, --device: how a pipeline runs."""
+def add_inference_options(parser: argparse.ArgumentParser, progress: bool = False) -> None:
+    """--precision, --engine, --compile, --batch-size, --max-length, --threads, --device: how a pipeline runs; with
+    progress, --no-progress too (a command that runs a pipeline over many inputs: a bar on a terminal)."""
     add_precision(parser)
     parser.add_argument("--engine", choices=ENGINES, default="torch", help=ENGINE_HELP)
     parser.add_argument("--engine-cache", default=None, metavar="DIR", help="where the runtime engines keep "
@@ -95,7 +96,8 @@ def add_inference_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=None, metavar="T",
                         help="tokens per input window (default: the model's limit, or what it was fine-tuned with)")
     add_threads(parser)
-    add_options(parser, (DEVICE,))
+    add_options(parser, (DEVICE, PROGRESS) if progress else (DEVICE,))
+    parser.set_defaults(pipeline_progress=progress)  # index and evaluate show bars of their own, not the pipeline's
 
 
 def add_fields(parser: argparse.ArgumentParser, options: type, only: tuple[str, ...] | None = None) -> None:
@@ -210,4 +212,6 @@ def load_pipeline(task: str, args: argparse.Namespace, **options: Any) -> Pipeli
                     engine=args.engine, engine_cache=args.engine_cache, device=device, **options)
     if "auto" in (args.engine, args.precision):
         print(f"{task}: engine {pipe.engine_name}, precision {pipe.precision}", file=sys.stderr)
+    if getattr(args, "pipeline_progress", False) and not args.no_progress and sys.stderr.isatty():
+        pipe.engine.progress = task  # a bar over the batches, on a terminal (a log file gets none)
     return pipe

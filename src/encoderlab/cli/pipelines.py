@@ -157,7 +157,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         if command.texts:
             parser.add_argument("texts", nargs="*", metavar="TEXT", help="input texts (or use --input)")
             parser.add_argument("--input", metavar="FILE", help="UTF-8 file with one input text per line")
-        add_inference_options(parser)
+        add_inference_options(parser, progress=True)
         add_json(parser)
         if command.window:
             add_window_options(parser)

@@ -437,7 +437,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         ("--queries", None, None, "FILE", "BEIR queries.jsonl, a TSV of id and text, or one query a line"),
         ("--out", None, None, "RUN", "write a TREC run (qid Q0 docid rank score tag) of --queries to RUN")))
     add_search_options(search, 10)
-    add_inference_options(search)
+    add_inference_options(search, progress=True)
     add_json(search, "print the hits as JSON")
     search.set_defaults(func=cmd_search)
 
