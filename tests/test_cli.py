@@ -314,8 +314,8 @@ def test_every_command_with_an_input_file_takes_no_progress():
 @pytest.mark.parametrize("flags, terminal, shown", [([], True, True), (["--no-progress"], True, False),
                                                     ([], False, False)])
 def test_embed_shows_a_progress_bar_on_a_terminal_only(tmp_path, monkeypatch, flags, terminal, shown):
-    """40 texts in batches of 8: a bar counting them (as often as tqdm redraws it) on a terminal, none with --no-progress or into a file; the
-    vectors are the same either way."""
+    """40 texts in batches of 8: a bar counting them (as often as tqdm redraws it) on a terminal, none with
+    --no-progress or into a file; the vectors are the same either way."""
     source = tmp_path / "in.txt"
     source.write_text("\n".join(f"sentence number {i} about things" for i in range(40)) + "\n", encoding="utf-8")
     err = Terminal() if terminal else io.StringIO()
