@@ -125,6 +125,41 @@ def test_index_search_equals_brute_force_maxsim(tiny_colbert, tmp_path):
             assert_close(got, row[[int(h["id"][1:]) for h in ranked]], atol=1e-2, rtol=0)
 
 
+def test_add_and_resume_give_the_index_one_build_gives(tiny_colbert, tmp_path, capsys):
+    """`index --add` appends shards to a multivector index and `index --resume` finishes a cut-off build: each then
+    searches as the index built in one go does (the token graph is rebuilt over every shard)."""
+    def corpus(name: str, rows: range) -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"_id": f"d{i}", "text": CORPUS[i]}) + "\n" for i in rows))
+        return path
+
+    whole, first, second = corpus("all.jsonl", range(32)), corpus("a.jsonl", range(20)), corpus("b.jsonl",
+                                                                                                  range(20, 32))
+    command = ["index", "--model", str(tiny_colbert), "--shard-size", "10", "--no-progress", "--json"]
+    assert main([*command, "--corpus", str(whole), "--out", str(tmp_path / "one")]) == 0
+    assert main([*command, "--corpus", str(first), "--out", str(tmp_path / "two")]) == 0
+    assert main([*command, "--corpus", str(second), "--out", str(tmp_path / "two"), "--add"]) == 0
+    assert main([*command, "--corpus", str(whole), "--out", str(tmp_path / "cut")]) == 0
+    capsys.readouterr()
+    cut = tmp_path / "cut"  # as a build stopped while writing its fourth shard: no graph, not complete
+    (cut / "shards" / "00003.npy").unlink()
+    (cut / "tokens.faiss").unlink()
+    meta = json.loads((cut / "index.json").read_text())
+    (cut / "index.json").write_text(json.dumps(meta | {"complete": False}))
+    assert main([*command, "--corpus", str(whole), "--out", str(cut)]) == 2  # not without --resume
+    assert "--resume" in capsys.readouterr().err
+    assert main([*command, "--corpus", str(whole), "--out", str(cut), "--resume"]) == 0
+    queries = ["where does anna live ?", "who lives in oslo ?"]
+    want = MultiVectorIndex(tmp_path / "one").search(queries, top_k=5)
+    for folder in ("two", "cut"):
+        opened = MultiVectorIndex(tmp_path / folder)
+        assert len(opened) == 32 and len(opened.shards) == 4
+        got = opened.search(queries, top_k=5)
+        for mine, theirs in zip(got, want):
+            assert_close(torch.tensor([h["score"] for h in mine]), torch.tensor([h["score"] for h in theirs]),
+                         atol=1e-3, rtol=0)
+
+
 def test_bad_dim_and_kind_mismatch_exit_2(tiny, tiny_colbert, tmp_path, capsys):
     train = tmp_path / "train.tsv"
     train.write_text("query\tpositive\tnegative\nwhere does anna live ?\tanna lives in rome .\tjohn lives in lima .\n")

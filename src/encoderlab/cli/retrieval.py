@@ -101,19 +101,25 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
     """`index` with a ColBERT folder: a multi-vector index (encoderlab.retrieval.multivector)."""
-    if args.add or args.resume or args.bm25 or args.ann or args.quantize:
-        raise InputError(f"--model {args.model} is a ColBERT model: its multivector index takes none of --add, "
-                         f"--resume, --bm25, --ann, --quantize (it always builds its token graph)")
-    from encoderlab.retrieval.multivector import MultiVectorIndex
+    if args.bm25 or args.ann or args.quantize:
+        raise InputError(f"--model {args.model} is a ColBERT model: its multivector index takes none of --bm25, "
+                         f"--ann, --quantize (it always builds its token graph)")
+    from encoderlab.retrieval.multivector import Encoder, MultiVectorIndex
 
     started = time.perf_counter()
-    index = MultiVectorIndex.build(args.model, args.corpus, args.out, token_pooling=args.token_pooling,
-                                   shard_size=args.shard_size, overwrite=args.overwrite,
-                                   progress=not args.no_progress, batch_size=args.batch_size or 32,
-                                   device=args.device)
+    if args.add:  # the new shards, then the token graph again over every shard
+        pooling = read_meta(args.out)["token_pooling"]
+        index = MultiVectorIndex(args.out, Encoder(args.model, pooling, args.batch_size or 32, args.device))
+        index.add(args.corpus, progress=not args.no_progress)
+    else:
+        index = MultiVectorIndex.build(args.model, args.corpus, args.out, token_pooling=args.token_pooling,
+                                       shard_size=args.shard_size, overwrite=args.overwrite, resume=args.resume,
+                                       progress=not args.no_progress, batch_size=args.batch_size or 32,
+                                       device=args.device)
     seconds = time.perf_counter() - started
     meta = index.meta
-    summary = {"index": str(args.out), "kind": MULTIVECTOR, "documents": len(index), "tokens": meta["tokens"],
+    summary = {"index": str(args.out), "kind": MULTIVECTOR, "documents": len(index), "added": count,
+               "tokens": meta["tokens"],
                "dimensions": meta["dimensions"], "token_pooling": meta["token_pooling"],
                "bytes_per_document": meta["bytes_per_document"], "seconds": round(seconds, 2)}
     if args.json:

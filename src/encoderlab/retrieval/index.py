@@ -399,7 +399,8 @@ def check_resumable(folder: Path, previous: dict[str, Any], meta: dict[str, Any]
     if previous.get("complete"):
         raise InputError(f"--out {folder} holds a finished index: nothing to resume (--overwrite builds it again, "
                          f"--add appends documents)")
-    keys = ("model", "pooling", "normalize", "dimensions", "max_length", "shard_size", "bm25", "ann")
+    keys = ("model", "pooling", "normalize", "dimensions", "max_length", "shard_size", "bm25", "ann", "token_pooling",
+            "dtype")  # the last two: a multivector index's
     differ = [key for key in keys if previous.get(key) != meta.get(key)]
     last, given = previous["sources"][-1], meta["sources"][0]
     differ += ["corpus"] if any(last[key] != given[key] for key in ("path", "bytes", "mtime")) else []

@@ -33,9 +33,9 @@ from encoderlab.io import atomic_write, check_out_folder
 from encoderlab.paths import resolve_model_path
 from encoderlab.retrieval.corpus import Document, scan
 from encoderlab.retrieval.distributed import join
-from encoderlab.retrieval.index import SHARD_SIZE, VECTOR_KINDS, Index, write_shard
-from encoderlab.retrieval.meta import (FORMAT, MULTIVECTOR as KIND, SHARDS, fingerprint, model_index_kind,
-                                       read_meta, source, write_meta)
+from encoderlab.retrieval.index import SHARD_SIZE, VECTOR_KINDS, Index, check_resumable, write_shard
+from encoderlab.retrieval.meta import (FORMAT, INDEX_FILE, MULTIVECTOR as KIND, OWN, SHARDS, fingerprint,
+                                       model_index_kind, read_meta, source, write_meta)
 from encoderlab.tasks.colbert import QUERY_LENGTH, TokenEncoder, load_colbert, maxsim, padded
 from encoderlab.tokenizer import Tokenizer
 
@@ -116,11 +116,13 @@ class MultiVectorIndex(Index):
 
     @classmethod
     def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
-              token_pooling: int = 1, shard_size: int = SHARD_SIZE, overwrite: bool = False, progress: bool = True,
-              dtype: str = "float16", batch_size: int = 32, device: str | None = None, **_: Any) -> MultiVectorIndex:
-        """Index a corpus with a ColBERT folder's token vectors (float16 or float32), pooled by token_pooling."""
+              token_pooling: int = 1, shard_size: int = SHARD_SIZE, overwrite: bool = False, resume: bool = False,
+              progress: bool = True, dtype: str = "float16", batch_size: int = 32, device: str | None = None,
+              **_: Any) -> MultiVectorIndex:
+        """Index a corpus with a ColBERT folder's token vectors (float16 or float32), pooled by token_pooling;
+        resume: finish a build of the same model, corpus and settings that was cut off (as Index.build's)."""
         folder = Path(folder)
-        check_out_folder(folder, overwrite, inputs=[corpus])
+        check_out_folder(folder, overwrite, resume, own=OWN if resume else (), inputs=[corpus])
         if token_pooling < 1 or shard_size < 1 or dtype not in ("float16", "float32"):
             raise InputError(f"--token-pooling {token_pooling}, --shard-size {shard_size}, dtype {dtype}: expected "
                              f"positive numbers and float16 or float32")
@@ -133,7 +135,9 @@ class MultiVectorIndex(Index):
                 "similarity": "maxsim", "dtype": dtype, "token_pooling": token_pooling, "shard_size": shard_size,
                 "bm25": False, "ann": None, "count": 0, "sources": [source(corpus, 0) | {"documents": count}],
                 "text": "title + ' ' + text"}
-        if overwrite and folder.exists():
+        if resume and (folder / INDEX_FILE).is_file():
+            meta = check_resumable(folder, read_meta(folder), meta)  # its shards on disk are kept
+        elif overwrite and folder.exists():
             shutil.rmtree(folder)  # only now, with the corpus and the model checked
         folder.mkdir(parents=True, exist_ok=True)
         write_meta(folder, meta)
