@@ -1,16 +1,28 @@
 """Every bench/*.py runs with --smoke (tiny random model, synthetic data, seconds) and writes a well-formed results
-file outside bench/results: a refactor that breaks a benchmark fails here, not months later."""
+file outside bench/results: a refactor that breaks a benchmark fails here, not months later.
+
+Each runs as `python bench/NAME.py --smoke` would, but in the test's own process (runpy, as `__main__`): a fresh
+interpreter per bench cost 2-4 CPU s of imports (torch, transformers) on top of the bench's seconds, about a minute of
+`make test` in all. What a bench changes in the process (argv, sys.path, the environment, the working folder, torch's
+threads, the random generators, the root logger, its own modules) is put back after it."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
+import logging
 import os
-import subprocess
+import random
+import runpy
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = {"common.py", "engines.py"}  # modules the benches import, not benches (the Makefile's bench target skips them)
@@ -31,11 +43,53 @@ def _snapshot(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def _smoke(script: str, results: Path, *options: str) -> subprocess.CompletedProcess:
-    """bench/`script` --smoke, its results under `results`, the repository importable."""
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke", *options, "--results-dir",
-                           str(results)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+@dataclass
+class Ran:
+    """What a bench run gave: its exit code (0, or SystemExit's) and what it printed."""
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@contextlib.contextmanager
+def _restored():
+    """Put back what a script run in this process may change of it (module docstring)."""
+    argv, path, environ, cwd = sys.argv[:], sys.path[:], dict(os.environ), os.getcwd()
+    threads, states = torch.get_num_threads(), (torch.random.get_rng_state(), np.random.get_state(), random.getstate())
+    root, handlers, modules = logging.root.level, logging.root.handlers[:], set(sys.modules)
+    try:
+        yield
+    finally:
+        sys.argv[:], sys.path[:] = argv, path
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        torch.set_num_threads(threads)
+        torch.random.set_rng_state(states[0])
+        np.random.set_state(states[1])
+        random.setstate(states[2])
+        logging.root.setLevel(root)
+        logging.root.handlers[:] = handlers
+        for name in set(sys.modules) - modules:  # bench/ and scripts/ modules: the next bench imports its own
+            where = getattr(sys.modules[name], "__file__", None) or ""
+            if where.startswith((str(ROOT / "bench"), str(ROOT / "scripts"))):
+                del sys.modules[name]
+
+
+def _smoke(script: str, results: Path, *options: str) -> Ran:
+    """bench/`script` --smoke, its results under `results`, run in this process as `__main__`."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with _restored(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        sys.argv = [f"bench/{script}", "--smoke", *options, "--results-dir", str(results)]
+        os.chdir(ROOT)
+        try:
+            runpy.run_path(str(ROOT / "bench" / script), run_name="__main__")
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+            if not isinstance(stop.code, (int, type(None))):
+                print(stop.code, file=sys.stderr)
+    return Ran(code, out.getvalue(), err.getvalue())
 
 
 @pytest.mark.parametrize("script", BENCHES)

@@ -215,18 +215,15 @@ FAST_ANSWERS = [  # (argv, exit code, what the one error line says)
 
 
 @pytest.mark.parametrize("argv, code, says", FAST_ANSWERS, ids=[" ".join(a[:3]) for a, _, _ in FAST_ANSWERS])
-def test_help_argument_errors_and_bad_inputs_answer_in_one_line_before_a_model_loads(argv, code, says):
+def test_help_argument_errors_and_bad_inputs_answer_in_one_line_and_never_import_torch(argv, code, says):
+    """Each answer comes before a model loads: the exit code and one error line, and no heavy module imported (one
+    fresh interpreter checks both)."""
     done = _fresh(*argv)
     assert f"EXIT {code}" in done.stdout, done.stdout + done.stderr
+    assert "HEAVY  EXIT" in done.stdout, done.stdout  # nothing heavy imported
     if says is not None:
         assert done.stderr.strip().count("\n") == 0 and done.stderr.startswith("error: "), done.stderr
         assert says in done.stderr and "usage:" not in done.stderr
-
-
-@pytest.mark.parametrize("argv, code, says", FAST_ANSWERS, ids=[" ".join(a[:3]) for a, _, _ in FAST_ANSWERS])
-def test_help_argument_errors_and_bad_inputs_never_import_torch(argv, code, says):
-    done = _fresh(*argv)
-    assert "HEAVY  EXIT" in done.stdout, done.stdout  # nothing heavy imported
 
 
 def test_the_names_the_parser_checks_are_the_ones_the_code_runs():
