@@ -13,7 +13,7 @@ from encoderlab.cli.options import MODEL_HELP, add_inference_options, add_option
 from encoderlab.cards import served
 from encoderlab.errors import InputError
 from encoderlab.infer.limits import API_KEY_ENV, Limits
-from encoderlab.retrieval.meta import check_model, read_meta, require_complete
+from encoderlab.retrieval.meta import check_model, index_kind, read_meta, require_complete
 
 
 
@@ -47,6 +47,10 @@ def check_index(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     meta = read_meta(args.index)
     require_complete(args.index, meta)
+    if index_kind(meta) != "dense":  # POST /search encodes its queries through the embed endpoint's batcher
+        raise InputError(f"--index {args.index} is a {index_kind(meta)} index: serve --index serves dense indexes "
+                         f"(their queries go through /embed); search this one with `encoderlab search --index "
+                         f"{args.index}`")
     check_model(args.index, meta, args.model)
     if args.tasks and "embed" not in args.tasks:
         raise InputError(f"--tasks {' '.join(args.tasks)}: --index needs embed (its queries' encoder)")
