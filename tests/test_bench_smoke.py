@@ -4,7 +4,8 @@ file outside bench/results: a refactor that breaks a benchmark fails here, not m
 Each runs as `python bench/NAME.py --smoke` would, but in the test's own process (runpy, as `__main__`): a fresh
 interpreter per bench cost 2-4 CPU s of imports (torch, transformers) on top of the bench's seconds, about a minute of
 `make test` in all. What a bench changes in the process (argv, sys.path, the environment, the working folder, torch's
-threads, the random generators, the root logger, its own modules) is put back after it."""
+threads, the random generators, the root logger, its own modules) is put back after it. A bench that forks worker
+processes runs in an interpreter of its own (FRESH), for tests/test_prefetch.py's reason."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import logging
 import os
 import random
 import runpy
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,9 @@ SMOKE_COVERS = {"fill_mask_model.py": {"figures": {"heldout", "curve", "sst2", "
 # Options of a bench's smoke run beyond --smoke: fill_mask_model.py's takes two seeds, so the one run also shows the
 # mean over seeds (check_fill_mask_goal_is_the_mean_over_seeds) rather than a second run for it.
 SMOKE_OPTIONS = {"fill_mask_model.py": ("--seed", "3", "4")}
+# Benches whose smoke run forks (DataLoader workers): forking the suite's process, which holds the threads of every
+# native library earlier tests loaded, once crashed it (tests/test_prefetch.py); these start an interpreter.
+FRESH = {"data_pipeline.py"}
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
@@ -77,11 +82,18 @@ def _restored():
 
 
 def _smoke(script: str, results: Path, *options: str) -> Ran:
-    """bench/`script` --smoke, its results under `results`, run in this process as `__main__`."""
+    """bench/`script` --smoke, its results under `results`, run in this process as `__main__` (FRESH: in its own)."""
+    argv = [f"bench/{script}", "--smoke", *options, "--results-dir", str(results)]
+    if script in FRESH:
+        env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
+                                                                         os.environ.get("PYTHONPATH")]))}
+        done = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=600, check=False)
+        return Ran(done.returncode, done.stdout, done.stderr)
     out, err = io.StringIO(), io.StringIO()
     code = 0
     with _restored(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        sys.argv = [f"bench/{script}", "--smoke", *options, "--results-dir", str(results)]
+        sys.argv = argv
         os.chdir(ROOT)
         try:
             runpy.run_path(str(ROOT / "bench" / script), run_name="__main__")
