@@ -97,9 +97,11 @@ def _smoke(script: str, results: Path, *options: str) -> Ran:
         os.chdir(ROOT)
         try:
             runpy.run_path(str(ROOT / "bench" / script), run_name="__main__")
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
-            if not isinstance(stop.code, (int, type(None))):
+        except SystemExit as stop:  # as the interpreter exits: None is 0; a message is printed, and is 1
+            if stop.code is None or isinstance(stop.code, int):
+                code = stop.code or 0
+            else:
+                code = 1
                 print(stop.code, file=sys.stderr)
     return Ran(code, out.getvalue(), err.getvalue())
 

@@ -148,6 +148,8 @@ def test_add_and_resume_give_the_index_one_build_gives(tiny_colbert, tmp_path, c
     (cut / "index.json").write_text(json.dumps(meta | {"complete": False}))
     assert main([*command, "--corpus", str(whole), "--out", str(cut)]) == 2  # not without --resume
     assert "--resume" in capsys.readouterr().err
+    assert main([*command, "--corpus", str(whole), "--out", str(cut), "--resume", "--token-pooling", "2"]) == 2
+    assert "token_pooling differ" in capsys.readouterr().err  # a resume keeps the settings the build began with
     assert main([*command, "--corpus", str(whole), "--out", str(cut), "--resume"]) == 0
     queries = ["where does anna live ?", "who lives in oslo ?"]
     want = MultiVectorIndex(tmp_path / "one").search(queries, top_k=5)
