@@ -73,8 +73,9 @@ class Pipeline:
     def probe(self, model: nn.Module) -> object:
         """One representative forward pass (32 x 64 tokens), for timing the precision modes and compiling."""
         T = min(64, self.max_length)
-        ids = torch.full((32, T), self.tokenizer.cls_id, dtype=torch.long, device=self.device)
-        with torch.inference_mode():
+        with torch.inference_mode():  # the batch made inside it, as Engine.run makes its batches: a compiled encoder
+            # guards on the inputs' dispatch keys, so a probe tensor made outside would compile a variant no call uses
+            ids = torch.full((32, T), self.tokenizer.cls_id, dtype=torch.long, device=self.device)
             return self._forward(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids),
                                          "token_type_ids": torch.zeros_like(ids)})
 
