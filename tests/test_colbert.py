@@ -175,9 +175,6 @@ def test_bad_dim_and_kind_mismatch_exit_2(tiny, tiny_colbert, tmp_path, capsys):
     assert main(["search", "--index", str(tmp_path / "ix"), "--model", str(tiny), "anna"]) == 2
     err = capsys.readouterr().err
     assert "multivector index" in err and "dense model" in err
-    assert main(["serve", "--index", str(tmp_path / "ix")]) == 2  # before torch or a port: one line
-    err = capsys.readouterr().err
-    assert "is a multivector index: serve --index serves dense indexes" in err and err.count("\n") == 1
 
 
 @pytest.mark.slow

@@ -131,8 +131,8 @@ def test_what_the_server_cannot_do_is_refused_in_one_line(plain):
 def test_health_info_metrics_and_docs_know_the_index(client, built):
     client.post("/search", json={"query": "q"})
     index = client.get("/health").json()["index"]
-    assert index == {"path": str(built.folder), "documents": 20, "dimensions": 32, "similarity": "cosine",
-                     "bm25": True, "model": built.meta["model"]["name"], "modes": ["dense", "bm25", "hybrid"],
+    assert index == {"path": str(built.folder), "kind": "dense", "documents": 20, "dimensions": 32,
+                     "similarity": "cosine", "bm25": True, "model": built.meta["model"]["name"], "modes": ["dense", "bm25", "hybrid"],
                      "reranker": index["reranker"]} and index["reranker"]
     assert client.get("/info").json()["index"] == index
     assert 'encoderlab_requests_total{route="/search",status="200"}' in client.get("/metrics").text
@@ -176,7 +176,7 @@ def test_serve_refuses_another_model_for_the_index(built, capsys):
     (["serve"], "needs --model M, or --index DIR"),
     (["serve", "--model", "minilm", "--rerank", "minilm"], "it needs --index DIR"),
     (["serve", "--index", "no/such/index"], "no index.json there"),
-    (["serve", "--index", "{index}", "--tasks", "classify"], "--index needs embed")])
+    (["serve", "--index", "{index}", "--tasks", "classify"], "(dense) needs embed (its queries' encoder)")])
 def test_serve_refuses_what_it_cannot_serve(built, capsys, argv, reason):
     assert main([a.replace("{index}", str(built.folder)) for a in argv]) == 2
     assert reason in capsys.readouterr().err

@@ -13,7 +13,7 @@ from encoderlab.cli.options import MODEL_HELP, add_inference_options, add_option
 from encoderlab.cards import served
 from encoderlab.errors import InputError
 from encoderlab.infer.limits import API_KEY_ENV, Limits
-from encoderlab.retrieval.meta import check_model, index_kind, read_meta, require_complete
+from encoderlab.retrieval.meta import PIPELINE_OF_KIND, check_model, index_kind, read_meta, require_complete
 
 
 
@@ -47,13 +47,11 @@ def check_index(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     meta = read_meta(args.index)
     require_complete(args.index, meta)
-    if index_kind(meta) != "dense":  # POST /search encodes its queries through the embed endpoint's batcher
-        raise InputError(f"--index {args.index} is a {index_kind(meta)} index: serve --index serves dense indexes "
-                         f"(their queries go through /embed); search this one with `encoderlab search --index "
-                         f"{args.index}`")
     check_model(args.index, meta, args.model)
-    if args.tasks and "embed" not in args.tasks:
-        raise InputError(f"--tasks {' '.join(args.tasks)}: --index needs embed (its queries' encoder)")
+    encoder = PIPELINE_OF_KIND[index_kind(meta)]  # embed, splade or colbert: what encodes the index's queries
+    if args.tasks and encoder not in args.tasks:
+        raise InputError(f"--tasks {' '.join(args.tasks)}: --index {args.index} ({index_kind(meta)}) needs "
+                         f"{encoder} (its queries' encoder)")
     return meta
 
 
@@ -64,7 +62,9 @@ def index_options(args: argparse.Namespace, meta: dict[str, Any]) -> dict[str, A
     from encoderlab.retrieval.meta import query_settings
     from encoderlab.retrieval.serving import IndexRoutes  # torch: after the checks
 
-    return {"task_options": {"embed": query_settings(meta)}, "rerank_model": args.rerank,
+    kind = index_kind(meta)
+    settings = query_settings(meta) if kind == "dense" else {"max_length": meta["max_length"]}
+    return {"task_options": {PIPELINE_OF_KIND[kind]: settings}, "rerank_model": args.rerank,
             "index": lambda pipelines: IndexRoutes(args.index, pipelines)}
 
 
@@ -83,7 +83,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, metavar="M", help=f"{MODEL_HELP}; with --index, the index's own model "
                    f"unless given (it must be that model)")
     p.add_argument("--index", default=None, metavar="DIR", help="also serve POST /search over this index folder "
-                   "(encoderlab index), its queries encoded by its own model")
+                   "(encoderlab index: dense, sparse or multi-vector), its queries encoded by its own model")
     p.add_argument("--rerank", default=None, metavar="M", help="--index: a cross-encoder that /search requests may "
                    "ask to rerank their hits (\"rerank\": true); it serves /rerank too")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")

@@ -10,6 +10,10 @@ QueryEncoder, which hands the queries to the server's embed batcher (with /embed
 /search, /embed and /v1/embeddings requests share forward passes, and a query gets the vector /embed gives it. The
 reranker (--rerank) likewise goes through the /rerank batcher. The embed pipeline is loaded with the index's pooling,
 normalisation, dimensions and window (query_settings), so the queries are encoded as the documents were.
+
+A sparse (SPLADE) or multi-vector (ColBERT) index encodes its queries with the served splade or colbert pipeline
+(PIPELINE_OF_KIND), through a batcher of the index's own on the same model thread: concurrent searches share a
+forward pass, and no second copy of the model is loaded.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
+import torch
 from fastapi import FastAPI
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
@@ -30,13 +35,14 @@ from encoderlab.infer.compat import answered, embed_vectors, ours
 from encoderlab.infer.limits import Limits
 from encoderlab.retrieval import fusion
 from encoderlab.retrieval.index import FUSIONS, MODES, Index
-from encoderlab.retrieval.meta import query_settings
+from encoderlab.retrieval.meta import MULTIVECTOR, PIPELINE_OF_KIND, index_kind, query_settings, read_meta
 
 MAX_TOP_K = 1000  # hits (and reranked candidates) one query may ask for: BEIR retrieves max(k_values) = 1,000
 # by default (beir.retrieval.evaluation.EvaluateRetrieval), the deepest a benchmark looks
 SEARCH_THREADS = 4  # searches at once: a thread waiting on the embed batcher costs nothing, and waiting together
 # is what lets concurrent queries share a forward pass
 RERANK_KEY: Hashable = ((("top_k", None),), ("dict",))  # what our /rerank's request_items gives a plain request
+QUERIES_KEY: Hashable = ((), ("str",))  # the index's own query batcher: one kind of call
 
 
 class QueryEncoder:
@@ -60,6 +66,35 @@ class QueryEncoder:
         """The rerank pipeline's results for items [{"query", "passages"}], through the /rerank batcher."""
         return asyncio.run_coroutine_threadsafe(submit(self.batchers["rerank"], "rerank", items, RERANK_KEY),
                                                 self.loop).result()
+
+    def rows(self, texts: Sequence[str]) -> list[Any]:
+        """Each query's encoding by a sparse or multi-vector index's pipeline, through the index's query batcher."""
+        return asyncio.run_coroutine_threadsafe(submit(self.batchers["queries"], "search", list(texts), QUERIES_KEY),
+                                                self.loop).result()
+
+    def vectors(self, texts: Sequence[str], query: bool = True) -> Any:
+        """A sparse index's (Q, V) query weights (what Splade.vectors(texts, query=True) gives)."""
+        import scipy.sparse
+
+        return scipy.sparse.vstack(self.rows(texts), format="csr")
+
+    def queries(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A multi-vector index's (Q, QUERY_LENGTH, dim) query token vectors and their mask (as its Encoder's)."""
+        from encoderlab.tasks.colbert import padded
+
+        return padded(self.rows(texts))
+
+
+def query_rows(kind: str, pipe: Any) -> Any:
+    """(queries) -> one encoding per query, by the served pipeline of a sparse or multi-vector index: the function
+    the index's query batcher runs on the model thread."""
+    if kind == MULTIVECTOR:
+        return lambda texts: pipe.tokens(texts, query=True)
+
+    def sparse_rows(texts: list[str]) -> list[Any]:
+        weights = pipe.vectors(texts, query=True)
+        return [weights[i] for i in range(weights.shape[0])]
+    return sparse_rows
 
 
 # ---- request and response ---------------------------------------------------------------------------------------
@@ -115,10 +150,14 @@ class IndexRoutes:
 
     def __init__(self, folder: str | Path, pipelines: dict[str, Any]) -> None:
         self.encoder = QueryEncoder({})  # the server's batchers come with add_routes
-        self.index = Index(folder, self.encoder)
+        self.index = open_index(folder, self.encoder)
+        self.kind = index_kind(self.index.meta)
         self.can_rerank = "rerank" in pipelines
         self.reranker = getattr(pipelines.get("rerank"), "model_name", None)
-        check_encoder(folder, self.index.meta, pipelines.get("embed"))
+        self.query_pipe = pipelines.get(PIPELINE_OF_KIND[self.kind])
+        check_encoder(folder, self.index.meta, self.query_pipe)
+        self.limits: Limits | None = None
+        self.worker: asyncio.Task | None = None  # a sparse or multi-vector index's query batcher, while serving
         if len(self.index):
             self.index.document(self.index.ids[0])  # fills its id -> shard maps once: no search thread races to
         if self.index.meta["bm25"]:
@@ -127,7 +166,8 @@ class IndexRoutes:
 
     def add_routes(self, app: FastAPI, batchers: dict[str, Batcher], text: Any, limits: Limits) -> None:
         """POST /search on `app`, submitting to its batchers (filled when it starts)."""
-        self.encoder.batchers = batchers
+        self.encoder.batchers = dict(batchers)  # filled in start: the server's, and the index's own query batcher
+        self.server_batchers, self.limits = batchers, limits
 
         async def search(body: BaseModel) -> dict[str, Any]:
             queries = body.query  # a list: search_request reads one query as a list of one
@@ -155,26 +195,52 @@ class IndexRoutes:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """The server's event loop is running: searches run on a pool of their own and submit to that loop."""
         self.encoder.bind(loop)
+        self.encoder.batchers = dict(self.server_batchers)
+        if self.kind != "dense":  # on the server's model thread, beside the pipelines' own batchers
+            model_thread = self.server_batchers[PIPELINE_OF_KIND[self.kind]].executor
+            self.encoder.batchers["queries"] = batcher = Batcher(
+                query_rows(self.kind, self.query_pipe), model_thread, self.limits.max_batch,
+                self.limits.batch_wait_ms / 1e3)
+            self.worker = loop.create_task(batcher.work(), name="batch-search-queries")
         self.executor = ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="search")
 
     def stop(self) -> None:
         """The server is stopping (uvicorn has answered the requests in flight): no more searches."""
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.worker:
+            self.worker.cancel()
 
     def info(self) -> dict[str, Any]:
         """What /health and /info say of the index."""
         meta = self.index.meta
-        return {"path": str(self.index.folder), "documents": len(self.index), "dimensions": meta["dimensions"],
-                "similarity": meta["similarity"], "bm25": bool(meta["bm25"]), "model": meta["model"]["name"],
-                "modes": [m for m in MODES if m == "dense" or meta["bm25"]], "reranker": self.reranker}
+        return {"path": str(self.index.folder), "kind": self.kind, "documents": len(self.index),
+                "dimensions": meta["dimensions"], "similarity": meta["similarity"], "bm25": bool(meta["bm25"]),
+                "model": meta["model"]["name"], "modes": [m for m in MODES if m == "dense" or meta["bm25"]],
+                "reranker": self.reranker}
 
 
-def check_encoder(folder: str | Path, meta: dict[str, Any], embed: Any) -> None:
-    """InputError unless the served embed pipeline encodes queries as the index's documents were encoded."""
-    if embed is None:
-        raise InputError(f"--index {folder}: serving an index needs the embed endpoint (its query encoder)")
-    served = {"pooling": embed.pooling, "normalize": embed.normalize, "dimensions": embed.dimensions,
-              "max_length": embed.max_length}
+def open_index(folder: str | Path, encoder: QueryEncoder) -> Index:
+    """The index at `folder` (a MultiVectorIndex for a multi-vector one), its queries encoded by `encoder`."""
+    if index_kind(read_meta(folder)) == MULTIVECTOR:
+        from encoderlab.retrieval.multivector import MultiVectorIndex  # faiss: only for such an index
+
+        return MultiVectorIndex(folder, encoder)
+    return Index(folder, encoder)
+
+
+def check_encoder(folder: str | Path, meta: dict[str, Any], pipe: Any) -> None:
+    """InputError unless the served pipeline of the index's kind (embed, splade or colbert) encodes queries as the
+    index's documents were encoded."""
+    task = PIPELINE_OF_KIND[index_kind(meta)]
+    if pipe is None:
+        raise InputError(f"--index {folder}: serving this index needs the {task} endpoint (its query encoder)")
+    if task != "embed":
+        if pipe.max_length != meta["max_length"]:
+            raise InputError(f"--index {folder}: the served {task} pipeline reads {pipe.max_length} tokens (the "
+                             f"index's: {meta['max_length']})")
+        return
+    served = {"pooling": pipe.pooling, "normalize": pipe.normalize, "dimensions": pipe.dimensions,
+              "max_length": pipe.max_length}
     differ = [f"{k} {served[k]} (the index's: {v})" for k, v in query_settings(meta).items() if served[k] != v]
     if differ:
         raise InputError(f"--index {folder}: the served embed pipeline encodes otherwise: {', '.join(differ)}")

@@ -389,6 +389,9 @@ class Colbert(Pipeline):
         return f"{result['tokens']} token vectors of {len(result['vectors'][0])} dimensions; the first [{first} ...]"
 
     def __call__(self, texts: Sequence[str], query: bool = False) -> list[dict[str, Any]]:
+        return [{"tokens": len(v), "vectors": v.tolist()} for v in self.tokens(check_texts(list(texts)), query)]
+
+    def tokens(self, texts: Sequence[str], query: bool = False) -> list[torch.Tensor]:
+        """Each text's (n_i, dim) unit token vectors, as a document or (query) as a query."""
         encoder = TokenEncoder(self.model, self.tokenizer, self.max_length, self.batch_size)
-        return [{"tokens": len(v), "vectors": v.tolist()}
-                for v in encoder.encode(check_texts(list(texts)), "query" if query else "document")]
+        return encoder.encode(list(texts), "query" if query else "document")
