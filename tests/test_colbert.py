@@ -225,3 +225,30 @@ def test_pipeline_gives_the_token_vectors(tiny, tiny_colbert):
             assert_close(torch.tensor(result["vectors"]), want)
     with pytest.raises(InputError, match="task.json names no colbert task"):
         pipeline("colbert", tiny)
+
+
+def test_bm25_beside_the_token_vectors_gives_bm25_and_hybrid_modes(tiny, tiny_colbert, tmp_path, capsys):
+    """`index --bm25` on a ColBERT model: mode bm25 ranks as a dense index's BM25 over the same corpus, and hybrid
+    is fusion.fuse of the MaxSim and BM25 rankings; without --bm25 those modes are refused naming the flag."""
+    from encoderlab.retrieval import fusion
+    from encoderlab.retrieval.index import Index
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(CORPUS)))
+    common = ["--corpus", str(corpus), "--shard-size", "10", "--no-progress", "--json"]
+    assert main(["index", "--model", str(tiny_colbert), *common, "--out", str(tmp_path / "mv"), "--bm25"]) == 0
+    assert json.loads(capsys.readouterr().out)["bm25"] is True
+    assert main(["index", "--model", str(tiny), *common, "--out", str(tmp_path / "dense"), "--bm25"]) == 0
+    assert main(["index", "--model", str(tiny_colbert), *common, "--out", str(tmp_path / "ann"), "--ann", "hnsw"]) == 2
+    assert "neither --ann nor --quantize" in capsys.readouterr().err
+    index, dense = MultiVectorIndex(tmp_path / "mv"), Index(tmp_path / "dense")
+    queries = ["where does anna live ?", "oslo"]
+    assert index.rank(queries, 5, "bm25") == dense.rank(queries, 5, "bm25")
+    maxsim_, bm25 = index.rank(queries, 100, "dense"), index.rank(queries, 100, "bm25")
+    for got, a, b in zip(index.rank(queries, 5, "hybrid", "weighted", 0.5), maxsim_, bm25):
+        want = fusion.fuse(a, b, "weighted", 0.5)[:5]
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert_close(torch.tensor([s for _, s in got]), torch.tensor([s for _, s in want]))
+    assert main(["index", "--model", str(tiny_colbert), *common, "--out", str(tmp_path / "plain")]) == 0
+    with pytest.raises(InputError, match="no BM25 index: build it with `encoderlab index --bm25`"):
+        MultiVectorIndex(tmp_path / "plain").search(queries, mode="hybrid")

@@ -101,9 +101,9 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
     """`index` with a ColBERT folder: a multi-vector index (encoderlab.retrieval.multivector)."""
-    if args.bm25 or args.ann or args.quantize:
-        raise InputError(f"--model {args.model} is a ColBERT model: its multivector index takes none of --bm25, "
-                         f"--ann, --quantize (it always builds its token graph)")
+    if args.ann or args.quantize:
+        raise InputError(f"--model {args.model} is a ColBERT model: its multivector index takes neither --ann nor "
+                         f"--quantize (it always builds its token graph)")
     from encoderlab.retrieval.multivector import Encoder, MultiVectorIndex
 
     started = time.perf_counter()
@@ -115,11 +115,11 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
         index = MultiVectorIndex.build(args.model, args.corpus, args.out, token_pooling=args.token_pooling,
                                        shard_size=args.shard_size, overwrite=args.overwrite, resume=args.resume,
                                        progress=not args.no_progress, batch_size=args.batch_size or 32,
-                                       device=args.device)
+                                       device=args.device, bm25=args.bm25)
     seconds = time.perf_counter() - started
     meta = index.meta
     summary = {"index": str(args.out), "kind": MULTIVECTOR, "documents": len(index), "added": count,
-               "tokens": meta["tokens"],
+               "tokens": meta["tokens"], "bm25": meta["bm25"],
                "dimensions": meta["dimensions"], "token_pooling": meta["token_pooling"],
                "bytes_per_document": meta["bytes_per_document"], "seconds": round(seconds, 2)}
     if args.json:
@@ -127,7 +127,8 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
     else:
         print(f"wrote {args.out}: {len(index)} documents, {meta['tokens']} token vectors of {meta['dimensions']} "
               f"dimensions ({meta['dtype']}, token pooling {meta['token_pooling']}), "
-              f"{meta['bytes_per_document']:.0f} bytes per document, in {seconds:.1f} s")
+              f"{meta['bytes_per_document']:.0f} bytes per document{', BM25' if meta['bm25'] else ''}, in "
+              f"{seconds:.1f} s")
     return summary
 
 
@@ -308,7 +309,7 @@ def cmd_evaluate_retrieval(args: argparse.Namespace) -> dict[str, Any]:
             from encoderlab.retrieval.multivector import MultiVectorIndex
 
             MultiVectorIndex.build(args.model, data.corpus, folder, progress=not args.no_progress,
-                                   batch_size=args.batch_size, device=args.device)
+                                   batch_size=args.batch_size, device=args.device, bm25=args.mode != "dense")
         elif not args.index:
             from encoderlab.retrieval.index import Index
 

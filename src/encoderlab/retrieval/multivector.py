@@ -31,9 +31,11 @@ from encoderlab.errors import InputError
 from encoderlab.folder import settings
 from encoderlab.io import atomic_write, check_out_folder
 from encoderlab.paths import resolve_model_path
+from encoderlab.retrieval import fusion
 from encoderlab.retrieval.corpus import Document, scan
 from encoderlab.retrieval.distributed import join
-from encoderlab.retrieval.index import SHARD_SIZE, VECTOR_KINDS, Index, check_resumable, write_shard
+from encoderlab.retrieval.index import (DEPTH, SHARD_SIZE, VECTOR_KINDS, Index, check_resumable,
+                                        write_shard)
 from encoderlab.retrieval.meta import (FORMAT, INDEX_FILE, MULTIVECTOR as KIND, OWN, SHARDS, fingerprint,
                                        model_index_kind, read_meta, source, write_meta)
 from encoderlab.tasks.colbert import QUERY_LENGTH, TokenEncoder, load_colbert, maxsim, padded
@@ -118,9 +120,10 @@ class MultiVectorIndex(Index):
     def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
               token_pooling: int = 1, shard_size: int = SHARD_SIZE, overwrite: bool = False, resume: bool = False,
               progress: bool = True, dtype: str = "float16", batch_size: int = 32, device: str | None = None,
-              **_: Any) -> MultiVectorIndex:
-        """Index a corpus with a ColBERT folder's token vectors (float16 or float32), pooled by token_pooling;
-        resume: finish a build of the same model, corpus and settings that was cut off (as Index.build's)."""
+              bm25: bool = False, **_: Any) -> MultiVectorIndex:
+        """Index a corpus with a ColBERT folder's token vectors (float16 or float32), pooled by token_pooling, and
+        a BM25 index beside them if asked (for modes bm25 and hybrid); resume: finish a build of the same model,
+        corpus and settings that was cut off (as Index.build's)."""
         folder = Path(folder)
         check_out_folder(folder, overwrite, resume, own=OWN if resume else (), inputs=[corpus])
         if token_pooling < 1 or shard_size < 1 or dtype not in ("float16", "float32"):
@@ -133,7 +136,7 @@ class MultiVectorIndex(Index):
                           "fingerprint": fingerprint(model)},
                 "dimensions": encoder.dim, "max_length": encoder.tokens.max_length, "query_length": QUERY_LENGTH,
                 "similarity": "maxsim", "dtype": dtype, "token_pooling": token_pooling, "shard_size": shard_size,
-                "bm25": False, "ann": None, "count": 0, "sources": [source(corpus, 0) | {"documents": count}],
+                "bm25": bm25, "ann": None, "count": 0, "sources": [source(corpus, 0) | {"documents": count}],
                 "text": "title + ' ' + text"}
         if resume and (folder / INDEX_FILE).is_file():
             meta = check_resumable(folder, read_meta(folder), meta)  # its shards on disk are kept
@@ -208,12 +211,13 @@ class MultiVectorIndex(Index):
             scores[i, :len(top.values)], positions[i, :len(top.values)] = top.values, torch.from_numpy(pool)[top.indices]
         return scores, positions
 
-    def rank(self, queries, k: int, mode: str = "dense", fusion_name: str = "", alpha: float = 0.0, depth: int = 0,
-             rrf_k: int = 0, normalisation: str = "", exact: bool = False) -> list[list[tuple[str, float]]]:
-        """As Index.rank, dense (MaxSim) only: the index holds no BM25; a query with fewer candidates than k gets
-        fewer hits."""
+    def rank(self, queries, k: int, mode: str = "dense", fusion_name: str = fusion.DEFAULT_FUSION,
+             alpha: float = fusion.DEFAULT_ALPHA, depth: int = DEPTH, rrf_k: int = fusion.RRF_K,
+             normalisation: str = fusion.DEFAULT_NORMALISATION, exact: bool = False) -> list[list[tuple[str, float]]]:
+        """As Index.rank: dense is MaxSim (a query with fewer candidates than k gets fewer hits); bm25 and hybrid
+        (MaxSim's ranking fused with BM25's) need an index built with --bm25."""
         if mode != "dense":
-            raise InputError(f"--mode {mode}: a multivector index is searched by MaxSim (--mode dense) only")
+            return super().rank(queries, k, mode, fusion_name, alpha, depth, rrf_k, normalisation, exact)
         scores, positions = self.dense(queries, k, exact)
         return [[(self.ids[int(p)], float(s)) for s, p in zip(row_s, row_p) if s != float("-inf")]
                 for row_s, row_p in zip(scores.tolist(), positions.tolist())]
