@@ -27,21 +27,28 @@ from encoderlab.retrieval.multivector import MultiVectorIndex, pool_tokens
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
+def write_tiny_encoder_with_markers(folder: Path) -> Path:
     """A random 2-layer, 32-wide encoder whose vocabulary has ColBERT's markers."""
     words = FILLER + NAMES + CITIES + ["lives", "in", "where", "does", "?", ".", ",", "[unused0]", "[unused1]"]
-    return write_tiny_encoder(tmp_path_factory.mktemp("tiny"), words)
+    return write_tiny_encoder(folder, words)
+
+
+def write_tiny_colbert(encoder: Path, folder: Path) -> Path:
+    """The encoder under a fresh 16-wide projection (seed 0), saved as a ColBERT folder."""
+    torch.manual_seed(0)
+    ColbertModel(load_model(encoder, kind="base"), 16).save_folder(
+        folder, Tokenizer.from_pretrained(encoder), {"task": "colbert", "max_length": 32})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return write_tiny_encoder_with_markers(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module")
 def tiny_colbert(tiny, tmp_path_factory) -> Path:
-    """The tiny encoder under a fresh 16-wide projection, saved as a ColBERT folder."""
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("colbert")
-    ColbertModel(load_model(tiny, kind="base"), 16).save_folder(
-        folder, Tokenizer.from_pretrained(tiny), {"task": "colbert", "max_length": 32})
-    return folder
+    return write_tiny_colbert(tiny, tmp_path_factory.mktemp("colbert"))
 
 
 CORPUS = [f"{name} lives in {city} , {filler} ." for name in NAMES for city in CITIES for filler in FILLER[:2]]

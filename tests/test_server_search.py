@@ -132,8 +132,8 @@ def test_health_info_metrics_and_docs_know_the_index(client, built):
     client.post("/search", json={"query": "q"})
     index = client.get("/health").json()["index"]
     assert index == {"path": str(built.folder), "kind": "dense", "documents": 20, "dimensions": 32,
-                     "similarity": "cosine", "bm25": True, "model": built.meta["model"]["name"], "modes": ["dense", "bm25", "hybrid"],
-                     "reranker": index["reranker"]} and index["reranker"]
+                     "similarity": "cosine", "bm25": True, "model": built.meta["model"]["name"],
+                     "modes": ["dense", "bm25", "hybrid"], "reranker": index["reranker"]} and index["reranker"]
     assert client.get("/info").json()["index"] == index
     assert 'encoderlab_requests_total{route="/search",status="200"}' in client.get("/metrics").text
     schema = client.get("/openapi.json").json()

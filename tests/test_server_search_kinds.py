@@ -10,21 +10,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import torch
 from fastapi.testclient import TestClient
-from test_colbert import CORPUS as COLBERT_CORPUS
+from test_colbert import CORPUS as COLBERT_CORPUS, write_tiny_colbert, write_tiny_encoder_with_markers
 from test_splade import write_tiny_splade
-from test_tasks_finetune import CITIES, FILLER, NAMES, write_tiny_encoder
+from test_tasks_finetune import CITIES, FILLER, NAMES
 
-from encoderlab.checkpoint import load_model
 from encoderlab.cli import main
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.infer.server import Limits, create_app
 from encoderlab.retrieval.index import Index
 from encoderlab.retrieval.multivector import MultiVectorIndex
 from encoderlab.retrieval.serving import IndexRoutes
-from encoderlab.tasks.colbert import ColbertModel
-from encoderlab.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 QUERIES = ["where does anna live ?", "who lives in oslo ?", "maria lima", "john", "rome paris"]
@@ -51,12 +47,7 @@ def sparse(tmp_path_factory) -> tuple[Path, Path]:
 def multivector(tmp_path_factory) -> tuple[Path, Path]:
     """A tiny ColBERT folder (16-wide projection) and its index over 32 documents (4 shards)."""
     root = tmp_path_factory.mktemp("multivector")
-    words = FILLER + NAMES + CITIES + ["lives", "in", "where", "does", "?", ".", ",", "[unused0]", "[unused1]"]
-    tiny = write_tiny_encoder(root / "tiny", words)
-    torch.manual_seed(0)
-    model = root / "colbert"
-    ColbertModel(load_model(tiny, kind="base"), 16).save_folder(
-        model, Tokenizer.from_pretrained(tiny), {"task": "colbert", "max_length": 32})
+    model = write_tiny_colbert(write_tiny_encoder_with_markers(root / "tiny"), root / "colbert")
     corpus = write_corpus(root / "corpus.jsonl", COLBERT_CORPUS)
     assert main(["index", "--model", str(model), "--corpus", str(corpus), "--out", str(root / "index"),
                  "--shard-size", "10", "--no-progress", "--json"]) == 0

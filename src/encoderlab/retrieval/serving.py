@@ -149,13 +149,14 @@ class IndexRoutes:
     the index was built) and reranked by the served rerank pipeline where there is one (serve --rerank)."""
 
     def __init__(self, folder: str | Path, pipelines: dict[str, Any]) -> None:
-        self.encoder = QueryEncoder({})  # the server's batchers come with add_routes
+        self.encoder = QueryEncoder({})  # the server's batchers come with start
         self.index = open_index(folder, self.encoder)
         self.kind = index_kind(self.index.meta)
         self.can_rerank = "rerank" in pipelines
         self.reranker = getattr(pipelines.get("rerank"), "model_name", None)
         self.query_pipe = pipelines.get(PIPELINE_OF_KIND[self.kind])
         check_encoder(folder, self.index.meta, self.query_pipe)
+        self.server_batchers: dict[str, Batcher] = {}  # add_routes: the server's
         self.limits: Limits | None = None
         self.worker: asyncio.Task | None = None  # a sparse or multi-vector index's query batcher, while serving
         if len(self.index):
@@ -166,8 +167,7 @@ class IndexRoutes:
 
     def add_routes(self, app: FastAPI, batchers: dict[str, Batcher], text: Any, limits: Limits) -> None:
         """POST /search on `app`, submitting to its batchers (filled when it starts)."""
-        self.encoder.batchers = dict(batchers)  # filled in start: the server's, and the index's own query batcher
-        self.server_batchers, self.limits = batchers, limits
+        self.server_batchers, self.limits = batchers, limits  # the server fills its batchers when it starts
 
         async def search(body: BaseModel) -> dict[str, Any]:
             queries = body.query  # a list: search_request reads one query as a list of one
@@ -195,7 +195,7 @@ class IndexRoutes:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """The server's event loop is running: searches run on a pool of their own and submit to that loop."""
         self.encoder.bind(loop)
-        self.encoder.batchers = dict(self.server_batchers)
+        self.encoder.batchers = dict(self.server_batchers)  # and, below, the index's own query batcher
         if self.kind != "dense":  # on the server's model thread, beside the pipelines' own batchers
             model_thread = self.server_batchers[PIPELINE_OF_KIND[self.kind]].executor
             self.encoder.batchers["queries"] = batcher = Batcher(
