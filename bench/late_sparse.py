@@ -67,10 +67,13 @@ from encoderlab.retrieval.corpus import read_qrels, read_queries  # noqa: E402
 from encoderlab.retrieval.meta import BM25, SHARDS  # noqa: E402
 
 CACHE = Path(os.environ.get("LATE_SPARSE_CACHE", "/work/cache/late_sparse"))
-CONTENDERS = ("bm25", "dense", "colbert", "splade")
-ORDER = ("dense", "bm25", "colbert", "splade")  # BM25 searches the bi-encoder's index (`index --bm25`)
+CONTENDERS = ("bm25", "dense", "colbert", "splade", "splade-free")
+ORDER = ("dense", "bm25", "colbert", "splade", "splade-free")  # BM25 searches the bi-encoder's index (`index --bm25`)
 # What each model is fine-tuned from, and the command (a missing one stops the bench)
-BASE = {"dense": ("embed", "minilm"), "colbert": ("colbert", "minilm"), "splade": ("splade", "encoderlab-fill-mask")}
+BASE = {"dense": ("embed", "minilm"), "colbert": ("colbert", "minilm"), "splade": ("splade", "encoderlab-fill-mask"),
+        "splade-free": ("splade", "encoderlab-fill-mask")}
+FLAGS = {"splade-free": ["--inference-free"]}  # the contender's own flags beside TRAINING's (the same for all)
+SPARSE = ("splade", "splade-free")
 # The same for every model: training rows (None: all), epochs, batch size, tokens, learning rate (the top of BERT's
 # fine-tuning grid, Devlin et al. 2019, A.3, for the short runs; 1e-3 for the tiny random models of --smoke), seed.
 # full: 1,000 rows = 32 steps of 32 triplets at 128 tokens: `finetune embed` from minilm took 50 s a step on the
@@ -132,8 +135,9 @@ def cached(folder: Path, settings: dict[str, Any], make) -> dict[str, Any]:
 def train(name: str, base: str, data: Path, folder: Path, mode: str) -> dict[str, Any]:
     """Fine-tune `base` as `name` on `data` with TRAINING[mode] (cached)."""
     options = TRAINING[mode]
-    flags = [f"--{key.replace('_', '-')}={value}" for key, value in options.items()]
-    settings = {"command": ["finetune", BASE[name][0]], "model": base, "train": str(data), **options}
+    flags = [f"--{key.replace('_', '-')}={value}" for key, value in options.items()] + FLAGS.get(name, [])
+    settings = {"command": ["finetune", BASE[name][0], *FLAGS.get(name, [])], "model": base, "train": str(data),
+                **options}
     return cached(folder, settings, lambda out: run_cli(
         "finetune", BASE[name][0], "--model", base, "--train", data, "--out", out, *flags, "--overwrite",
         "--no-progress", "--json"))
@@ -186,7 +190,7 @@ def their_encoder(name: str, folder: Path) -> Any:
     """sentence-transformers' class for the folder: SentenceTransformer, MultiVectorEncoder or SparseEncoder."""
     import sentence_transformers as st
 
-    cls = {"dense": st.SentenceTransformer, "colbert": st.MultiVectorEncoder, "splade": st.SparseEncoder}[name]
+    cls = {"dense": st.SentenceTransformer, "colbert": st.MultiVectorEncoder}.get(name, st.SparseEncoder)
     return cls(str(folder), device="cpu")
 
 
@@ -266,6 +270,7 @@ def inputs(mode: str, scratch: Path) -> tuple[Path, Path, dict[str, str]]:
         data = synthetic(scratch / "beir")
         bases = {"dense": str(tiny_model(scratch / "tiny")), "colbert": str(scratch / "tiny"),
                  "splade": str(tiny_model(scratch / "tiny-mlm", masked_lm=True))}
+        bases["splade-free"] = bases["splade"]
         return data, smoke_training(data, scratch / "train.tsv"), bases
     if not SQUAD.is_file():
         raise SystemExit(f"{SQUAD} is absent: this bench needs SQuAD v1.1 part A (run --smoke for the synthetic check)")
@@ -335,17 +340,18 @@ def main() -> None:
             "threads": torch.get_num_threads(), "latency_queries": len(texts)}
         for name in names:
             figures[name] = contender(name, mode, work, data, train_file, bases, texts)
-        if {"dense", "splade"} <= set(names):
-            figures["dense+splade"] = {"metrics": run_cli(
-                "evaluate", "retrieval", "--data", data, "--fuse", work / "dense.run", work / "splade.run",
-                "--json")["metrics"]}
+        for sparse in SPARSE:
+            if {"dense", sparse} <= set(names):
+                figures[f"dense+{sparse}"] = {"metrics": run_cli(
+                    "evaluate", "retrieval", "--data", data, "--fuse", work / "dense.run", work / f"{sparse}.run",
+                    "--json")["metrics"]}
         if mode == "smoke":
             shutil.rmtree(work, ignore_errors=True)
     goals = goals_of(figures)
     path = write_results(args, "late_sparse", figures, goals)
-    for name in [*CONTENDERS, "dense+splade"]:
+    for name in [*CONTENDERS, *(f"dense+{sparse}" for sparse in SPARSE)]:
         if name in figures:
-            print(f"{name:<13}" + "  ".join(f"{k} {v:.4f}" for k, v in figures[name]["metrics"].items()))
+            print(f"{name:<18}" + "  ".join(f"{k} {v:.4f}" for k, v in figures[name]["metrics"].items()))
     for row in goals:
         print(f"{'met ' if row['met'] else 'MISS'} {row['what']}: {row['value']} (target {row['target']})")
     print(f"wrote {path}")
@@ -359,15 +365,16 @@ def goals_of(figures: dict[str, Any]) -> list[dict[str, Any]]:
         goals += [goal(f"ColBERT {label} minus the bi-encoder's (points)",
                        100 * (score("colbert", metric) - score("dense", metric)), 0.0)
                   for metric, label in (("mrr_at_10", "MRR@10"), ("ndcg_at_10", "nDCG@10"))]
-    if {"splade", "bm25"} <= set(figures):
-        goals.append(goal("SPLADE nDCG@10 minus BM25's (points)",
-                          100 * (score("splade", "ndcg_at_10") - score("bm25", "ndcg_at_10")), 0.0))
-    if "dense+splade" in figures:
-        goals.append(goal("dense + SPLADE fusion nDCG@10 minus dense's (points)",
-                          100 * (score("dense+splade", "ndcg_at_10") - score("dense", "ndcg_at_10")), 1.0))
+    for sparse, label in (("splade", "SPLADE"), ("splade-free", "SPLADE (inference-free)")):
+        if {sparse, "bm25"} <= set(figures):
+            goals.append(goal(f"{label} nDCG@10 minus BM25's (points)",
+                              100 * (score(sparse, "ndcg_at_10") - score("bm25", "ndcg_at_10")), 0.0))
+        if f"dense+{sparse}" in figures:
+            goals.append(goal(f"dense + {label} fusion nDCG@10 minus dense's (points)",
+                              100 * (score(f"dense+{sparse}", "ndcg_at_10") - score("dense", "ndcg_at_10")), 1.0))
     goals += [goal(f"{name}: largest |our query vector - sentence-transformers'|",
                    figures[name]["interop_max_abs_diff"], 1e-4, at_most=True)
-              for name in ("dense", "colbert", "splade") if name in figures]
+              for name in ("dense", "colbert", *SPARSE) if name in figures]
     return goals
 
 
