@@ -22,6 +22,7 @@ from encoderlab.infer.pipelines import pipeline
 from encoderlab.retrieval.index import Index
 from encoderlab.tasks.splade import (SpladeTask, contrastive_sum, flops, flops_weight, idf_table, sparse_weights,
                                      static_weights, write_sparse_encoder)
+from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
@@ -224,6 +225,26 @@ def triplets(path, count: int, seed: int = 0):
                     f"{other} lives in {rng.choice(CITIES)}\n")
     path.write_text("query\tpositive\tnegative\n" + "".join(rows), encoding="utf-8")
     return path
+
+
+def test_features_encode_a_column_at_a_time_and_warn_once_a_column(tiny, caplog):
+    """Rows of two and three texts, most too long: each row's ids are its texts' own, and the truncation warning
+    comes once per column (queries, positives, hard negatives), not once per row (5,190 lines on SQuAD)."""
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    task = SpladeTask(tokenizer, 6)
+    long = " ".join(FILLER)
+    examples = [TextExample((f"where does {NAMES[i % 4]} live {long}", f"{NAMES[i % 4]} lives in {long}",
+                             *([f"{NAMES[(i + 1) % 4]} lives {long}"] if i % 3 else [])), None, f"t:{i}")
+                for i in range(9)]
+    with caplog.at_level("WARNING"):
+        features = task.features(examples)
+    cut = [r for r in caplog.records if "were truncated" in r.getMessage()]
+    assert [r.getMessage().split(" were")[0] for r in cut] == ["9 of 9 queries", "9 of 9 positives",
+                                                               "6 of 6 hard negatives"]
+    for example, feature in zip(examples, features):
+        rows, _ = tokenizer.encode_rows(list(example.texts), max_length=6)
+        assert [feature[f"{c}.input_ids"] for c in range(len(rows))] == [r.input_ids for r in rows]
+        assert ("2.input_ids" in feature) == (len(example.texts) == 3)
 
 
 @pytest.mark.slow

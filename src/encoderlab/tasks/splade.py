@@ -170,11 +170,12 @@ class SpladeTask(Task):
         self.validate(examples)
         if self.flops_warmup is None:
             self.flops_warmup = max(1, round(len(examples) / self.batch_size * WARMUP_FRACTION))
-        out = []
-        for example in examples:
-            rows = encode(self.tokenizer, example.texts, None, self.max_length, "texts")
-            out.append({f"{c}.{key}": getattr(row, key) for c, row in enumerate(rows)
-                        for key in ("input_ids", "token_type_ids")})
+        out: list[dict[str, Any]] = [{} for _ in examples]
+        for c, what in enumerate(("queries", "positives", "hard negatives")):  # a column at a time: one warning each
+            rows = [i for i, e in enumerate(examples) if len(e.texts) > c]
+            for i, row in zip(rows, encode(self.tokenizer, [examples[i].texts[c] for i in rows], None,
+                                           self.max_length, what)):
+                out[i] |= {f"{c}.input_ids": row.input_ids, f"{c}.token_type_ids": row.token_type_ids}
         return out
 
     def feature_length(self, feature: dict[str, Any]) -> int:
