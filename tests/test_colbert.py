@@ -22,7 +22,7 @@ from encoderlab.tasks.colbert import (QUERY_LENGTH, ColbertModel, ColbertTask, T
                                       maxsim, query_ids, score_texts)
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
-from encoderlab.retrieval.multivector import MultiVectorIndex, pool_tokens
+from encoderlab.retrieval.multivector import MultiVectorIndex, centroid_maxsim, nearest, partitions, pool_tokens
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
@@ -132,9 +132,37 @@ def test_index_search_equals_brute_force_maxsim(tiny_colbert, tmp_path):
             assert_close(got, row[[int(h["id"][1:]) for h in ranked]], atol=1e-2, rtol=0)
 
 
+def test_centroid_interaction_is_maxsim_with_each_token_as_its_centroid():
+    """PLAID's stage 2 over a pool of documents (one of them without tokens) equals MaxSim computed the long way with
+    every document token replaced by its centroid."""
+    rng = np.random.default_rng(0)
+    unit = lambda a: (a / np.linalg.norm(a, axis=-1, keepdims=True)).astype(np.float32)  # noqa: E731
+    tokens, centroids, query = unit(rng.normal(size=(40, 8))), unit(rng.normal(size=(6, 8))), unit(rng.normal(size=(5, 8)))
+    offsets = np.array([0, 7, 7, 19, 30, 40])  # document 1 has no tokens
+    codes = nearest(tokens, centroids)
+    assert (codes == (tokens @ centroids.T).argmax(1)).all()
+    pool = np.array([0, 1, 3, 4])
+    got = centroid_maxsim(query @ centroids.T, codes, offsets, pool)
+    for score, d in zip(got, pool):
+        replaced = centroids[codes[offsets[d]:offsets[d + 1]]]
+        want = (query @ replaced.T).max(1).sum() if len(replaced) else -np.inf
+        assert np.isclose(score, want, atol=1e-5), (d, score, want)
+    assert partitions(161_298) == 4096 and partitions(3) == 3  # PLAID's count, at most one a token
+
+
+def test_an_index_of_the_first_layout_is_refused_naming_the_fix(tiny_colbert, tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(CORPUS[:8])))
+    index = MultiVectorIndex.build(tiny_colbert, corpus, tmp_path / "index", progress=False)
+    assert index.meta["centroids"] == partitions(index.meta["tokens"])
+    (tmp_path / "index" / "centroids.npy").rename(tmp_path / "index" / "tokens.faiss")
+    with pytest.raises(InputError, match="an earlier encoderlab.*--overwrite"):
+        MultiVectorIndex(tmp_path / "index").search(["where does anna live ?"], top_k=2)
+
+
 def test_add_and_resume_give_the_index_one_build_gives(tiny_colbert, tmp_path, capsys):
     """`index --add` appends shards to a multivector index and `index --resume` finishes a cut-off build: each then
-    searches as the index built in one go does (the token graph is rebuilt over every shard)."""
+    searches as the index built in one go does (the centroids and codes are made again over every shard)."""
     def corpus(name: str, rows: range) -> Path:
         path = tmp_path / name
         path.write_text("".join(json.dumps({"_id": f"d{i}", "text": CORPUS[i]}) + "\n" for i in rows))
@@ -148,9 +176,10 @@ def test_add_and_resume_give_the_index_one_build_gives(tiny_colbert, tmp_path, c
     assert main([*command, "--corpus", str(second), "--out", str(tmp_path / "two"), "--add"]) == 0
     assert main([*command, "--corpus", str(whole), "--out", str(tmp_path / "cut")]) == 0
     capsys.readouterr()
-    cut = tmp_path / "cut"  # as a build stopped while writing its fourth shard: no graph, not complete
+    cut = tmp_path / "cut"  # as a build stopped while writing its fourth shard: no centroids, not complete
     (cut / "shards" / "00003.npy").unlink()
-    (cut / "tokens.faiss").unlink()
+    (cut / "centroids.npy").unlink()
+    (cut / "codes.npy").unlink()
     meta = json.loads((cut / "index.json").read_text())
     (cut / "index.json").write_text(json.dumps(meta | {"complete": False}))
     assert main([*command, "--corpus", str(whole), "--out", str(cut)]) == 2  # not without --resume

@@ -4,11 +4,15 @@ It is an Index (encoderlab.retrieval.index: the same shards, streaming, document
 "kind" is "multivector") whose shards hold token vectors:
     shards/NNNNN.npy          (tokens, dim) float16 token vectors of the shard's documents, one after another
     shards/NNNNN.offsets  (documents + 1,) int64: document i's tokens are rows offsets[i]:offsets[i+1]
-    tokens.faiss              an HNSW graph over every token vector (faiss IndexHNSWFlat, inner product)
-A search is ColBERTv2/PLAID's two stages in their simplest form (Santhanam et al. 2022, "PLAID", arXiv:2205.09707,
-section 3): each query token's `candidates` nearest document tokens in the graph, each mapped to its document, give
-the candidate documents; their exact MaxSim over the stored token vectors ranks them. exact=True scores every
-document (the reference the approximate search is measured against).
+    centroids.npy             (C, dim) float32 unit k-means centroids of every token vector
+    codes.npy                 (tokens,) each token's nearest centroid, every shard's tokens in order
+A search is PLAID's three stages in a simple form (Santhanam et al. 2022, "PLAID: An Efficient Engine for Late
+Interaction Retrieval", arXiv:2205.09707, section 4): (1) candidate generation: the documents owning a token of
+each query token's `probe` nearest centroids; (2) centroid interaction: each candidate scored by MaxSim with every
+token replaced by its centroid (one (query tokens, C) product, gathered by the codes); (3) the best `rescore` of
+those ranked by exact MaxSim over their stored vectors. C is PLAID's 2^floor(log2(16 sqrt(tokens))) (the released
+ColBERT's num_partitions); the centroids and codes take about 1% of the vectors' bytes. exact=True scores every
+document by exact MaxSim (the reference the approximate search is measured against).
 
 Token pooling (`token_pooling=F`): each document's token vectors are clustered hierarchically (Ward linkage) into
 about len/F clusters and each cluster is replaced by its mean, re-normalised: the index shrinks by F with little loss
@@ -41,9 +45,11 @@ from encoderlab.retrieval.meta import (FORMAT, INDEX_FILE, MULTIVECTOR as KIND, 
 from encoderlab.tasks.colbert import QUERY_LENGTH, TokenEncoder, load_colbert, maxsim, padded
 from encoderlab.tokenizer import Tokenizer
 
-GRAPH = "tokens.faiss"
-HNSW_M = 32  # graph degree: faiss's usual default for float vectors
-CANDIDATES = 32  # document tokens fetched per query token; 32 x 32 query tokens = up to 1,024 candidate documents
+CENTROIDS, CODES = "centroids.npy", "codes.npy"
+OLD_GRAPH = "tokens.faiss"  # what the first multivector indexes searched (an HNSW graph over every token)
+KMEANS_ITERATIONS = 20  # faiss's default for its Kmeans
+PROBE = 2  # centroids each query token probes (PLAID's ncells: 1 for k=10, 2 for k=100, 4 for k=1000)
+RESCORE = 256  # candidates rescored exactly at the least (PLAID's ndocs for k=10); 4k for a larger k
 
 
 def save_array(path: Path, array: np.ndarray) -> None:
@@ -60,6 +66,36 @@ def pool_tokens(vectors: np.ndarray, factor: int) -> np.ndarray:
                         criterion="maxclust")  # (n,) cluster of each token, numbered from 1
     means = np.stack([vectors[clusters == c].mean(0) for c in np.unique(clusters)])
     return (means / np.linalg.norm(means, axis=1, keepdims=True)).astype(vectors.dtype)
+
+
+def partitions(tokens: int) -> int:
+    """PLAID's number of centroids for an index of `tokens` vectors, at most one a token."""
+    return max(1, min(tokens, 2 ** int(np.floor(np.log2(16 * np.sqrt(max(tokens, 1)))))))
+
+
+def kmeans(vectors: np.ndarray, count: int, seed: int = 0) -> np.ndarray:
+    """(count, dim) unit centroids of (n, dim) unit vectors: spherical k-means (faiss), every vector used."""
+    clustering = faiss.Kmeans(vectors.shape[1], count, niter=KMEANS_ITERATIONS, seed=seed, spherical=True,
+                              min_points_per_centroid=1, max_points_per_centroid=max(1, len(vectors)))
+    clustering.train(vectors)
+    return clustering.centroids.astype(np.float32)
+
+
+def nearest(vectors: np.ndarray, centroids: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    """Each vector's centroid of the largest inner product."""
+    return np.concatenate([(vectors[i:i + chunk] @ centroids.T).argmax(1) for i in range(0, len(vectors), chunk)])
+
+
+def centroid_maxsim(sims: np.ndarray, codes: np.ndarray, offsets: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """MaxSim of a query with the documents `pool` (positions, ascending), every document token replaced by its
+    centroid: sims (S, C) the query tokens' products with the centroids, codes (tokens,) each token's centroid."""
+    out = np.full(len(pool), -np.inf, np.float32)  # a document of no tokens (none is made so) ranks last
+    kept = np.flatnonzero(offsets[pool + 1] > offsets[pool])
+    starts, counts = offsets[pool[kept]], np.diff(offsets)[pool[kept]]
+    bounds = np.concatenate([[0], np.cumsum(counts)[:-1]])  # each document's first column below
+    rows = np.repeat(starts - bounds, counts) + np.arange(counts.sum())  # the pool's token rows, in order
+    out[kept] = np.maximum.reduceat(sims[:, codes[rows]], bounds, axis=1).sum(0)
+    return out
 
 
 class Encoder:
@@ -114,7 +150,7 @@ class MultiVectorIndex(Index):
         super().__init__(folder, embedder)
         counts = [np.diff(np.load(self._path(name, ".offsets"))) for name in self.shards]
         self.offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))]) if counts else np.zeros(1, np.int64)
-        self._graph = None
+        self._structures = None
 
     @classmethod
     def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
@@ -156,15 +192,18 @@ class MultiVectorIndex(Index):
 
     @classmethod
     def build_structures(cls, folder: Path, meta: dict[str, Any], names: list[str]) -> None:
-        """The HNSW graph over every token vector; index.json records the bytes the index takes per document."""
-        graph = faiss.IndexHNSWFlat(meta["dimensions"], HNSW_M, faiss.METRIC_INNER_PRODUCT)
-        for name in names:
-            graph.add(np.load(folder / SHARDS / f"{name}.npy").astype(np.float32))
-        atomic_write(folder / GRAPH, lambda tmp: faiss.write_index(graph, str(tmp)))
-        vectors = sum((folder / SHARDS / f"{n}{s}").stat().st_size for n in names for s in (".npy", ".offsets"))
-        tokens = graph.ntotal
-        meta["tokens"], meta["graph_bytes"] = tokens, (folder / GRAPH).stat().st_size
-        meta["bytes_per_document"] = round(vectors / max(meta["count"], 1), 1)
+        """The k-means centroids of every token vector and each token's code; index.json records them and the
+        bytes the index takes per document (vectors, offsets, centroids and codes)."""
+        tokens = np.concatenate([np.load(folder / SHARDS / f"{name}.npy") for name in names]).astype(np.float32)
+        centroids = kmeans(tokens, partitions(len(tokens)))
+        codes = nearest(tokens, centroids).astype(np.int32)
+        atomic_write(folder / CENTROIDS, lambda tmp: save_array(tmp, centroids))
+        atomic_write(folder / CODES, lambda tmp: save_array(tmp, codes))
+        (folder / OLD_GRAPH).unlink(missing_ok=True)  # an --add or --resume of an index of the first layout
+        stored = sum((folder / SHARDS / f"{n}{s}").stat().st_size for n in names for s in (".npy", ".offsets"))
+        stored += sum((folder / f).stat().st_size for f in (CENTROIDS, CODES))
+        meta["tokens"], meta["centroids"] = len(tokens), len(centroids)
+        meta["bytes_per_document"] = round(stored / max(meta["count"], 1), 1)
 
     @property
     def embedder(self) -> Encoder:
@@ -182,25 +221,43 @@ class MultiVectorIndex(Index):
         shard = int(np.searchsorted(self._token_starts, start, side="right") - 1)
         return np.array(self._mapped[shard][start - self._token_starts[shard]:end - self._token_starts[shard]], np.float32)
 
-    def candidates(self, queries: torch.Tensor, mask: torch.Tensor, per_token: int) -> list[np.ndarray]:
-        """Each query's candidate documents: those owning one of each query token's `per_token` nearest tokens."""
-        if self._graph is None:
-            self._graph = faiss.read_index(str(self.folder / GRAPH))
-            self._graph.hnsw.efSearch = max(per_token, 64)
+    def structures(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """The centroids (C, dim), the codes (tokens,) and each centroid's documents (positions), loaded once."""
+        if self._structures is None:
+            if not (self.folder / CENTROIDS).is_file():
+                old = (self.folder / OLD_GRAPH).is_file()
+                raise InputError(f"{self.folder}: no {CENTROIDS}: "
+                                 + ("an index of an earlier encoderlab (an HNSW token graph): build it again"
+                                    if old else "the build did not finish") + " (encoderlab index ... --overwrite)")
+            centroids, codes = np.load(self.folder / CENTROIDS), np.load(self.folder / CODES)
+            owner = np.repeat(np.arange(len(self.ids)), np.diff(self.offsets))  # (tokens,) each token's document
+            order = np.argsort(codes, kind="stable")
+            starts = np.searchsorted(codes[order], np.arange(len(centroids) + 1))
+            lists = [np.unique(owner[order[a:b]]) for a, b in zip(starts[:-1], starts[1:])]
+            self._structures = centroids, codes, lists
+        return self._structures
+
+    def candidates(self, queries: torch.Tensor, mask: torch.Tensor, probe: int, keep: int) -> list[np.ndarray]:
+        """Each query's best `keep` candidates by centroid interaction (PLAID's stages 1 and 2), best first."""
+        centroids, codes, lists = self.structures()
         out = []
         for q, m in zip(queries, mask):
-            _, hits = self._graph.search(q[m].numpy().astype(np.float32), per_token)  # (S, per_token) token rows
-            hits = hits[hits >= 0]
-            out.append(np.unique(np.searchsorted(self.offsets, hits, side="right") - 1))
+            sims = q[m].numpy().astype(np.float32) @ centroids.T  # (S, C)
+            probed = np.argpartition(-sims, min(probe, sims.shape[1]) - 1, axis=1)[:, :probe]
+            pool = np.unique(np.concatenate([lists[c] for c in np.unique(probed)]))
+            if len(pool) > keep:
+                approximate = centroid_maxsim(sims, codes, self.offsets, pool)
+                pool = pool[np.argsort(-approximate, kind="stable")[:keep]]
+            out.append(pool)
         return out
 
-    def dense(self, queries, k: int, exact: bool = False, per_token: int = CANDIDATES
+    def dense(self, queries, k: int, exact: bool = False, probe: int = PROBE, rescore: int = RESCORE
               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each query's best k documents by exact MaxSim over its candidates (exact: every document): scores (Q, k)
-        and positions (Q, k), best first."""
+        """Each query's best k documents by exact MaxSim over its best `rescore` (at least 4k) candidates by
+        centroid interaction (exact: over every document): scores (Q, k) and positions (Q, k), best first."""
         q, q_mask = self.embedder.queries(list(queries))
         everyone = np.arange(len(self.ids))
-        pools = [everyone] * len(q) if exact else self.candidates(q, q_mask, per_token)
+        pools = [everyone] * len(q) if exact else self.candidates(q, q_mask, probe, max(rescore, 4 * k))
         k = min(k, len(self.ids))
         scores = torch.full((len(q), k), float("-inf"))
         positions = torch.zeros((len(q), k), dtype=torch.long)
