@@ -15,7 +15,8 @@ that bench/retrieval.py picked for dense + BM25):
 - CPU query latency, one thread, one query at a time: p50 of a whole search (encode + search) through the index the
   `search` command opens, p50 of our query encoding alone, and p50 of sentence-transformers' query encoding
   (SentenceTransformer, MultiVectorEncoder, SparseEncoder loading the same folders, encoding the same queries);
-- the index size on disk (vectors, the stored documents aside; BM25: its folder), and training seconds;
+- the index size on disk (vectors and search structures such as a multi-vector index's centroids and codes, the
+  stored documents aside; BM25: its folder), and training seconds;
 - interop: the largest absolute difference between our query vectors and sentence-transformers' for each model.
 Goals (issue 44): ColBERT >= the bi-encoder in MRR@10 and nDCG@10; SPLADE >= BM25 in nDCG@10; dense + SPLADE fusion
 >= dense + 1 point nDCG@10 (each asked of both SPLADE variants); interop <= 1e-4.
@@ -65,7 +66,7 @@ from encoderlab.cli import build_parser  # noqa: E402
 from encoderlab.cli import main as encoderlab_main  # noqa: E402
 from encoderlab.cli.retrieval import open_index, search_options  # noqa: E402
 from encoderlab.retrieval.corpus import read_qrels, read_queries  # noqa: E402
-from encoderlab.retrieval.meta import BM25, SHARDS  # noqa: E402
+from encoderlab.retrieval.meta import BM25, INDEX_FILE  # noqa: E402
 
 CACHE = Path(os.environ.get("LATE_SPARSE_CACHE", "/work/cache/late_sparse"))
 CONTENDERS = ("bm25", "dense", "colbert", "splade", "splade-free")
@@ -159,10 +160,12 @@ def folder_bytes(folder: Path) -> int:
 
 
 def index_bytes(index: Path, name: str) -> int:
-    """BM25: its folder; a model: its shards' vectors (.npy/.npz and the like), the stored documents (.jsonl) aside."""
+    """BM25: its folder; a model: its shards' vectors (.npy/.npz and the like) and the search structures beside them
+    (a multi-vector index's centroids and codes), the stored documents (.jsonl), index.json and BM25 aside."""
     if name == "bm25":
         return folder_bytes(index / BM25)
-    return sum(p.stat().st_size for p in (index / SHARDS).rglob("*") if p.is_file() and p.suffix != ".jsonl")
+    return sum(p.stat().st_size for p in index.rglob("*") if p.is_file() and p.suffix != ".jsonl"
+               and p.name != INDEX_FILE and BM25 not in p.relative_to(index).parts)
 
 
 def evaluate(index: Path, data: Path, mode: str, run: Path) -> dict[str, Any]:

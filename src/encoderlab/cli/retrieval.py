@@ -103,11 +103,11 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
     """`index` with a ColBERT folder: a multi-vector index (encoderlab.retrieval.multivector)."""
     if args.ann or args.quantize:
         raise InputError(f"--model {args.model} is a ColBERT model: its multivector index takes neither --ann nor "
-                         f"--quantize (it always builds its token graph)")
+                         f"--quantize (it always builds its own candidate stage: PLAID's centroids and a code per token)")
     from encoderlab.retrieval.multivector import Encoder, MultiVectorIndex
 
     started = time.perf_counter()
-    if args.add:  # the new shards, then the token graph again over every shard
+    if args.add:  # the new shards, then the centroids and codes again over every shard
         pooling = read_meta(args.out)["token_pooling"]
         index = MultiVectorIndex(args.out, Encoder(args.model, pooling, args.batch_size or 32, args.device))
         index.add(args.corpus, progress=not args.no_progress)
@@ -119,14 +119,14 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
     seconds = time.perf_counter() - started
     meta = index.meta
     summary = {"index": str(args.out), "kind": MULTIVECTOR, "documents": len(index), "added": count,
-               "tokens": meta["tokens"], "bm25": meta["bm25"],
+               "tokens": meta["tokens"], "centroids": meta["centroids"], "bm25": meta["bm25"],
                "dimensions": meta["dimensions"], "token_pooling": meta["token_pooling"],
                "bytes_per_document": meta["bytes_per_document"], "seconds": round(seconds, 2)}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(f"wrote {args.out}: {len(index)} documents, {meta['tokens']} token vectors of {meta['dimensions']} "
-              f"dimensions ({meta['dtype']}, token pooling {meta['token_pooling']}), "
+              f"dimensions ({meta['dtype']}, token pooling {meta['token_pooling']}, {meta['centroids']} centroids), "
               f"{meta['bytes_per_document']:.0f} bytes per document{', BM25' if meta['bm25'] else ''}, in "
               f"{seconds:.1f} s")
     return summary

@@ -288,11 +288,14 @@ class Index:
         if not self._mapped:
             self._mapped = [np.load(self._path(name, ".npy"), mmap_mode="r") for name in self.shards]
             self._offsets = np.cumsum([0] + [len(m) for m in self._mapped])
+        as_float32 = lambda a: torch.from_numpy(np.asarray(a)).float().numpy()  # noqa: E731 (3x numpy's float16 cast)
+        if len(self._mapped) == 1:
+            return as_float32(self._mapped[0][positions])
         shard = np.searchsorted(self._offsets, positions, side="right") - 1
         out = np.empty((len(positions), self._mapped[0].shape[1]), dtype=np.float32)
         for number in np.unique(shard):
             mask = shard == number
-            out[mask] = self._mapped[number][positions[mask] - self._offsets[number]]
+            out[mask] = as_float32(self._mapped[number][positions[mask] - self._offsets[number]])
         return out
 
     def bm25(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -11,7 +11,7 @@ Interaction Retrieval", arXiv:2205.09707, section 4): (1) candidate generation: 
 each query token's `probe` nearest centroids; (2) centroid interaction: each candidate scored by MaxSim with every
 token replaced by its centroid (one (query tokens, C) product, gathered by the codes); (3) the best `rescore` of
 those ranked by exact MaxSim over their stored vectors. C is PLAID's 2^floor(log2(16 sqrt(tokens))) (the released
-ColBERT's num_partitions); the centroids and codes take about 1% of the vectors' bytes. exact=True scores every
+ColBERT's num_partitions); the centroids and codes take a few per cent of the vectors' bytes. exact=True scores every
 document by exact MaxSim (the reference the approximate search is measured against).
 
 Token pooling (`token_pooling=F`): each document's token vectors are clustered hierarchically (Ward linkage) into
@@ -42,12 +42,12 @@ from encoderlab.retrieval.index import (DEPTH, SHARD_SIZE, VECTOR_KINDS, Index, 
                                         write_shard)
 from encoderlab.retrieval.meta import (FORMAT, INDEX_FILE, MULTIVECTOR as KIND, OWN, SHARDS, fingerprint,
                                        model_index_kind, read_meta, source, write_meta)
-from encoderlab.tasks.colbert import QUERY_LENGTH, TokenEncoder, load_colbert, maxsim, padded
+from encoderlab.tasks.colbert import QUERY_LENGTH, TokenEncoder, load_colbert, padded
 from encoderlab.tokenizer import Tokenizer
 
 CENTROIDS, CODES = "centroids.npy", "codes.npy"
 OLD_GRAPH = "tokens.faiss"  # what the first multivector indexes searched (an HNSW graph over every token)
-KMEANS_ITERATIONS = 20  # faiss's default for its Kmeans
+KMEANS_ITERATIONS = 4  # the released ColBERT's kmeans_niters (ColBERTConfig): the codes only pick candidates
 PROBE = 2  # centroids each query token probes (PLAID's ncells: 1 for k=10, 2 for k=100, 4 for k=1000)
 RESCORE = 256  # candidates rescored exactly at the least (PLAID's ndocs for k=10); 4k for a larger k
 
@@ -86,16 +86,24 @@ def nearest(vectors: np.ndarray, centroids: np.ndarray, chunk: int = 65536) -> n
     return np.concatenate([(vectors[i:i + chunk] @ centroids.T).argmax(1) for i in range(0, len(vectors), chunk)])
 
 
-def centroid_maxsim(sims: np.ndarray, codes: np.ndarray, offsets: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """MaxSim of a query with the documents `pool` (positions, ascending), every document token replaced by its
-    centroid: sims (S, C) the query tokens' products with the centroids, codes (tokens,) each token's centroid."""
+def pooled_maxsim(products, offsets: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """MaxSim of one query with the documents `pool` (positions, ascending), the token rows of document i being
+    offsets[i]:offsets[i+1]: products(rows) gives the query tokens' (S, len(rows)) products with those rows. One
+    product over the pool's tokens, then each document's best per query token (no padding)."""
     out = np.full(len(pool), -np.inf, np.float32)  # a document of no tokens (none is made so) ranks last
     kept = np.flatnonzero(offsets[pool + 1] > offsets[pool])
     starts, counts = offsets[pool[kept]], np.diff(offsets)[pool[kept]]
     bounds = np.concatenate([[0], np.cumsum(counts)[:-1]])  # each document's first column below
     rows = np.repeat(starts - bounds, counts) + np.arange(counts.sum())  # the pool's token rows, in order
-    out[kept] = np.maximum.reduceat(sims[:, codes[rows]], bounds, axis=1).sum(0)
+    if len(rows):
+        out[kept] = np.maximum.reduceat(products(rows), bounds, axis=1).sum(0)
     return out
+
+
+def centroid_maxsim(sims: np.ndarray, codes: np.ndarray, offsets: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """pooled_maxsim with every document token replaced by its centroid: sims (S, C) the query tokens' products with
+    the centroids, codes (tokens,) each token's centroid (PLAID's centroid interaction)."""
+    return pooled_maxsim(lambda rows: sims[:, codes[rows]], offsets, pool)
 
 
 class Encoder:
@@ -212,15 +220,6 @@ class MultiVectorIndex(Index):
             self._embedder = Encoder(self.meta["model"]["path"], self.meta["token_pooling"])
         return self._embedder
 
-    def tokens(self, position: int) -> np.ndarray:
-        """Document `position`'s stored token vectors (n, dim), float32."""
-        if not self._mapped:
-            self._mapped = [np.load(self._path(name, ".npy"), mmap_mode="r") for name in self.shards]
-            self._token_starts = np.cumsum([0] + [len(m) for m in self._mapped])
-        start, end = self.offsets[position], self.offsets[position + 1]
-        shard = int(np.searchsorted(self._token_starts, start, side="right") - 1)
-        return np.array(self._mapped[shard][start - self._token_starts[shard]:end - self._token_starts[shard]], np.float32)
-
     def structures(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """The centroids (C, dim), the codes (tokens,) and each centroid's documents (positions), loaded once."""
         if self._structures is None:
@@ -237,35 +236,32 @@ class MultiVectorIndex(Index):
             self._structures = centroids, codes, lists
         return self._structures
 
-    def candidates(self, queries: torch.Tensor, mask: torch.Tensor, probe: int, keep: int) -> list[np.ndarray]:
-        """Each query's best `keep` candidates by centroid interaction (PLAID's stages 1 and 2), best first."""
+    def candidates(self, query: np.ndarray, probe: int, keep: int) -> np.ndarray:
+        """A query's (S, dim) candidates (positions, ascending): the documents owning a token of each query token's
+        `probe` nearest centroids, cut to the best `keep` by centroid interaction (PLAID's stages 1 and 2)."""
         centroids, codes, lists = self.structures()
-        out = []
-        for q, m in zip(queries, mask):
-            sims = q[m].numpy().astype(np.float32) @ centroids.T  # (S, C)
-            probed = np.argpartition(-sims, min(probe, sims.shape[1]) - 1, axis=1)[:, :probe]
-            pool = np.unique(np.concatenate([lists[c] for c in np.unique(probed)]))
-            if len(pool) > keep:
-                approximate = centroid_maxsim(sims, codes, self.offsets, pool)
-                pool = pool[np.argsort(-approximate, kind="stable")[:keep]]
-            out.append(pool)
-        return out
+        sims = query @ centroids.T  # (S, C)
+        probed = np.argpartition(-sims, min(probe, sims.shape[1]) - 1, axis=1)[:, :probe]
+        pool = np.unique(np.concatenate([lists[c] for c in np.unique(probed)]))
+        if len(pool) > keep:
+            approximate = centroid_maxsim(sims, codes, self.offsets, pool)
+            pool = np.sort(pool[np.argsort(-approximate, kind="stable")[:keep]])
+        return pool
 
     def dense(self, queries, k: int, exact: bool = False, probe: int = PROBE, rescore: int = RESCORE
               ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each query's best k documents by exact MaxSim over its best `rescore` (at least 4k) candidates by
         centroid interaction (exact: over every document): scores (Q, k) and positions (Q, k), best first."""
         q, q_mask = self.embedder.queries(list(queries))
-        everyone = np.arange(len(self.ids))
-        pools = [everyone] * len(q) if exact else self.candidates(q, q_mask, probe, max(rescore, 4 * k))
         k = min(k, len(self.ids))
         scores = torch.full((len(q), k), float("-inf"))
         positions = torch.zeros((len(q), k), dtype=torch.long)
-        for i, pool in enumerate(pools):
-            docs, docs_mask = padded([torch.from_numpy(self.tokens(int(p))) for p in pool])
-            got = maxsim(q[i:i + 1], q_mask[i:i + 1], docs, docs_mask)[0]  # (len(pool),)
-            top = got.topk(min(k, len(pool)))
-            scores[i, :len(top.values)], positions[i, :len(top.values)] = top.values, torch.from_numpy(pool)[top.indices]
+        for i, (tokens, mask) in enumerate(zip(q, q_mask)):
+            query = tokens[mask].float()  # (S, dim): the query's counted tokens
+            pool = np.arange(len(self.ids)) if exact else self.candidates(query.numpy(), probe, max(rescore, 4 * k))
+            got = pooled_maxsim(lambda rows: (query @ torch.from_numpy(self.rows(rows)).T).numpy(), self.offsets, pool)
+            top = np.argsort(-got, kind="stable")[:k]
+            scores[i, :len(top)], positions[i, :len(top)] = torch.from_numpy(got[top]), torch.from_numpy(pool[top])
         return scores, positions
 
     def rank(self, queries, k: int, mode: str = "dense", fusion_name: str = fusion.DEFAULT_FUSION,
