@@ -17,6 +17,7 @@ from test_tasks_finetune import CITIES, FILLER, NAMES, write_tiny_encoder
 from encoderlab.cli import main
 from encoderlab.checkpoint import load_model, save_pretrained
 from encoderlab.errors import InputError
+from encoderlab.folder import settings
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.tasks.colbert import (QUERY_LENGTH, ColbertModel, ColbertTask, TokenEncoder, load_colbert, marker_id,
                                       maxsim, query_ids, score_texts)
@@ -158,6 +159,27 @@ def test_an_index_of_the_first_layout_is_refused_naming_the_fix(tiny_colbert, tm
     (tmp_path / "index" / "centroids.npy").rename(tmp_path / "index" / "tokens.faiss")
     with pytest.raises(InputError, match="an earlier encoderlab.*--overwrite"):
         MultiVectorIndex(tmp_path / "index").search(["where does anna live ?"], top_k=2)
+
+
+def test_index_max_length_is_the_documents_window(tiny_colbert, tmp_path, capsys):
+    """`index --max-length T` reads each document in T tokens (it was ignored for a ColBERT model); --add keeps the
+    index's window and refuses another."""
+    corpus = tmp_path / "corpus.jsonl"
+    long = " ".join(CORPUS[:6])
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": f"{t} {long}"}) + "\n"
+                              for i, t in enumerate(CORPUS[:6])))
+    command = ["index", "--model", str(tiny_colbert), "--corpus", str(corpus), "--no-progress", "--json"]
+    assert main([*command, "--out", str(tmp_path / "short"), "--max-length", "12"]) == 0
+    assert main([*command, "--out", str(tmp_path / "long")]) == 0
+    short, default = MultiVectorIndex(tmp_path / "short"), MultiVectorIndex(tmp_path / "long")
+    assert short.meta["max_length"] == 12 and default.meta["max_length"] == settings(tiny_colbert).max_length
+    assert np.diff(short.offsets).max() <= 12 < np.diff(default.offsets).max()
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"_id": "new", "text": long}) + "\n")
+    capsys.readouterr()
+    assert main([*command[:3], "--corpus", str(more), "--out", str(tmp_path / "short"), "--add",
+                 "--max-length", "20"]) == 2
+    assert "windows of 12 tokens" in capsys.readouterr().err
 
 
 def test_add_and_resume_give_the_index_one_build_gives(tiny_colbert, tmp_path, capsys):

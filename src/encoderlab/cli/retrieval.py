@@ -108,14 +108,18 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
 
     started = time.perf_counter()
     if args.add:  # the new shards, then the centroids and codes again over every shard
-        pooling = read_meta(args.out)["token_pooling"]
-        index = MultiVectorIndex(args.out, Encoder(args.model, pooling, args.batch_size or 32, args.device))
+        meta = read_meta(args.out)
+        if args.max_length not in (None, meta["max_length"]):
+            raise InputError(f"--max-length {args.max_length}: --out {args.out} holds documents read in windows of "
+                             f"{meta['max_length']} tokens; --add reads the new ones the same way (leave it out)")
+        index = MultiVectorIndex(args.out, Encoder(args.model, meta["token_pooling"], args.batch_size or 32,
+                                                   args.device, meta["max_length"]))
         index.add(args.corpus, progress=not args.no_progress)
     else:
         index = MultiVectorIndex.build(args.model, args.corpus, args.out, token_pooling=args.token_pooling,
                                        shard_size=args.shard_size, overwrite=args.overwrite, resume=args.resume,
                                        progress=not args.no_progress, batch_size=args.batch_size or 32,
-                                       device=args.device, bm25=args.bm25)
+                                       device=args.device, bm25=args.bm25, max_length=args.max_length)
     seconds = time.perf_counter() - started
     meta = index.meta
     summary = {"index": str(args.out), "kind": MULTIVECTOR, "documents": len(index), "added": count,

@@ -32,6 +32,8 @@ import torch
 from scipy.cluster.hierarchy import fcluster, linkage
 
 from encoderlab.errors import InputError
+from encoderlab.cards import CARDS
+from encoderlab.engine import window
 from encoderlab.folder import settings
 from encoderlab.io import atomic_write, check_out_folder
 from encoderlab.paths import resolve_model_path
@@ -110,13 +112,17 @@ class Encoder:
     """A ColBERT folder's token encoder with the index's settings: documents (pooled) and queries."""
 
     def __init__(self, model: str | os.PathLike, token_pooling: int = 1, batch_size: int = 32,
-                 device: str | None = None) -> None:
+                 device: str | None = None, max_length: int | None = None) -> None:
+        """max_length: the documents' window (default: the folder's, else the colbert card's 180), within the
+        model's."""
         folder = resolve_model_path(model)
         if model_index_kind(folder) != KIND:
             raise InputError(f"--model {model}: not a ColBERT folder (its task.json names no colbert task)")
         colbert = load_colbert(folder).to(device or "cpu")
-        self.tokens = TokenEncoder(colbert, Tokenizer.from_pretrained(folder), settings(folder).max_length or 180,
-                                   batch_size)
+        tokenizer = Tokenizer.from_pretrained(folder)
+        length = window(colbert.backbone.config, tokenizer, max_length, settings(folder).max_length,
+                        CARDS["colbert"].max_length)
+        self.tokens = TokenEncoder(colbert, tokenizer, length, batch_size)
         self.dim, self.token_pooling = colbert.dim, token_pooling
 
     def documents(self, texts: list[str]) -> list[np.ndarray]:
@@ -164,17 +170,18 @@ class MultiVectorIndex(Index):
     def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
               token_pooling: int = 1, shard_size: int = SHARD_SIZE, overwrite: bool = False, resume: bool = False,
               progress: bool = True, dtype: str = "float16", batch_size: int = 32, device: str | None = None,
-              bm25: bool = False, **_: Any) -> MultiVectorIndex:
+              bm25: bool = False, max_length: int | None = None, **_: Any) -> MultiVectorIndex:
         """Index a corpus with a ColBERT folder's token vectors (float16 or float32), pooled by token_pooling, and
-        a BM25 index beside them if asked (for modes bm25 and hybrid); resume: finish a build of the same model,
-        corpus and settings that was cut off (as Index.build's)."""
+        a BM25 index beside them if asked (for modes bm25 and hybrid); max_length: the documents' window (Encoder's
+        default); resume: finish a build of the same model, corpus and settings that was cut off (as
+        Index.build's)."""
         folder = Path(folder)
         check_out_folder(folder, overwrite, resume, own=OWN if resume else (), inputs=[corpus])
         if token_pooling < 1 or shard_size < 1 or dtype not in ("float16", "float32"):
             raise InputError(f"--token-pooling {token_pooling}, --shard-size {shard_size}, dtype {dtype}: expected "
                              f"positive numbers and float16 or float32")
         count = scan(corpus)
-        encoder = Encoder(model, token_pooling, batch_size, device)
+        encoder = Encoder(model, token_pooling, batch_size, device, max_length)
         meta = {"format": FORMAT, "kind": KIND, "complete": False,
                 "model": {"name": str(model), "path": str(resolve_model_path(model).resolve()),
                           "fingerprint": fingerprint(model)},
