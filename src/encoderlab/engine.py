@@ -54,8 +54,9 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | No
         out += rows
         truncated += cut
     if truncated:
-        log.warning("%d of %d %s were longer than %d tokens and were truncated (classify and embed read a long text "
-                    "whole with --stride N)", truncated, len(texts), what, max_length)
+        log.warning("%d of %d %s were longer than %d tokens and were truncated (--max-length T reads more, up to "
+                    "the model's limit; classify and embed read a long text whole with --stride N)", truncated,
+                    len(texts), what, max_length)
     return out
 
 
