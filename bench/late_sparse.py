@@ -333,10 +333,14 @@ def main() -> None:
                      f"{', '.join(CONTENDERS)} (default: all; bm25 needs dense's index, made with it)")
     cli.add_argument("--max-train", type=int, metavar="N", help="training rows for every model (default: 1,000; "
                      "--quick 64)")
+    cli.add_argument("--index-window", type=int, metavar="T", help="tokens each model reads of a document when "
+                     "indexing (default: 512, whole paragraphs; the models were trained at 128)")
     args = cli.parse_args()
     mode = size(args)
     if args.max_train:
         TRAINING[mode]["max_train"] = args.max_train
+    if args.index_window:
+        INDEX_WINDOW[mode] = args.index_window
     names = contenders(args.only)
     require_commands(names)
     with tempfile.TemporaryDirectory() as scratch_name:
@@ -351,7 +355,7 @@ def main() -> None:
             "qrels/test.tsv", "documents": sum(1 for _ in open(data / "corpus.jsonl")), "queries": len(qrels),
             "training": TRAINING[mode] | {"file": "synthetic" if mode == "smoke" else str(train_file),
                                           "rows": sum(1 for _ in open(train_file)) - 1},
-            "threads": torch.get_num_threads(), "latency_queries": len(texts)}
+            "threads": torch.get_num_threads(), "latency_queries": len(texts), "index_window": INDEX_WINDOW[mode]}
         for name in names:
             figures[name] = contender(name, mode, work, data, train_file, bases, texts)
         for first in HYBRID:
