@@ -33,7 +33,8 @@ GOAL_KEYS = {"what", "value", "target", "met"}
 # Benches whose smoke run covers parts that are skipped where their data is absent: each must be there.
 SMOKE_COVERS = {"fill_mask_model.py": {"figures": {"heldout", "curve", "sst2", "probes", "transformers", "weights"},
                                        "files": {"fill_mask_model_smoke-curve.png"}},
-               "late_sparse.py": {"figures": {"bm25", "dense", "colbert", "splade", "dense+splade"}}}
+               "late_sparse.py": {"figures": {"bm25", "dense", "colbert", "splade", "splade-free", "dense+splade",
+                                              "dense+splade-free", "dense+bm25", "colbert+bm25"}}}
 # Options of a bench's smoke run beyond --smoke: fill_mask_model.py's takes two seeds, so the one run also shows the
 # mean over seeds (check_fill_mask_goal_is_the_mean_over_seeds) rather than a second run for it.
 SMOKE_OPTIONS = {"fill_mask_model.py": ("--seed", "3", "4")}
@@ -154,7 +155,8 @@ def test_late_sparse_bench_runs_the_contenders_asked_for() -> None:
 
     assert late_sparse.contenders("bm25") == ["dense", "bm25"]
     assert late_sparse.contenders(" splade,colbert ") == ["colbert", "splade"]
-    assert late_sparse.contenders("bm25,dense,colbert,splade") == list(late_sparse.ORDER)
+    assert late_sparse.contenders("bm25,dense,colbert,splade,splade-free") == list(late_sparse.ORDER)
+    assert late_sparse.contenders("splade-free,bm25") == ["dense", "bm25", "splade-free"]
     for bad in ("", "bm25,sparse"):
-        with pytest.raises(SystemExit, match="expected names among bm25, dense, colbert, splade"):
+        with pytest.raises(SystemExit, match="expected names among bm25, dense, colbert, splade, splade-free"):
             late_sparse.contenders(bad)
