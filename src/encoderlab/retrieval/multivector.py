@@ -31,9 +31,9 @@ import numpy as np
 import torch
 from scipy.cluster.hierarchy import fcluster, linkage
 
-from encoderlab.errors import InputError
 from encoderlab.cards import CARDS
 from encoderlab.engine import window
+from encoderlab.errors import InputError
 from encoderlab.folder import settings
 from encoderlab.io import atomic_write, check_out_folder
 from encoderlab.paths import resolve_model_path
@@ -50,6 +50,7 @@ from encoderlab.tokenizer import Tokenizer
 CENTROIDS, CODES = "centroids.npy", "codes.npy"
 OLD_GRAPH = "tokens.faiss"  # what the first multivector indexes searched (an HNSW graph over every token)
 KMEANS_ITERATIONS = 4  # the released ColBERT's kmeans_niters (ColBERTConfig): the codes only pick candidates
+KMEANS_SAMPLE = 256  # training vectors a centroid at most (faiss's max_points_per_centroid default)
 PROBE = 2  # centroids each query token probes (PLAID's ncells: 1 for k=10, 2 for k=100, 4 for k=1000)
 RESCORE = 256  # candidates rescored exactly at the least (PLAID's ndocs for k=10); 4k for a larger k
 
@@ -75,17 +76,24 @@ def partitions(tokens: int) -> int:
     return max(1, min(tokens, 2 ** int(np.floor(np.log2(16 * np.sqrt(max(tokens, 1)))))))
 
 
-def kmeans(vectors: np.ndarray, count: int, seed: int = 0) -> np.ndarray:
-    """(count, dim) unit centroids of (n, dim) unit vectors: spherical k-means (faiss), every vector used."""
-    clustering = faiss.Kmeans(vectors.shape[1], count, niter=KMEANS_ITERATIONS, seed=seed, spherical=True,
-                              min_points_per_centroid=1, max_points_per_centroid=max(1, len(vectors)))
-    clustering.train(vectors)
+def kmeans(shards: list[np.ndarray], count: int, seed: int = 0) -> np.ndarray:
+    """(count, dim) unit centroids of the (n_i, dim) unit vectors of `shards` (memory-mapped): spherical k-means
+    (faiss) on a random sample of at most KMEANS_SAMPLE vectors a centroid, so memory stays bounded by the sample."""
+    total = sum(len(m) for m in shards)
+    chosen = np.sort(np.random.default_rng(seed).choice(total, min(total, KMEANS_SAMPLE * count), replace=False))
+    starts = np.cumsum([0] + [len(m) for m in shards])
+    sample = np.concatenate([np.asarray(m[chosen[(chosen >= a) & (chosen < b)] - a], np.float32)
+                             for m, a, b in zip(shards, starts[:-1], starts[1:])])
+    clustering = faiss.Kmeans(sample.shape[1], count, niter=KMEANS_ITERATIONS, seed=seed, spherical=True,
+                              min_points_per_centroid=1, max_points_per_centroid=KMEANS_SAMPLE)
+    clustering.train(sample)
     return clustering.centroids.astype(np.float32)
 
 
 def nearest(vectors: np.ndarray, centroids: np.ndarray, chunk: int = 65536) -> np.ndarray:
-    """Each vector's centroid of the largest inner product."""
-    return np.concatenate([(vectors[i:i + chunk] @ centroids.T).argmax(1) for i in range(0, len(vectors), chunk)])
+    """Each vector's centroid of the largest inner product, a chunk of (memory-mapped) vectors at a time."""
+    return np.concatenate([(np.asarray(vectors[i:i + chunk], np.float32) @ centroids.T).argmax(1)
+                           for i in range(0, len(vectors), chunk)] or [np.zeros(0, np.int64)])
 
 
 def pooled_maxsim(products, offsets: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -209,15 +217,16 @@ class MultiVectorIndex(Index):
     def build_structures(cls, folder: Path, meta: dict[str, Any], names: list[str]) -> None:
         """The k-means centroids of every token vector and each token's code; index.json records them and the
         bytes the index takes per document (vectors, offsets, centroids and codes)."""
-        tokens = np.concatenate([np.load(folder / SHARDS / f"{name}.npy") for name in names]).astype(np.float32)
-        centroids = kmeans(tokens, partitions(len(tokens)))
-        codes = nearest(tokens, centroids).astype(np.int32)
+        shards = [np.load(folder / SHARDS / f"{name}.npy", mmap_mode="r") for name in names]
+        tokens = sum(len(m) for m in shards)
+        centroids = kmeans(shards, partitions(tokens))
+        codes = np.concatenate([nearest(m, centroids) for m in shards]).astype(np.int32)
         atomic_write(folder / CENTROIDS, lambda tmp: save_array(tmp, centroids))
         atomic_write(folder / CODES, lambda tmp: save_array(tmp, codes))
         (folder / OLD_GRAPH).unlink(missing_ok=True)  # an --add or --resume of an index of the first layout
         stored = sum((folder / SHARDS / f"{n}{s}").stat().st_size for n in names for s in (".npy", ".offsets"))
         stored += sum((folder / f).stat().st_size for f in (CENTROIDS, CODES))
-        meta["tokens"], meta["centroids"] = len(tokens), len(centroids)
+        meta["tokens"], meta["centroids"] = tokens, len(centroids)
         meta["bytes_per_document"] = round(stored / max(meta["count"], 1), 1)
 
     @property
