@@ -19,6 +19,7 @@ from test_tasks_finetune import CITIES, FILLER, NAMES, tiny_vocabulary
 from encoderlab import MaskedLMModel, save_pretrained
 from encoderlab.cli import build_parser, main
 from encoderlab.infer.pipelines import pipeline
+from encoderlab.retrieval import index as index_module
 from encoderlab.retrieval.index import Index
 from encoderlab.tasks.splade import (SpladeTask, contrastive_sum, flops, flops_weight, idf_table, sparse_weights,
                                      static_weights, write_sparse_encoder)
@@ -152,6 +153,24 @@ def test_sparse_index_search_equals_brute_force_dot_products(tiny, corpus, tmp_p
         best = -np.sort(-row)[:5]
         assert_close(torch.tensor([h["score"] for h in found]), torch.from_numpy(best).float(), atol=1e-5, rtol=0)
         assert all(row[int(h["id"][1:])] == pytest.approx(h["score"], abs=1e-5) for h in found)
+
+
+def test_an_index_that_fits_reads_its_shards_once(tiny, corpus, tmp_path, monkeypatch):
+    """Searching keeps the shards of an index under HELD_BYTES in memory after the first search (a sparse shard took
+    150 ms a search to load again): with the shard files gone, the second search answers as the first. Over the
+    limit, each search reads the files."""
+    out = tmp_path / "index"
+    run("index", "--model", tiny, "--corpus", corpus, "--out", out, "--shard-size", "16", "--no-progress", "--json")
+    queries = ["where does anna live ?", "maria lima"]
+    index, streamed = Index(out, pipeline("splade", tiny)), Index(out, pipeline("splade", tiny))
+    first = index.search(queries, top_k=5)
+    monkeypatch.setattr(index_module, "HELD_BYTES", 0)
+    assert streamed.search(queries, top_k=5) == first
+    for path in (out / "shards").glob("*.npz"):
+        path.rename(path.with_suffix(".moved"))
+    assert index.search(queries, top_k=5) == first
+    with pytest.raises(FileNotFoundError):
+        streamed.search(queries, top_k=5)
 
 
 def test_a_model_of_another_kind_is_refused_naming_both(tiny, corpus, tmp_path, minilm_path, capsys):

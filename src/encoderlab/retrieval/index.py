@@ -41,6 +41,7 @@ from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, f
 SHARD_SIZE = 10_000  # documents per shard: 15 MB of minilm's float32 vectors, and the unit of resuming
 MODES = ("dense", "bm25", "hybrid")
 FUSIONS = ("rrf", "weighted")
+HELD_BYTES = 2 << 30  # an index whose shard files fit in 2 GiB keeps them in memory once read (Index.shard)
 DEPTH = 100  # candidates each retriever gives a fused ranking (BEIR's hybrid baselines fuse top-100 lists too)
 
 
@@ -112,6 +113,8 @@ class Index:
         self._bm25 = None
         self._ann = None
         self._mapped: list[np.ndarray] = []
+        self._hold: bool | None = None  # whether the shards stay in memory once read (None: not decided yet)
+        self._held: dict[str, Any] = {}
 
     # ---- building ---------------------------------------------------------------------------------------------
     @classmethod
@@ -275,13 +278,25 @@ class Index:
         where = torch.empty(vectors.shape[0], 0, dtype=torch.long)
         offset = 0
         for name in self.shards:
-            shard = self.kind.load(self._path(name, self.kind.suffix))  # (n, D)
+            shard = self.shard(name)  # (n, D)
             scores = self.kind.scores(vectors, shard)  # (Q, n)
             top = scores.topk(min(k, scores.shape[1]), dim=1)
             merged = torch.cat([best, top.values], dim=1).topk(min(k, best.shape[1] + top.values.shape[1]), dim=1)
             where = torch.cat([where, top.indices + offset], dim=1).gather(1, merged.indices)
             best, offset = merged.values, offset + shard.shape[0]
         return best, where
+
+    def shard(self, name: str) -> Any:
+        """A shard's vectors (n, D), read once and kept while every shard's file fits in HELD_BYTES together (a
+        server's searches then read no file: a sparse shard took 150 ms a search to load again); a larger index
+        is read a shard at a time on each search, so it never needs to fit in memory."""
+        if self._hold is None:
+            self._hold = sum(self._path(n, self.kind.suffix).stat().st_size for n in self.shards) <= HELD_BYTES
+        if not self._hold:
+            return self.kind.load(self._path(name, self.kind.suffix))
+        if name not in self._held:
+            self._held[name] = self.kind.load(self._path(name, self.kind.suffix))
+        return self._held[name]
 
     def rows(self, positions: np.ndarray) -> np.ndarray:
         """The float32 vectors (n, D) at index positions (n,), read from the memory-mapped shards."""
