@@ -138,7 +138,8 @@ def test_centroid_interaction_is_maxsim_with_each_token_as_its_centroid():
     every document token replaced by its centroid."""
     rng = np.random.default_rng(0)
     unit = lambda a: (a / np.linalg.norm(a, axis=-1, keepdims=True)).astype(np.float32)  # noqa: E731
-    tokens, centroids, query = unit(rng.normal(size=(40, 8))), unit(rng.normal(size=(6, 8))), unit(rng.normal(size=(5, 8)))
+    tokens, centroids = unit(rng.normal(size=(40, 8))), unit(rng.normal(size=(6, 8)))
+    query = unit(rng.normal(size=(5, 8)))
     offsets = np.array([0, 7, 7, 19, 30, 40])  # document 1 has no tokens
     codes = nearest(tokens, centroids)
     assert (codes == (tokens @ centroids.T).argmax(1)).all()

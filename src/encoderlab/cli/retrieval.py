@@ -103,7 +103,8 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
     """`index` with a ColBERT folder: a multi-vector index (encoderlab.retrieval.multivector)."""
     if args.ann or args.quantize:
         raise InputError(f"--model {args.model} is a ColBERT model: its multivector index takes neither --ann nor "
-                         f"--quantize (it always builds its own candidate stage: PLAID's centroids and a code per token)")
+                         f"--quantize (it always builds its own candidate stage: PLAID's centroids and a code per "
+                         f"token)")
     from encoderlab.retrieval.multivector import Encoder, MultiVectorIndex
 
     started = time.perf_counter()
