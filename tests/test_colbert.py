@@ -23,7 +23,8 @@ from encoderlab.tasks.colbert import (QUERY_LENGTH, ColbertModel, ColbertTask, T
                                       maxsim, query_ids, score_texts)
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
-from encoderlab.retrieval.multivector import MultiVectorIndex, centroid_maxsim, nearest, partitions, pool_tokens
+from encoderlab.retrieval.multivector import (MultiVectorIndex, centroid_maxsim, nearest, partitions, pool_tokens,
+                                             sample_rows)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
@@ -150,6 +151,15 @@ def test_centroid_interaction_is_maxsim_with_each_token_as_its_centroid():
         want = (query @ replaced.T).max(1).sum() if len(replaced) else -np.inf
         assert np.isclose(score, want, atol=1e-5), (d, score, want)
     assert partitions(161_298) == 4096 and partitions(3) == 3  # PLAID's count, at most one a token
+
+
+def test_kmeans_sample_reads_the_chosen_rows_across_shards():
+    """The k-means sample: rows numbered across the shards one after another, read shard by shard, as float32."""
+    rng = np.random.default_rng(1)
+    shards = [rng.normal(size=(n, 4)).astype(np.float16) for n in (5, 0, 7, 3)]
+    chosen = np.array([0, 4, 5, 9, 11, 12, 14])
+    got = sample_rows(shards, chosen)
+    assert got.dtype == np.float32 and np.array_equal(got, np.concatenate(shards)[chosen].astype(np.float32))
 
 
 def test_an_index_of_the_first_layout_is_refused_naming_the_fix(tiny_colbert, tmp_path):

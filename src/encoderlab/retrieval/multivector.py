@@ -81,13 +81,18 @@ def kmeans(shards: list[np.ndarray], count: int, seed: int = 0) -> np.ndarray:
     (faiss) on a random sample of at most KMEANS_SAMPLE vectors a centroid, so memory stays bounded by the sample."""
     total = sum(len(m) for m in shards)
     chosen = np.sort(np.random.default_rng(seed).choice(total, min(total, KMEANS_SAMPLE * count), replace=False))
-    starts = np.cumsum([0] + [len(m) for m in shards])
-    sample = np.concatenate([np.asarray(m[chosen[(chosen >= a) & (chosen < b)] - a], np.float32)
-                             for m, a, b in zip(shards, starts[:-1], starts[1:])])
+    sample = sample_rows(shards, chosen)
     clustering = faiss.Kmeans(sample.shape[1], count, niter=KMEANS_ITERATIONS, seed=seed, spherical=True,
                               min_points_per_centroid=1, max_points_per_centroid=KMEANS_SAMPLE)
     clustering.train(sample)
     return clustering.centroids.astype(np.float32)
+
+
+def sample_rows(shards: list[np.ndarray], chosen: np.ndarray) -> np.ndarray:
+    """float32 rows `chosen` (ascending) of the shards' rows one after another, read shard by shard."""
+    starts = np.cumsum([0] + [len(m) for m in shards])
+    return np.concatenate([np.asarray(m[chosen[(chosen >= a) & (chosen < b)] - a], np.float32)
+                           for m, a, b in zip(shards, starts[:-1], starts[1:])])
 
 
 def nearest(vectors: np.ndarray, centroids: np.ndarray, chunk: int = 65536) -> np.ndarray:
@@ -166,7 +171,7 @@ VECTOR_KINDS[KIND] = TokenVectors  # Index(folder) of a multivector folder: its 
 
 
 class MultiVectorIndex(Index):
-    """An index of token vectors, searched by MaxSim over candidates from a token-level HNSW graph."""
+    """An index of token vectors, searched by exact MaxSim over candidates from its centroids (PLAID's stages)."""
 
     def __init__(self, folder: str | os.PathLike, embedder: Encoder | None = None) -> None:
         super().__init__(folder, embedder)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
+import scipy.sparse
 import torch
 from fastapi import FastAPI
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
@@ -36,6 +37,8 @@ from encoderlab.infer.limits import Limits
 from encoderlab.retrieval import fusion
 from encoderlab.retrieval.index import FUSIONS, MODES, Index
 from encoderlab.retrieval.meta import MULTIVECTOR, PIPELINE_OF_KIND, index_kind, query_settings, read_meta
+from encoderlab.retrieval.multivector import MultiVectorIndex
+from encoderlab.tasks.colbert import padded
 
 MAX_TOP_K = 1000  # hits (and reranked candidates) one query may ask for: BEIR retrieves max(k_values) = 1,000
 # by default (beir.retrieval.evaluation.EvaluateRetrieval), the deepest a benchmark looks
@@ -74,14 +77,10 @@ class QueryEncoder:
 
     def vectors(self, texts: Sequence[str], query: bool = True) -> Any:
         """A sparse index's (Q, V) query weights (what Splade.vectors(texts, query=True) gives)."""
-        import scipy.sparse
-
         return scipy.sparse.vstack(self.rows(texts), format="csr")
 
     def queries(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """A multi-vector index's (Q, QUERY_LENGTH, dim) query token vectors and their mask (as its Encoder's)."""
-        from encoderlab.tasks.colbert import padded
-
         return padded(self.rows(texts))
 
 
@@ -222,8 +221,6 @@ class IndexRoutes:
 def open_index(folder: str | Path, encoder: QueryEncoder) -> Index:
     """The index at `folder` (a MultiVectorIndex for a multi-vector one), its queries encoded by `encoder`."""
     if index_kind(read_meta(folder)) == MULTIVECTOR:
-        from encoderlab.retrieval.multivector import MultiVectorIndex  # faiss: only for such an index
-
         return MultiVectorIndex(folder, encoder)
     return Index(folder, encoder)
 
