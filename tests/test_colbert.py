@@ -190,7 +190,38 @@ def test_index_max_length_is_the_documents_window(tiny_colbert, tmp_path, capsys
     capsys.readouterr()
     assert main([*command[:3], "--corpus", str(more), "--out", str(tmp_path / "short"), "--add",
                  "--max-length", "20"]) == 2
-    assert "windows of 12 tokens" in capsys.readouterr().err
+    assert "read with --max-length 12; --add reads the new ones the same way" in capsys.readouterr().err
+
+
+def test_index_stride_keeps_every_window_of_a_long_document(tiny_colbert, tmp_path, capsys):
+    """`index --stride N` reads a document longer than the window whole: its vectors are those of each marked window
+    (encoded alone), in order; without it the document is cut to one window. --add refuses another stride."""
+    corpus = tmp_path / "corpus.jsonl"
+    texts = [" ".join(CORPUS[i:i + 3]) for i in range(4)] + ["anna ."]
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    command = ["index", "--model", str(tiny_colbert), "--corpus", str(corpus), "--max-length", "12", "--no-progress",
+               "--json"]
+    assert main([*command, "--out", str(tmp_path / "whole"), "--stride", "3"]) == 0
+    whole = MultiVectorIndex(tmp_path / "whole")
+    encoder = TokenEncoder(load_colbert(tiny_colbert), Tokenizer.from_pretrained(tiny_colbert), 12)
+    tokenizer, mark = encoder.tokenizer, marker_id(encoder.tokenizer, "document")
+    stored = whole.rows(np.arange(whole.offsets[-1])).astype(np.float32)
+    for i, text in enumerate(texts):
+        ids = tokenizer.encode(" " + text, max_length=None, truncation=False)  # the index reads title + " " + text
+        content, starts = ids[1:-1], [0]  # a window: [CLS], the marker, 9 content ids at most, [SEP]
+        while starts[-1] + 9 < len(content):
+            starts.append(starts[-1] + 9 - 3)  # 3 ids shared with the next window
+        windows = [[ids[0], mark, *content[s:s + 9], ids[-1]] for s in starts]
+        expected = torch.cat([vectors[0][counted[0]] for w in windows
+                              for _, vectors, counted in encoder.batches([w], "document")])
+        assert_close(torch.from_numpy(stored[whole.offsets[i]:whole.offsets[i + 1]]), expected, atol=2e-3, rtol=0)
+    assert np.diff(whole.offsets)[:4].min() > 12 and whole.meta["stride"] == 3
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"_id": "new", "text": texts[0]}) + "\n")
+    capsys.readouterr()
+    assert main([*command[:3], "--corpus", str(more), "--out", str(tmp_path / "whole"), "--add", "--stride",
+                 "4"]) == 2
+    assert "read with --stride 3" in capsys.readouterr().err
 
 
 def test_add_and_resume_give_the_index_one_build_gives(tiny_colbert, tmp_path, capsys):

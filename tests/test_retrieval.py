@@ -268,6 +268,29 @@ def test_index_add_and_search_commands(tiny, corpus, tmp_path, capsys):
     assert code == 0 and len(lines) == 8 and lines[0].split()[:2] == ["q1", "Q0"] and lines[0].split()[3] == "1"
 
 
+def test_index_stride_averages_the_windows_of_a_long_document(tiny, corpus, tmp_path, capsys):
+    """`index --stride N` embeds a document longer than --max-length whole: its vector is the mean of its windows'
+    vectors (each window embedded alone), normalised as the model says; index.json records the stride, --add of
+    another is refused."""
+    code, _, _ = run_cli(capsys, "index", "--model", tiny, "--corpus", corpus, "--out", tmp_path / "idx",
+                         "--max-length", "8", "--stride", "2", "--no-progress")
+    index, embed = Index(tmp_path / "idx"), pipeline("embed", tiny, max_length=8)
+    windows, owners = embed.engine.windows(texts_of(corpus), 2)
+    vectors = torch.zeros(len(index), index.meta["dimensions"])
+    for window, owner in zip(windows, owners):
+        ids = torch.tensor([window.input_ids])
+        output = embed.model(ids, torch.ones_like(ids), torch.zeros_like(ids))
+        vectors[owner] += output.last_hidden_state.mean(1)[0] / owners.count(owner)
+    expected = torch.nn.functional.normalize(vectors, dim=-1) if index.meta["normalize"] else vectors
+    assert code == 0 and index.meta["stride"] == 2 and len(windows) > len(index)
+    torch.testing.assert_close(torch.from_numpy(index.vectors()), expected.detach(), atol=1e-5, rtol=1e-5)
+    more = tmp_path / "more.tsv"
+    more.write_text("id\ttext\nx1\tharbour castle winter harbour\n")
+    code, _, err = run_cli(capsys, "index", "--model", tiny, "--corpus", more, "--out", tmp_path / "idx", "--add",
+                           "--stride", "3")
+    assert code == 2 and "read with --stride 2; --add reads the new ones the same way" in err
+
+
 def test_evaluate_retrieval_scores_the_run_it_writes(tiny, corpus, tmp_path, capsys):
     data = tmp_path / "beir"
     (data / "qrels").mkdir(parents=True)

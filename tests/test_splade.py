@@ -11,6 +11,7 @@ import random
 
 import numpy as np
 import pytest
+import scipy.sparse
 import torch
 from torch.testing import assert_close
 
@@ -21,8 +22,8 @@ from encoderlab.cli import build_parser, main
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.retrieval import index as index_module
 from encoderlab.retrieval.index import Index
-from encoderlab.tasks.splade import (SpladeTask, contrastive_sum, flops, flops_weight, idf_table, sparse_weights,
-                                     static_weights, write_sparse_encoder)
+from encoderlab.tasks.splade import (SpladeTask, contrastive_sum, flops, flops_weight, idf_table, max_by_owner,
+                                     sparse_weights, static_weights, write_sparse_encoder)
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
 
@@ -171,6 +172,46 @@ def test_an_index_that_fits_reads_its_shards_once(tiny, corpus, tmp_path, monkey
     assert index.search(queries, top_k=5) == first
     with pytest.raises(FileNotFoundError):
         streamed.search(queries, top_k=5)
+
+
+def test_max_by_owner_is_the_elementwise_max_of_each_owners_rows():
+    rng = np.random.default_rng(0)
+    rows = rng.random((7, 11)) * (rng.random((7, 11)) < 0.4)  # non-negative, mostly 0
+    owners = [0, 0, 1, 2, 2, 2, 4]  # owner 3 has no rows: all 0
+    expected = np.zeros((5, 11))
+    for row, owner in zip(rows, owners):
+        expected[owner] = np.maximum(expected[owner], row)
+    got = max_by_owner(scipy.sparse.csr_matrix(rows.astype(np.float32)), owners, 5)
+    assert got.shape == (5, 11) and np.array_equal(got.toarray(), expected.astype(np.float32))
+
+
+def test_index_stride_max_pools_the_windows_of_a_long_document(tiny, tmp_path, capsys):
+    """`index --stride N` reads a document longer than the window whole: its weights are the max over its windows'
+    weights, each window run through the model alone; index.json records the stride and --add refuses another."""
+    texts = [" ".join(f"{NAMES[i % 4]} lives in {CITIES[(i + j) % 4]} {FILLER[j]}" for j in range(3)) for i in range(5)]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    command = ["index", "--model", tiny, "--corpus", corpus, "--max-length", "8", "--no-progress", "--json"]
+    run(*command, "--out", tmp_path / "whole", "--stride", "2")
+    run(*command, "--out", tmp_path / "cut")
+    whole, cut = Index(tmp_path / "whole"), Index(tmp_path / "cut")
+    pipe = pipeline("splade", tiny, max_length=8)
+    windows, owners = pipe.engine.windows([" " + t for t in texts], 2)  # the index reads title + " " + text
+    expected = np.zeros((len(texts), pipe.model.config.vocab_size), dtype=np.float32)
+    with torch.no_grad():
+        for window, owner in zip(windows, owners):
+            ids = torch.tensor([window.input_ids])
+            logits = pipe.model(ids, torch.ones_like(ids), torch.zeros_like(ids)).logits
+            expected[owner] = np.maximum(expected[owner], sparse_weights(logits, torch.ones_like(ids))[0].numpy())
+    assert len(windows) > 2 * len(texts) and whole.meta["stride"] == 2 and cut.meta["stride"] is None
+    assert_close(torch.from_numpy(whole.vectors().toarray()), torch.from_numpy(expected), atol=1e-5, rtol=1e-5)
+    assert (whole.vectors() != cut.vectors()).nnz > 0
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"_id": "new", "text": texts[0]}) + "\n")
+    capsys.readouterr()
+    assert main([str(a) for a in command[:3]] + ["--corpus", str(more), "--out", str(tmp_path / "cut"), "--add",
+                                                  "--stride", "2"]) == 2
+    assert "read without --stride; --add reads the new ones the same way" in capsys.readouterr().err
 
 
 def test_a_model_of_another_kind_is_refused_naming_both(tiny, corpus, tmp_path, minilm_path, capsys):

@@ -55,7 +55,7 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str], pairs: Sequence[str] | No
         truncated += cut
     if truncated:
         log.warning("%d of %d %s were longer than %d tokens and were truncated (--max-length T reads more, up to "
-                    "the model's limit; classify and embed read a long text whole with --stride N)", truncated,
+                    "the model's limit; classify, embed and index read a long text whole with --stride N)", truncated,
                     len(texts), what, max_length)
     return out
 

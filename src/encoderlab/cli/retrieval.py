@@ -42,11 +42,14 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
         raise InputError(f"--dimensions {args.dimensions}: expected a positive number")
     if args.shard_size < 1:
         raise InputError(f"--shard-size {args.shard_size}: expected a positive number")
+    if args.stride is not None and args.stride < 0:
+        raise InputError(f"--stride {args.stride}: expected 0 or more tokens shared by neighbouring windows")
     if args.add:
         meta = read_meta(args.out)
         require_complete(args.out, meta)
         check_model(args.out, meta, args.model)
         check_new_ids(args.corpus, Path(args.out))
+        read_as_built(args, meta)
     else:
         if (Path(args.out) / INDEX_FILE).is_file() and not (args.overwrite or args.resume):
             raise InputError(f"--out {args.out} holds an index: pass --add to append the corpus's documents, "
@@ -85,7 +88,8 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
     meta = index.meta
     summary = {"index": str(args.out), "kind": meta["kind"], "documents": len(index), "added": count,
                "shards": len(index.shards), "dimensions": meta["dimensions"], "similarity": meta["similarity"],
-               "bm25": meta["bm25"], "ann": meta.get("ann"), "bytes": index_bytes(args.out),
+               "bm25": meta["bm25"], "ann": meta.get("ann"), "max_length": meta["max_length"],
+               "stride": meta.get("stride"), "bytes": index_bytes(args.out),
                "seconds": round(seconds, 2), "documents_per_second": round(count / seconds, 1),
                "ranks": ranks.world_size}
     if args.json:
@@ -95,7 +99,7 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
         print(f"wrote {args.out}: {len(index)} documents in {len(index.shards)} shard(s), {meta['dimensions']} "
               f"dimensions ({made}{meta['similarity']}), {summary['bytes'] / 1e6:.2f} MB of vectors"
               f"{', BM25' if meta['bm25'] else ''}; {count} embedded at {summary['documents_per_second']} "
-              f"documents/s{ann_text(meta.get('ann'))}")
+              f"documents/s{ann_text(meta.get('ann'))}{stride_text(meta)}")
     return summary
 
 
@@ -110,21 +114,20 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
     started = time.perf_counter()
     if args.add:  # the new shards, then the centroids and codes again over every shard
         meta = read_meta(args.out)
-        if args.max_length not in (None, meta["max_length"]):
-            raise InputError(f"--max-length {args.max_length}: --out {args.out} holds documents read in windows of "
-                             f"{meta['max_length']} tokens; --add reads the new ones the same way (leave it out)")
         index = MultiVectorIndex(args.out, Encoder(args.model, meta["token_pooling"], args.batch_size or 32,
-                                                   args.device, meta["max_length"]))
+                                                   args.device, args.max_length, args.stride))
         index.add(args.corpus, progress=not args.no_progress)
     else:
         index = MultiVectorIndex.build(args.model, args.corpus, args.out, token_pooling=args.token_pooling,
                                        shard_size=args.shard_size, overwrite=args.overwrite, resume=args.resume,
                                        progress=not args.no_progress, batch_size=args.batch_size or 32,
-                                       device=args.device, bm25=args.bm25, max_length=args.max_length)
+                                       device=args.device, bm25=args.bm25, max_length=args.max_length,
+                                       stride=args.stride)
     seconds = time.perf_counter() - started
     meta = index.meta
     summary = {"index": str(args.out), "kind": MULTIVECTOR, "documents": len(index), "added": count,
                "tokens": meta["tokens"], "centroids": meta["centroids"], "bm25": meta["bm25"],
+               "max_length": meta["max_length"], "stride": meta.get("stride"),
                "dimensions": meta["dimensions"], "token_pooling": meta["token_pooling"],
                "bytes_per_document": meta["bytes_per_document"], "seconds": round(seconds, 2)}
     if args.json:
@@ -133,8 +136,27 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
         print(f"wrote {args.out}: {len(index)} documents, {meta['tokens']} token vectors of {meta['dimensions']} "
               f"dimensions ({meta['dtype']}, token pooling {meta['token_pooling']}, {meta['centroids']} centroids), "
               f"{meta['bytes_per_document']:.0f} bytes per document{', BM25' if meta['bm25'] else ''}, in "
-              f"{seconds:.1f} s")
+              f"{seconds:.1f} s{stride_text(meta)}")
     return summary
+
+
+def stride_text(meta: dict[str, Any]) -> str:
+    """The summary's note of how long documents were read (nothing where they were truncated)."""
+    stride = meta.get("stride")
+    return "" if stride is None else (f"; documents longer than {meta['max_length']} tokens read whole, in windows "
+                                      f"sharing {stride}")
+
+
+def read_as_built(args: argparse.Namespace, meta: dict[str, Any]) -> None:
+    """--add: the new documents are read in the index's window and stride (args take them); InputError where
+    --max-length or --stride asks for others."""
+    for flag, key in (("--max-length", "max_length"), ("--stride", "stride")):
+        built, given = meta.get(key), getattr(args, key)
+        if given is not None and given != built:
+            read = f"with {flag} {built}" if built is not None else f"without {flag}"
+            raise InputError(f"{flag} {given}: --out {args.out} holds documents read {read}; --add reads the new "
+                             f"ones the same way (leave it out)")
+        setattr(args, key, built)
 
 
 def document_encoder(args: argparse.Namespace) -> Any:
@@ -146,8 +168,8 @@ def document_encoder(args: argparse.Namespace) -> Any:
                                           ("--normalize", args.normalize)) if value]
         if given:
             raise InputError(f"{', '.join(given)}: --model {args.model} makes {kind} vectors, which take none")
-        return load_pipeline(PIPELINE_OF_KIND[kind], args)
-    return load_pipeline("embed", args, dimensions=args.dimensions, normalize=args.normalize,
+        return load_pipeline(PIPELINE_OF_KIND[kind], args, stride=args.stride)
+    return load_pipeline("embed", args, dimensions=args.dimensions, normalize=args.normalize, stride=args.stride,
                          **({"pooling": args.pooling} if args.pooling else {}))
 
 
@@ -418,6 +440,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
          "model) (default: all)"),
         ("--bm25", bool, None, None, "also build a BM25 index (bm25s) for --mode bm25 and hybrid"),
         ("--shard-size", int, 10_000, "N", "documents per shard, the unit of resuming (default: 10000)"),
+        ("--stride", int, None, "N", "read a document longer than --max-length whole, in windows sharing N tokens: "
+         "a dense vector is their vectors' mean, SPLADE weights their max, ColBERT every window's token vectors "
+         "(default: truncate it)"),
         ("--token-pooling", int, 1, "F", "a ColBERT model's index: cluster each document's token vectors into 1/F "
          "as many (hierarchical, as PyLate's token pooling) (default: 1, none)"),
         ("--add", bool, None, None, "append the corpus's documents to the index at --out (their ids must be new)"),

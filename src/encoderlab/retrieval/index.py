@@ -78,7 +78,8 @@ class DenseVectors:
         if not isinstance(embedder, Embed):
             raise InputError(f"index needs an embed pipeline, not {embedder.task}")
         return {"pooling": embedder.pooling, "normalize": embedder.normalize, "dimensions": embedder.dimensions,
-                "max_length": embedder.max_length, "similarity": "cosine" if embedder.normalize else "dot",
+                "max_length": embedder.max_length, "stride": embedder.stride,
+                "similarity": "cosine" if embedder.normalize else "dot",
                 "dtype": "float32"}
 
     @staticmethod
@@ -397,12 +398,6 @@ class Index:
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------
-def embedder_for(meta: dict[str, Any], model: str | os.PathLike, **options: Any) -> Pipeline:
-    """The pipeline that encodes queries as the index's documents were (the Embed pipeline's pooling,
-    normalisation, dimensions and window for a dense index)."""
-    return vector_kind(meta).encoder(meta, model, **options)
-
-
 def new_meta(model: str | os.PathLike, embedder: Pipeline, shard_size: int, bm25: bool) -> dict[str, Any]:
     """index.json of a new index, before its shards: of the kind of `embedder` (Embed: dense; Splade: sparse)."""
     kind = next((k for k in VECTOR_KINDS.values() if k is not DenseVectors and k.made_by(embedder)), DenseVectors)
@@ -418,8 +413,8 @@ def check_resumable(folder: Path, previous: dict[str, Any], meta: dict[str, Any]
     if previous.get("complete"):
         raise InputError(f"--out {folder} holds a finished index: nothing to resume (--overwrite builds it again, "
                          f"--add appends documents)")
-    keys = ("model", "pooling", "normalize", "dimensions", "max_length", "shard_size", "bm25", "ann", "token_pooling",
-            "dtype")  # the last two: a multivector index's
+    keys = ("model", "pooling", "normalize", "dimensions", "max_length", "stride", "shard_size", "bm25", "ann",
+            "token_pooling", "dtype")  # the last two: a multivector index's
     differ = [key for key in keys if previous.get(key) != meta.get(key)]
     last, given = previous["sources"][-1], meta["sources"][0]
     differ += ["corpus"] if any(last[key] != given[key] for key in ("path", "bytes", "mtime")) else []

@@ -125,9 +125,10 @@ class Encoder:
     """A ColBERT folder's token encoder with the index's settings: documents (pooled) and queries."""
 
     def __init__(self, model: str | os.PathLike, token_pooling: int = 1, batch_size: int = 32,
-                 device: str | None = None, max_length: int | None = None) -> None:
+                 device: str | None = None, max_length: int | None = None, stride: int | None = None) -> None:
         """max_length: the documents' window (default: the folder's, else the colbert card's 180), within the
-        model's."""
+        model's; stride: read a longer document whole, in windows sharing `stride` tokens, its vectors every
+        window's (None: truncate it)."""
         folder = resolve_model_path(model)
         if model_index_kind(folder) != KIND:
             raise InputError(f"--model {model}: not a ColBERT folder (its task.json names no colbert task)")
@@ -136,11 +137,12 @@ class Encoder:
         length = window(colbert.backbone.config, tokenizer, max_length, settings(folder).max_length,
                         CARDS["colbert"].max_length)
         self.tokens = TokenEncoder(colbert, tokenizer, length, batch_size)
-        self.dim, self.token_pooling = colbert.dim, token_pooling
+        self.dim, self.token_pooling, self.stride = colbert.dim, token_pooling, stride
 
     def documents(self, texts: list[str]) -> list[np.ndarray]:
         """Each document's (n_i, dim) float32 token vectors, pooled by token_pooling."""
-        return [pool_tokens(v.numpy(), self.token_pooling) for v in self.tokens.encode(texts, "document")]
+        return [pool_tokens(v.numpy(), self.token_pooling)
+                for v in self.tokens.encode(texts, "document", self.stride)]
 
     def queries(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """(Q, QUERY_LENGTH, dim) query token vectors and their mask."""
@@ -183,22 +185,24 @@ class MultiVectorIndex(Index):
     def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
               token_pooling: int = 1, shard_size: int = SHARD_SIZE, overwrite: bool = False, resume: bool = False,
               progress: bool = True, dtype: str = "float16", batch_size: int = 32, device: str | None = None,
-              bm25: bool = False, max_length: int | None = None, **_: Any) -> MultiVectorIndex:
+              bm25: bool = False, max_length: int | None = None, stride: int | None = None,
+              **_: Any) -> MultiVectorIndex:
         """Index a corpus with a ColBERT folder's token vectors (float16 or float32), pooled by token_pooling, and
-        a BM25 index beside them if asked (for modes bm25 and hybrid); max_length: the documents' window (Encoder's
-        default); resume: finish a build of the same model, corpus and settings that was cut off (as
-        Index.build's)."""
+        a BM25 index beside them if asked (for modes bm25 and hybrid); max_length, stride: the documents' window
+        and how a longer one is read (Encoder's); resume: finish a build of the same model, corpus and settings
+        that was cut off (as Index.build's)."""
         folder = Path(folder)
         check_out_folder(folder, overwrite, resume, own=OWN if resume else (), inputs=[corpus])
         if token_pooling < 1 or shard_size < 1 or dtype not in ("float16", "float32"):
             raise InputError(f"--token-pooling {token_pooling}, --shard-size {shard_size}, dtype {dtype}: expected "
                              f"positive numbers and float16 or float32")
         count = scan(corpus)
-        encoder = Encoder(model, token_pooling, batch_size, device, max_length)
+        encoder = Encoder(model, token_pooling, batch_size, device, max_length, stride)
         meta = {"format": FORMAT, "kind": KIND, "complete": False,
                 "model": {"name": str(model), "path": str(resolve_model_path(model).resolve()),
                           "fingerprint": fingerprint(model)},
-                "dimensions": encoder.dim, "max_length": encoder.tokens.max_length, "query_length": QUERY_LENGTH,
+                "dimensions": encoder.dim, "max_length": encoder.tokens.max_length, "stride": stride,
+                "query_length": QUERY_LENGTH,
                 "similarity": "maxsim", "dtype": dtype, "token_pooling": token_pooling, "shard_size": shard_size,
                 "bm25": bm25, "ann": None, "count": 0, "sources": [source(corpus, 0) | {"documents": count}],
                 "text": "title + ' ' + text"}

@@ -68,6 +68,7 @@ class SparseVectors:
     def meta(embedder: Splade) -> dict[str, Any]:
         """index.json's record of how the weights were made."""
         return {"dimensions": embedder.model.config.vocab_size, "max_length": embedder.max_length,
+                "stride": embedder.stride,
                 "similarity": "dot", "dtype": "float32", "inference_free": embedder.inference_free}
 
     @staticmethod

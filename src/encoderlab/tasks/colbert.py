@@ -37,7 +37,7 @@ from torch import nn
 
 from encoderlab.checkpoint import load_model, save_pretrained
 from encoderlab.choices import split_names
-from encoderlab.engine import Engine, check_texts, encode, eval_mode, pad_batch
+from encoderlab.engine import Engine, check_texts, encode, eval_mode, pad_batch, split_windows
 from encoderlab.cards import ColbertOptions
 from encoderlab.errors import CheckpointError, ConfigError, InputError
 from encoderlab.folder import read_task_info
@@ -75,6 +75,16 @@ def marked(tokenizer: Tokenizer, texts: Sequence[str], side: str, max_length: in
     mark = marker_id(tokenizer, side)
     return [item.input_ids[:1] + [mark] + item.input_ids[1:]
             for item in encode(tokenizer, list(texts), None, max_length - 1, f"{side} texts")]
+
+
+def marked_windows(tokenizer: Tokenizer, texts: Sequence[str], max_length: int,
+                   stride: int) -> tuple[list[list[int]], list[int]]:
+    """Each document whole, as marked windows of at most max_length ids sharing `stride` text tokens
+    (encoderlab.engine.split_windows), and each window's document."""
+    mark = marker_id(tokenizer, "document")
+    pieces = [(i, window.input_ids) for i, item in enumerate(encode(tokenizer, list(texts), None, None))
+              for _, window in split_windows(item, max_length - 1, stride)]
+    return [ids[:1] + [mark] + ids[1:] for _, ids in pieces], [i for i, _ in pieces]
 
 
 def query_ids(tokenizer: Tokenizer, texts: Sequence[str], length: int = QUERY_LENGTH) -> list[list[int]]:
@@ -211,18 +221,26 @@ class TokenEncoder:
             self.engine.run(items, forward, lambda indices, result: out.append((indices, *result)))
         return out
 
-    def encode(self, texts: Sequence[str], side: str = "document") -> list[torch.Tensor]:
+    def encode(self, texts: Sequence[str], side: str = "document", stride: int | None = None) -> list[torch.Tensor]:
         """Each text's counted token vectors (n_i, dim), in input order: a query's QUERY_LENGTH, a document's real
-        tokens less the skiplist."""
+        tokens less the skiplist; stride: a longer document read whole, in marked windows sharing `stride` tokens,
+        its vectors every window's in order (None: truncated)."""
         if side not in MARKERS:
             raise InputError(f"side {side!r}: expected query or document")
-        ids = query_ids(self.tokenizer, texts) if side == "query" else \
-            marked(self.tokenizer, texts, "document", self.max_length)
-        out: list[torch.Tensor | None] = [None] * len(ids)
+        if side == "query":
+            ids, owners = query_ids(self.tokenizer, texts), list(range(len(texts)))
+        elif stride is None:
+            ids, owners = marked(self.tokenizer, texts, "document", self.max_length), list(range(len(texts)))
+        else:
+            ids, owners = marked_windows(self.tokenizer, texts, self.max_length, stride)
+        pieces: list[torch.Tensor | None] = [None] * len(ids)
         for indices, vectors, counted in self.batches(ids, side):
             for row, i in enumerate(indices):
-                out[i] = vectors[row][counted[row]]
-        return out
+                pieces[i] = vectors[row][counted[row]]
+        out: list[list[torch.Tensor]] = [[] for _ in texts]
+        for owner, piece in zip(owners, pieces):
+            out[owner].append(piece)
+        return [torch.cat(p) if len(p) > 1 else p[0] for p in out]
 
 
 def padded(vectors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

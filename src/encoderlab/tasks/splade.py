@@ -367,6 +367,13 @@ class Splade(Pipeline):
 
     query_table: torch.Tensor | None = None  # inference-free: queries are a lookup of this (V,) table
 
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, stride: int | None = None, **options: Any) -> None:
+        """stride: read a text longer than the window whole, in windows sharing `stride` tokens, its weights the
+        max over the windows' (max pooling over every window's tokens, each read in a window the model was trained
+        on); None follows the folder's settings, else truncates."""
+        super().__init__(model, tokenizer, **options)
+        self._windowing(stride, None)
+
     @classmethod
     def from_pretrained(cls, name: str | Path, **options: Any) -> Splade:
         """The model, its tokenizer and settings, and an inference-free folder's query table; InputError for a folder
@@ -388,7 +395,8 @@ class Splade(Pipeline):
         query: the texts are queries (a lookup of the query table where the model has one)."""
         if query and self.query_table is not None:
             return self.lookup(texts)
-        items = self.engine.encode(list(texts))
+        items, owners = (self.engine.encode(list(texts)), None) if self.stride is None else \
+            self.engine.windows(list(texts), self.stride)
         rows: list[scipy.sparse.csr_matrix | None] = [None] * len(items)
 
         def collect(indices: list[int], weights: torch.Tensor) -> None:
@@ -398,8 +406,9 @@ class Splade(Pipeline):
 
         self.engine.run(items, lambda batch: model_weights(self.model, batch), collect)
         width = self.model.config.vocab_size
-        return scipy.sparse.vstack(rows, format="csr", dtype=np.float32) if rows else \
+        matrix = scipy.sparse.vstack(rows, format="csr", dtype=np.float32) if rows else \
             scipy.sparse.csr_matrix((0, width), dtype=np.float32)
+        return matrix if owners is None else max_by_owner(matrix, owners, len(texts))
 
     def lookup(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
         """(N, V) inference-free query weights: each text's tokens (whole: a query is short; without [CLS] and [SEP],
@@ -424,3 +433,17 @@ class Splade(Pipeline):
             out.append({"indices": indices, "values": [round(float(v), 6) for v in row.data[order]],
                         "tokens": [self.tokenizer.id_to_token(i) or f"[{i}]" for i in indices]})
         return out
+
+
+def max_by_owner(rows: scipy.sparse.csr_matrix, owners: Sequence[int], count: int) -> scipy.sparse.csr_matrix:
+    """(count, V): each owner's elementwise max over its rows (W, V), the windows of one text (weights are >= 0, so
+    a term absent from a window weighs 0 there)."""
+    coo = rows.tocoo()
+    width = rows.shape[1]
+    keys = np.asarray(owners, dtype=np.int64)[coo.row] * width + coo.col
+    order = np.argsort(keys, kind="stable")
+    keys, data = keys[order], coo.data[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, np.int64)
+    values = np.maximum.reduceat(data, starts) if len(keys) else data
+    kept = keys[starts]
+    return scipy.sparse.csr_matrix((values, (kept // width, kept % width)), shape=(count, width), dtype=np.float32)
