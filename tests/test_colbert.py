@@ -222,6 +222,8 @@ def test_index_stride_keeps_every_window_of_a_long_document(tiny_colbert, tmp_pa
     assert main([*command[:3], "--corpus", str(more), "--out", str(tmp_path / "whole"), "--add", "--stride",
                  "4"]) == 2
     assert "read with --stride 3" in capsys.readouterr().err
+    assert main([*command, "--out", str(tmp_path / "wide"), "--stride", "9"]) == 2  # 12 - [CLS], marker, [SEP]
+    assert "--stride 9: expected 0 to 8" in capsys.readouterr().err and not (tmp_path / "wide").exists()
 
 
 def test_add_and_resume_give_the_index_one_build_gives(tiny_colbert, tmp_path, capsys):

@@ -289,6 +289,9 @@ def test_index_stride_averages_the_windows_of_a_long_document(tiny, corpus, tmp_
     code, _, err = run_cli(capsys, "index", "--model", tiny, "--corpus", more, "--out", tmp_path / "idx", "--add",
                            "--stride", "3")
     assert code == 2 and "read with --stride 2; --add reads the new ones the same way" in err
+    code, _, err = run_cli(capsys, "index", "--model", tiny, "--corpus", corpus, "--out", tmp_path / "wide",
+                           "--max-length", "8", "--stride", "6")
+    assert code == 2 and "--stride 6: expected 0 to 5" in err and not (tmp_path / "wide").exists()
 
 
 def test_evaluate_retrieval_scores_the_run_it_writes(tiny, corpus, tmp_path, capsys):

@@ -78,6 +78,15 @@ def window(config: EncoderConfig | None, tokenizer: Tokenizer | None, *wishes: i
     return min(wish or limit, limit)
 
 
+def check_stride(stride: int | None, window: int, specials: int) -> None:
+    """InputError unless `stride` (None: no windows) leaves a window of `window` ids, `specials` of them added by
+    encoding, room for text tokens beyond the shared ones: checked before a model reads anything."""
+    room = window - specials
+    if stride is not None and not 0 <= stride < room:
+        raise InputError(f"--stride {stride}: expected 0 to {room - 1}, fewer than the {room} text tokens a window "
+                         f"of {window} holds")
+
+
 def split_windows(item: Encoded, max_length: int, stride: int) -> list[tuple[int, Encoded]]:
     """A text longer than max_length as (first content token, window) pairs: each window keeps the text's special
     tokens and up to max_length of them in all, and shares `stride` content tokens with the next (cf. transformers'

@@ -63,6 +63,7 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
     count = scan(args.corpus)
     if model_index_kind(args.model) == MULTIVECTOR:
         return index_multivector(args, count)  # a bad line, a duplicate id or an empty corpus: refused before the model loads
+    from encoderlab.engine import check_stride
     from encoderlab.retrieval.distributed import join
     from encoderlab.retrieval.index import Index
     from encoderlab.train.distributed import teardown
@@ -70,6 +71,7 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
     ranks = join(args.device)  # after the checks: every rank ran them on the same files
     args.device = str(ranks.device) if ranks.world_size > 1 else args.device
     embedder = document_encoder(args)
+    check_stride(args.stride, embedder.max_length, embedder.tokenizer.num_special_tokens())  # before any file
     started = time.perf_counter()
     if args.add:
         index = Index(args.out, embedder)

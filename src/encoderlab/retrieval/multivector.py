@@ -32,7 +32,7 @@ import torch
 from scipy.cluster.hierarchy import fcluster, linkage
 
 from encoderlab.cards import CARDS
-from encoderlab.engine import window
+from encoderlab.engine import check_stride, window
 from encoderlab.errors import InputError
 from encoderlab.folder import settings
 from encoderlab.io import atomic_write, check_out_folder
@@ -136,6 +136,7 @@ class Encoder:
         tokenizer = Tokenizer.from_pretrained(folder)
         length = window(colbert.backbone.config, tokenizer, max_length, settings(folder).max_length,
                         CARDS["colbert"].max_length)
+        check_stride(stride, length - 1, tokenizer.num_special_tokens())  # the marker takes one id of each window
         self.tokens = TokenEncoder(colbert, tokenizer, length, batch_size)
         self.dim, self.token_pooling, self.stride = colbert.dim, token_pooling, stride
 
