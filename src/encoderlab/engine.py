@@ -80,7 +80,8 @@ def window(config: EncoderConfig | None, tokenizer: Tokenizer | None, *wishes: i
 
 def check_stride(stride: int | None, window: int, specials: int) -> None:
     """InputError unless `stride` (None: no windows) leaves a window of `window` ids, `specials` of them added by
-    encoding, room for text tokens beyond the shared ones: checked before a model reads anything."""
+    encoding, room for text tokens beyond the shared ones (split_windows asks for each text; `index` once, before
+    its model reads a document)."""
     room = window - specials
     if stride is not None and not 0 <= stride < room:
         raise InputError(f"--stride {stride}: expected 0 to {room - 1}, fewer than the {room} text tokens a window "
@@ -96,9 +97,7 @@ def split_windows(item: Encoded, max_length: int, stride: int) -> list[tuple[int
         return [(0, item)]
     first, last = content[0], content[-1] + 1
     room = max_length - (len(item.input_ids) - (last - first))  # content tokens per window
-    if not 0 <= stride < room:
-        raise InputError(f"stride {stride}: expected 0 to {room - 1}, fewer than the {room} text tokens a window of "
-                         f"{max_length} holds")
+    check_stride(stride, max_length, max_length - room)
     out = []
     for start in range(first, last, room - stride):
         keep = [*range(first), *range(start, min(start + room, last)), *range(last, len(item.input_ids))]

@@ -444,6 +444,6 @@ def max_by_owner(rows: scipy.sparse.csr_matrix, owners: Sequence[int], count: in
     order = np.argsort(keys, kind="stable")
     keys, data = keys[order], coo.data[order]
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, np.int64)
-    values = np.maximum.reduceat(data, starts) if len(keys) else data
+    values = np.maximum.reduceat(data, starts)
     kept = keys[starts]
     return scipy.sparse.csr_matrix((values, (kept // width, kept % width)), shape=(count, width), dtype=np.float32)
