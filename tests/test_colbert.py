@@ -23,8 +23,9 @@ from encoderlab.tasks.colbert import (QUERY_LENGTH, ColbertModel, ColbertTask, T
                                       maxsim, query_ids, score_texts)
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
-from encoderlab.retrieval.multivector import (MultiVectorIndex, centroid_maxsim, nearest, partitions, pool_tokens,
-                                             sample_rows)
+from encoderlab.retrieval.multivector import (BUCKETS, MultiVectorIndex, byte_values, centroid_maxsim, compress_shards,
+                                             decompress, kmeans, nearest, pack_residuals, partitions, pool_tokens,
+                                             residual_buckets, sample_rows)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
@@ -262,6 +263,101 @@ def test_add_and_resume_give_the_index_one_build_gives(tiny_colbert, tmp_path, c
         for mine, theirs in zip(got, want):
             assert_close(torch.tensor([h["score"] for h in mine]), torch.tensor([h["score"] for h in theirs]),
                          atol=1e-3, rtol=0)
+
+
+def test_packed_residuals_unpack_to_their_buckets_values():
+    """pack_residuals then byte_values' table gives each dimension the value of the bucket its residual falls in,
+    found here by comparing with every cutoff; more bits, a closer value."""
+    rng = np.random.default_rng(0)
+    residuals = rng.normal(scale=0.1, size=(50, 16)).astype(np.float32)
+    errors = []
+    for bits in (1, 2, 4):
+        buckets = residual_buckets(residuals, bits)
+        assert buckets.shape == (2, 2 ** bits) and np.all(np.diff(buckets[0]) > 0) and np.all(np.diff(buckets[1]) > 0)
+        packed = pack_residuals(residuals, buckets[0, :-1], bits)
+        assert packed.shape == (50, 16 * bits // 8) and packed.dtype == np.uint8
+        unpacked = byte_values(buckets[1], bits)[packed].reshape(50, 16)
+        want = buckets[1][(residuals[..., None] > buckets[0, :-1]).sum(-1)]
+        np.testing.assert_array_equal(unpacked, want)
+        errors.append(np.abs(unpacked - residuals).mean())
+    assert errors[0] > errors[1] > errors[2]
+
+
+def test_compressed_tokens_come_back_closer_with_more_bits(tmp_path):
+    """Shards of unit vectors around 8 centroids, compressed at 1, 2 and 4 bits a dimension, decompress to unit
+    vectors nearer the originals than their centroids are, and nearer with more bits."""
+    rng = np.random.default_rng(0)
+    shards = [rng.normal(size=(n, 16)).astype(np.float32) for n in (300, 212)]
+    shards = [s / np.linalg.norm(s, axis=1, keepdims=True) for s in shards]
+    centroids = kmeans(shards, 8)
+    codes = np.concatenate([nearest(s, centroids) for s in shards])
+    originals = np.concatenate(shards)
+    baseline = (originals * centroids[codes]).sum(1).mean()
+    cosines = []
+    for bits in (1, 2, 4):
+        folder = tmp_path / str(bits)
+        (folder / "shards").mkdir(parents=True)
+        for name, shard in zip(("00000", "00001"), shards):
+            np.save(folder / "shards" / f"{name}.npy", shard.astype(np.float16))
+        compress_shards(folder, ["00000", "00001"], centroids, codes, bits)
+        packed = np.concatenate([np.load(folder / "shards" / f"{n}.npy") for n in ("00000", "00001")])
+        assert packed.dtype == np.uint8 and packed.shape == (512, 2 * bits)
+        back = decompress(packed, centroids[codes], byte_values(np.load(folder / BUCKETS)[1], bits))
+        assert np.allclose(np.linalg.norm(back, axis=1), 1, atol=1e-5)
+        cosines.append((originals * back).sum(1).mean())
+    assert baseline < cosines[0] < cosines[1] < cosines[2] and cosines[2] > 0.97
+
+
+def test_residual_compression_shrinks_the_index_and_keeps_its_ranking(tiny, tiny_colbert, tmp_path, capsys):
+    """`index --residual-bits B` stores each token as its centroid's code and B bits a dimension: the shards shrink
+    16/B times, a compressed token is close to the vector it stands for, and the search ranks first what the full
+    index does; the index takes no --add, and a dense model's index takes no --residual-bits (exit 2, nothing written)."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(CORPUS)))
+    command = ["index", "--model", str(tiny_colbert), "--corpus", str(corpus), "--shard-size", "10", "--no-progress",
+               "--json"]
+    assert main([*command, "--out", str(tmp_path / "full")]) == 0
+    assert main([*command, "--out", str(tmp_path / "four"), "--residual-bits", "4"]) == 0
+    summary = json.loads(capsys.readouterr().out.split("\n}\n")[-2] + "}")
+    assert summary["residual_bits"] == 4
+    full, four = MultiVectorIndex(tmp_path / "full"), MultiVectorIndex(tmp_path / "four")
+    for name in full.shards:
+        shard, packed = (np.load(f / "shards" / f"{name}.npy") for f in (full.folder, four.folder))
+        assert packed.dtype == np.uint8 and packed.shape == (len(shard), 16 * 4 // 8)
+    assert four.meta["bytes_per_document"] < full.meta["bytes_per_document"]
+    positions = np.arange(full.offsets[-1])
+    assert (full.rows(positions) * four.rows(positions)).sum(1).min() > 0.9
+    queries = ["where does anna live ?", "who lives in oslo ?"]
+    for want, got in zip(full.search(queries, top_k=3, exact=True), four.search(queries, top_k=3, exact=True)):
+        assert got[0]["id"] == want[0]["id"]
+    assert main([*command, "--out", str(tmp_path / "four"), "--add"]) == 2
+    assert "--residual-bits 4" in capsys.readouterr().err
+    assert main([*command, "--out", str(tmp_path / "three"), "--residual-bits", "3"]) == 2
+    assert "--residual-bits 3" in capsys.readouterr().err and not (tmp_path / "three" / "index.json").exists()
+    assert main(["index", "--model", str(tiny), "--corpus", str(corpus), "--out", str(tmp_path / "dense"),
+                 "--residual-bits", "2", "--no-progress"]) == 2
+    assert "ColBERT" in capsys.readouterr().err and not (tmp_path / "dense" / "index.json").exists()
+
+
+def test_a_cut_off_compression_finishes_with_its_first_buckets(tiny_colbert, tmp_path, capsys):
+    """A build stopped while rewriting its shards as residuals (one shard still float16) finishes under --resume
+    with the same codes and buckets: the shard is packed as it was the first time."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(CORPUS)))
+    command = ["index", "--model", str(tiny_colbert), "--corpus", str(corpus), "--shard-size", "10", "--no-progress",
+               "--residual-bits", "2"]
+    assert main([*command, "--out", str(tmp_path / "cut")]) == 0
+    cut = tmp_path / "cut"
+    packed = np.load(cut / "shards" / "00002.npy")
+    full = MultiVectorIndex.build(tiny_colbert, corpus, tmp_path / "plain", shard_size=10, progress=False)
+    np.save(cut / "shards" / "00002.npy", np.load(full.folder / "shards" / "00002.npy"))  # not rewritten yet
+    buckets, codes = np.load(cut / BUCKETS), np.load(cut / "codes.npy")
+    meta = json.loads((cut / "index.json").read_text())
+    (cut / "index.json").write_text(json.dumps(meta | {"complete": False}))
+    assert main([*command, "--out", str(cut), "--resume"]) == 0
+    np.testing.assert_array_equal(np.load(cut / "shards" / "00002.npy"), packed)
+    np.testing.assert_array_equal(np.load(cut / BUCKETS), buckets)
+    np.testing.assert_array_equal(np.load(cut / "codes.npy"), codes)
 
 
 def test_bad_dim_and_kind_mismatch_exit_2(tiny, tiny_colbert, tmp_path, capsys):

@@ -20,7 +20,7 @@ from encoderlab.retrieval.corpus import read_documents, read_qrels, read_queries
 from encoderlab.retrieval.fusion import (DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORMALISATION, NORMALISATIONS,
                                          RRF_K, fuse)
 from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX_FILE, MULTIVECTOR, OWN,
-                                       PIPELINE_OF_KIND, SHARDS, check_model, index_bytes, index_kind,
+                                       PIPELINE_OF_KIND, SHARDS, check_addable, check_model, index_bytes, index_kind,
                                        model_index_kind, query_settings, read_meta, require_complete)
 
 ANN_KINDS = ("hnsw",)  # encoderlab.retrieval.ann's, which loads faiss
@@ -48,6 +48,7 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
         meta = read_meta(args.out)
         require_complete(args.out, meta)
         check_model(args.out, meta, args.model)
+        check_addable(args.out, meta)
         check_new_ids(args.corpus, Path(args.out))
         read_as_built(args, meta)
     else:
@@ -62,7 +63,10 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
         raise InputError(f"--token-pooling {args.token_pooling}: expected a positive factor (1: no pooling)")
     count = scan(args.corpus)
     if model_index_kind(args.model) == MULTIVECTOR:
-        return index_multivector(args, count)  # a bad line, a duplicate id or an empty corpus: refused before the model loads
+        return index_multivector(args, count)
+    if args.residual_bits is not None:
+        raise InputError(f"--residual-bits {args.residual_bits}: --model {args.model} makes one vector a document; "
+                         f"residual compression is a ColBERT model's index's (--quantize int8 or binary for this one)")  # a bad line, a duplicate id or an empty corpus: refused before the model loads
     from encoderlab.engine import check_stride
     from encoderlab.retrieval.distributed import join
     from encoderlab.retrieval.index import Index
@@ -116,6 +120,8 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
     started = time.perf_counter()
     if args.add:  # the new shards, then the centroids and codes again over every shard
         meta = read_meta(args.out)
+        if args.residual_bits is not None:
+            raise InputError(f"--residual-bits {args.residual_bits}: --add keeps the index's storage (leave it out)")
         index = MultiVectorIndex(args.out, Encoder(args.model, meta["token_pooling"], args.batch_size or 32,
                                                    args.device, args.max_length, args.stride))
         index.add(args.corpus, progress=not args.no_progress)
@@ -124,22 +130,29 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
                                        shard_size=args.shard_size, overwrite=args.overwrite, resume=args.resume,
                                        progress=not args.no_progress, batch_size=args.batch_size or 32,
                                        device=args.device, bm25=args.bm25, max_length=args.max_length,
-                                       stride=args.stride)
+                                       stride=args.stride, residual_bits=args.residual_bits)
     seconds = time.perf_counter() - started
     meta = index.meta
     summary = {"index": str(args.out), "kind": MULTIVECTOR, "documents": len(index), "added": count,
                "tokens": meta["tokens"], "centroids": meta["centroids"], "bm25": meta["bm25"],
                "max_length": meta["max_length"], "stride": meta.get("stride"),
                "dimensions": meta["dimensions"], "token_pooling": meta["token_pooling"],
-               "bytes_per_document": meta["bytes_per_document"], "seconds": round(seconds, 2)}
+               "residual_bits": meta.get("residual_bits"), "bytes_per_document": meta["bytes_per_document"],
+               "seconds": round(seconds, 2)}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(f"wrote {args.out}: {len(index)} documents, {meta['tokens']} token vectors of {meta['dimensions']} "
-              f"dimensions ({meta['dtype']}, token pooling {meta['token_pooling']}, {meta['centroids']} centroids), "
+              f"dimensions ({stored_as(meta)}, token pooling {meta['token_pooling']}, {meta['centroids']} centroids), "
               f"{meta['bytes_per_document']:.0f} bytes per document{', BM25' if meta['bm25'] else ''}, in "
               f"{seconds:.1f} s{stride_text(meta)}")
     return summary
+
+
+def stored_as(meta: dict[str, Any]) -> str:
+    """How the summary names a multivector index's storage of its token vectors."""
+    bits = meta.get("residual_bits")
+    return f"{bits}-bit residuals of their centroids" if bits else meta["dtype"]
 
 
 def stride_text(meta: dict[str, Any]) -> str:
@@ -447,6 +460,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
          "(default: truncate it)"),
         ("--token-pooling", int, 1, "F", "a ColBERT model's index: cluster each document's token vectors into 1/F "
          "as many (hierarchical, as PyLate's token pooling) (default: 1, none)"),
+        ("--residual-bits", int, None, "B", "a ColBERT model's index: store each token vector as its centroid's "
+         "code and its residual in B bits a dimension (1, 2 or 4; ColBERTv2's compression; about 16/B times "
+         "smaller) (default: float16 vectors)"),
         ("--add", bool, None, None, "append the corpus's documents to the index at --out (their ids must be new)"),
         ("--resume", bool, None, None, "finish an index whose build was cut off, from its first unfinished shard"),
         PROGRESS))

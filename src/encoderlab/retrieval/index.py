@@ -302,17 +302,21 @@ class Index:
 
     def rows(self, positions: np.ndarray) -> np.ndarray:
         """The float32 vectors (n, D) at index positions (n,), read from the memory-mapped shards."""
+        return self.gather(positions, lambda a: torch.from_numpy(np.asarray(a)).float().numpy())  # 3x numpy's cast
+
+    def gather(self, positions: np.ndarray, convert: Any) -> np.ndarray:
+        """The shards' rows at index positions (n,), each shard's through convert (rows -> an array), in order."""
         if not self._mapped:
             self._mapped = [np.load(self._path(name, ".npy"), mmap_mode="r") for name in self.shards]
             self._offsets = np.cumsum([0] + [len(m) for m in self._mapped])
-        as_float32 = lambda a: torch.from_numpy(np.asarray(a)).float().numpy()  # noqa: E731 (3x numpy's float16 cast)
-        if len(self._mapped) == 1:
-            return as_float32(self._mapped[0][positions])
+        if len(self._mapped) == 1 or not len(positions):
+            return convert(self._mapped[0][positions])
         shard = np.searchsorted(self._offsets, positions, side="right") - 1
-        out = np.empty((len(positions), self._mapped[0].shape[1]), dtype=np.float32)
-        for number in np.unique(shard):
-            mask = shard == number
-            out[mask] = as_float32(self._mapped[number][positions[mask] - self._offsets[number]])
+        parts = {n: convert(self._mapped[n][positions[shard == n] - self._offsets[n]]) for n in np.unique(shard)}
+        first = next(iter(parts.values()))
+        out = np.empty((len(positions), first.shape[1]), dtype=first.dtype)
+        for number, part in parts.items():
+            out[shard == number] = part
         return out
 
     def bm25(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -414,7 +418,7 @@ def check_resumable(folder: Path, previous: dict[str, Any], meta: dict[str, Any]
         raise InputError(f"--out {folder} holds a finished index: nothing to resume (--overwrite builds it again, "
                          f"--add appends documents)")
     keys = ("model", "pooling", "normalize", "dimensions", "max_length", "stride", "shard_size", "bm25", "ann",
-            "token_pooling", "dtype")  # the last two: a multivector index's
+            "token_pooling", "dtype", "residual_bits")  # the last three: a multivector index's
     differ = [key for key in keys if previous.get(key) != meta.get(key)]
     last, given = previous["sources"][-1], meta["sources"][0]
     differ += ["corpus"] if any(last[key] != given[key] for key in ("path", "bytes", "mtime")) else []

@@ -17,7 +17,15 @@ document by exact MaxSim (the reference the approximate search is measured again
 Token pooling (`token_pooling=F`): each document's token vectors are clustered hierarchically (Ward linkage) into
 about len/F clusters and each cluster is replaced by its mean, re-normalised: the index shrinks by F with little loss
 (Clavié, Chaffin and Adams 2024, "Reducing the Footprint of Multi-Vector Retrieval with Minimal Performance Impact via
-Token Pooling", arXiv:2409.14683; PyLate's and sentence-transformers' HierarchicalTokenPooling)."""
+Token Pooling", arXiv:2409.14683; PyLate's and sentence-transformers' HierarchicalTokenPooling).
+
+Residual compression (`residual_bits=B`, ColBERTv2's: Santhanam et al. 2022, "ColBERTv2: Effective and Efficient
+Retrieval via Lightweight Late Interaction", arXiv:2112.01488, section 3.3): once the centroids are made, each token
+vector is stored as its centroid's code (codes.npy) plus its residual (the vector minus that centroid) with every
+dimension cut to one of 2^B buckets, B bits a dimension instead of float16's 16. The buckets are ColBERTv2's: cutoffs
+at the residuals' 1/2^B, ..., (2^B-1)/2^B quantiles and each bucket's value the quantile at its middle, over every
+dimension of a sample of residuals together (buckets.npy). A shard then holds (tokens, dim * B / 8) bytes; exact
+MaxSim reads a token as its centroid plus its buckets' values, normalised again."""
 
 from __future__ import annotations
 
@@ -42,12 +50,14 @@ from encoderlab.retrieval.corpus import Document, scan
 from encoderlab.retrieval.distributed import join
 from encoderlab.retrieval.index import (DEPTH, SHARD_SIZE, VECTOR_KINDS, Index, check_resumable,
                                         write_shard)
-from encoderlab.retrieval.meta import (FORMAT, INDEX_FILE, MULTIVECTOR as KIND, OWN, SHARDS, fingerprint,
-                                       model_index_kind, read_meta, source, write_meta)
+from encoderlab.retrieval.meta import (FORMAT, INDEX_FILE, MULTIVECTOR as KIND, OWN, SHARDS, check_addable,
+                                       fingerprint, model_index_kind, read_meta, source, write_meta)
 from encoderlab.tasks.colbert import QUERY_LENGTH, TokenEncoder, load_colbert, padded
 from encoderlab.tokenizer import Tokenizer
 
-CENTROIDS, CODES = "centroids.npy", "codes.npy"
+CENTROIDS, CODES, BUCKETS = "centroids.npy", "codes.npy", "buckets.npy"
+RESIDUAL_BITS = (1, 2, 4)  # ColBERTv2's choices of bits a dimension
+RESIDUAL_SAMPLE = 65536  # token vectors whose residuals place the buckets
 OLD_GRAPH = "tokens.faiss"  # what the first multivector indexes searched (an HNSW graph over every token)
 KMEANS_ITERATIONS = 4  # the released ColBERT's kmeans_niters (ColBERTConfig): the codes only pick candidates
 KMEANS_SAMPLE = 256  # training vectors a centroid at most (faiss's max_points_per_centroid default)
@@ -101,6 +111,59 @@ def nearest(vectors: np.ndarray, centroids: np.ndarray, chunk: int = 65536) -> n
                            for i in range(0, len(vectors), chunk)] or [np.zeros(0, np.int64)])
 
 
+def residual_buckets(residuals: np.ndarray, bits: int) -> np.ndarray:
+    """(2, 2^bits) float32 from a sample of residuals (any shape): row 0 the cutoffs between neighbouring buckets
+    (+inf last), row 1 each bucket's value (ColBERTv2's quantiles, over every dimension at once)."""
+    levels = 2 ** bits
+    cutoffs = np.quantile(residuals, np.arange(1, levels) / levels)
+    values = np.quantile(residuals, (np.arange(levels) + 0.5) / levels)
+    return np.stack([np.append(cutoffs, np.inf), values]).astype(np.float32)
+
+
+def pack_residuals(residuals: np.ndarray, cutoffs: np.ndarray, bits: int) -> np.ndarray:
+    """(n, dim) residuals -> (n, dim * bits / 8) uint8: each dimension's bucket (below the first cutoff: 0), its bits
+    in order, a byte holding 8 / bits dimensions."""
+    buckets = np.searchsorted(cutoffs, residuals).astype(np.uint8)  # (n, dim), cutoffs without the last +inf
+    planes = (buckets[..., None] >> np.arange(bits, dtype=np.uint8)) & 1  # (n, dim, bits), low bit first
+    return np.packbits(planes.reshape(len(residuals), -1), axis=1)
+
+
+def byte_values(values: np.ndarray, bits: int) -> np.ndarray:
+    """(256, 8 / bits): the bucket values of the dimensions each byte of pack_residuals holds, so that
+    byte_values(...)[packed].reshape(n, dim) unpacks a shard's rows in one gather."""
+    planes = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).reshape(256, 8 // bits, bits)
+    return values[(planes << np.arange(bits, dtype=np.uint8)).sum(2)].astype(np.float32)
+
+
+def decompress(packed: np.ndarray, centroids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """(n, bytes) packed residuals of tokens whose centroids are (n, dim) -> (n, dim) unit float32 vectors, values
+    being byte_values' table."""
+    vectors = centroids + values[packed].reshape(len(packed), -1)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def compress_shards(folder: Path, names: list[str], centroids: np.ndarray, codes: np.ndarray, bits: int) -> None:
+    """Rewrite every shard still of float vectors as its tokens' packed residuals from their centroids. The buckets
+    are placed once, from a sample, and kept in buckets.npy, so that a compression cut off finishes with the same
+    ones (a shard already of bytes is left as it is)."""
+    shards = [np.load(folder / SHARDS / f"{name}.npy", mmap_mode="r") for name in names]
+    starts = np.cumsum([0] + [len(m) for m in shards])
+    if not (folder / BUCKETS).is_file():
+        chosen = np.sort(np.random.default_rng(0).choice(starts[-1], min(starts[-1], RESIDUAL_SAMPLE), replace=False))
+        residuals = sample_rows(shards, chosen) - centroids[codes[chosen]]
+        atomic_write(folder / BUCKETS, lambda tmp: save_array(tmp, residual_buckets(residuals, bits)))
+    cutoffs = np.load(folder / BUCKETS)[0, :-1]
+    for name, shard, start in zip(names, shards, starts):
+        if shard.dtype == np.uint8:
+            continue
+        pieces = []
+        for i in range(0, len(shard), RESIDUAL_SAMPLE):
+            rows = np.asarray(shard[i:i + RESIDUAL_SAMPLE], np.float32)
+            pieces.append(pack_residuals(rows - centroids[codes[start + i:start + i + len(rows)]], cutoffs, bits))
+        packed = np.concatenate(pieces) if pieces else np.zeros((0, shard.shape[1] * bits // 8), np.uint8)
+        atomic_write(folder / SHARDS / f"{name}.npy", lambda tmp, rows=packed: save_array(tmp, rows))
+
+
 def pooled_maxsim(products, offsets: np.ndarray, pool: np.ndarray) -> np.ndarray:
     """MaxSim of one query with the documents `pool` (positions, ascending), the token rows of document i being
     offsets[i]:offsets[i+1]: products(rows) gives the query tokens' (S, len(rows)) products with those rows. One
@@ -119,6 +182,13 @@ def centroid_maxsim(sims: np.ndarray, codes: np.ndarray, offsets: np.ndarray, po
     """pooled_maxsim with every document token replaced by its centroid: sims (S, C) the query tokens' products with
     the centroids, codes (tokens,) each token's centroid (PLAID's centroid interaction)."""
     return pooled_maxsim(lambda rows: sims[:, codes[rows]], offsets, pool)
+
+
+def check_residual_bits(bits: int | None, dim: int) -> None:
+    """InputError unless bits is None or one of RESIDUAL_BITS that packs a dim-wide vector into whole bytes."""
+    if bits is not None and (bits not in RESIDUAL_BITS or dim * bits % 8):
+        raise InputError(f"--residual-bits {bits}: expected one of {', '.join(map(str, RESIDUAL_BITS))}, with the "
+                         f"token vectors' {dim} dimensions times the bits a multiple of 8")
 
 
 class Encoder:
@@ -181,17 +251,19 @@ class MultiVectorIndex(Index):
         counts = [np.diff(np.load(self._path(name, ".offsets"))) for name in self.shards]
         self.offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))]) if counts else np.zeros(1, np.int64)
         self._structures = None
+        self._values: np.ndarray | None = None  # a compressed index's byte -> bucket values table (byte_values)
 
     @classmethod
     def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
               token_pooling: int = 1, shard_size: int = SHARD_SIZE, overwrite: bool = False, resume: bool = False,
               progress: bool = True, dtype: str = "float16", batch_size: int = 32, device: str | None = None,
               bm25: bool = False, max_length: int | None = None, stride: int | None = None,
-              **_: Any) -> MultiVectorIndex:
+              residual_bits: int | None = None, **_: Any) -> MultiVectorIndex:
         """Index a corpus with a ColBERT folder's token vectors (float16 or float32), pooled by token_pooling, and
         a BM25 index beside them if asked (for modes bm25 and hybrid); max_length, stride: the documents' window
-        and how a longer one is read (Encoder's); resume: finish a build of the same model, corpus and settings
-        that was cut off (as Index.build's)."""
+        and how a longer one is read (Encoder's); residual_bits: store each token as its centroid's code and its
+        residual in that many bits a dimension (ColBERTv2's compression; None: the vectors as they are); resume:
+        finish a build of the same model, corpus and settings that was cut off (as Index.build's)."""
         folder = Path(folder)
         check_out_folder(folder, overwrite, resume, own=OWN if resume else (), inputs=[corpus])
         if token_pooling < 1 or shard_size < 1 or dtype not in ("float16", "float32"):
@@ -199,12 +271,14 @@ class MultiVectorIndex(Index):
                              f"positive numbers and float16 or float32")
         count = scan(corpus)
         encoder = Encoder(model, token_pooling, batch_size, device, max_length, stride)
+        check_residual_bits(residual_bits, encoder.dim)
         meta = {"format": FORMAT, "kind": KIND, "complete": False,
                 "model": {"name": str(model), "path": str(resolve_model_path(model).resolve()),
                           "fingerprint": fingerprint(model)},
                 "dimensions": encoder.dim, "max_length": encoder.tokens.max_length, "stride": stride,
                 "query_length": QUERY_LENGTH,
                 "similarity": "maxsim", "dtype": dtype, "token_pooling": token_pooling, "shard_size": shard_size,
+                "residual_bits": residual_bits,
                 "bm25": bm25, "ann": None, "count": 0, "sources": [source(corpus, 0) | {"documents": count}],
                 "text": "title + ' ' + text"}
         if resume and (folder / INDEX_FILE).is_file():
@@ -229,13 +303,19 @@ class MultiVectorIndex(Index):
         bytes the index takes per document (vectors, offsets, centroids and codes)."""
         shards = [np.load(folder / SHARDS / f"{name}.npy", mmap_mode="r") for name in names]
         tokens = sum(len(m) for m in shards)
-        centroids = kmeans(shards, partitions(tokens))
-        codes = np.concatenate([nearest(m, centroids) for m in shards]).astype(np.int32)
-        atomic_write(folder / CENTROIDS, lambda tmp: save_array(tmp, centroids))
-        atomic_write(folder / CODES, lambda tmp: save_array(tmp, codes))
+        if (folder / BUCKETS).is_file():  # a compression was cut off: its centroids and codes are final
+            centroids, codes = np.load(folder / CENTROIDS), np.load(folder / CODES)
+        else:
+            centroids = kmeans(shards, partitions(tokens))
+            codes = np.concatenate([nearest(m, centroids) for m in shards]).astype(np.int32)
+            atomic_write(folder / CENTROIDS, lambda tmp: save_array(tmp, centroids))
+            atomic_write(folder / CODES, lambda tmp: save_array(tmp, codes))
+        if meta.get("residual_bits"):
+            compress_shards(folder, names, centroids, codes, meta["residual_bits"])
         (folder / OLD_GRAPH).unlink(missing_ok=True)  # an --add or --resume of an index of the first layout
         stored = sum((folder / SHARDS / f"{n}{s}").stat().st_size for n in names for s in (".npy", ".offsets"))
-        stored += sum((folder / f).stat().st_size for f in (CENTROIDS, CODES))
+        stored += sum(path.stat().st_size for path in (folder / CENTROIDS, folder / CODES, folder / BUCKETS)
+                      if path.is_file())
         meta["tokens"], meta["centroids"] = tokens, len(centroids)
         meta["bytes_per_document"] = round(stored / max(meta["count"], 1), 1)
 
@@ -261,6 +341,23 @@ class MultiVectorIndex(Index):
             lists = [np.unique(owner[order[a:b]]) for a, b in zip(starts[:-1], starts[1:])]
             self._structures = centroids, codes, lists
         return self._structures
+
+    def rows(self, positions: np.ndarray) -> np.ndarray:
+        """The float32 token vectors at index positions (n,): as stored, or, in a compressed index, each its
+        centroid plus its residual's bucket values, normalised again."""
+        bits = self.meta.get("residual_bits")
+        if not bits:
+            return super().rows(positions)
+        centroids, codes, _ = self.structures()
+        if self._values is None:
+            self._values = byte_values(np.load(self.folder / BUCKETS)[1], bits)
+        return decompress(self.gather(positions, np.asarray), centroids[codes[positions]], self._values)
+
+    def add(self, corpus: str | os.PathLike, progress: bool = True, ranks: Any = None) -> int:
+        """As Index.add; InputError for a compressed index, whose residuals belong to its centroids (new documents
+        would move them)."""
+        check_addable(self.folder, self.meta)
+        return super().add(corpus, progress, ranks)
 
     def candidates(self, query: np.ndarray, probe: int, keep: int) -> np.ndarray:
         """A query's (S, dim) candidates (positions, ascending): the documents owning a token of each query token's
