@@ -137,9 +137,11 @@ def byte_values(values: np.ndarray, bits: int) -> np.ndarray:
 
 def decompress(packed: np.ndarray, centroids: np.ndarray, values: np.ndarray) -> np.ndarray:
     """(n, bytes) packed residuals of tokens whose centroids are (n, dim) -> (n, dim) unit float32 vectors, values
-    being byte_values' table."""
-    vectors = centroids + values[packed].reshape(len(packed), -1)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    being byte_values' table; centroids (a fresh array) becomes the result."""
+    vectors = torch.from_numpy(centroids)
+    vectors += torch.from_numpy(np.take(values, packed, axis=0)).reshape(len(packed), -1)  # 4x numpy's [packed]
+    vectors /= torch.linalg.vector_norm(vectors, dim=1, keepdim=True)
+    return vectors.numpy()
 
 
 def compress_shards(folder: Path, names: list[str], centroids: np.ndarray, codes: np.ndarray, bits: int) -> None:
@@ -351,7 +353,8 @@ class MultiVectorIndex(Index):
         centroids, codes, _ = self.structures()
         if self._values is None:
             self._values = byte_values(np.load(self.folder / BUCKETS)[1], bits)
-        return decompress(self.gather(positions, np.asarray), centroids[codes[positions]], self._values)
+        return decompress(self.gather(positions, np.asarray), np.take(centroids, codes[positions], axis=0),
+                          self._values)
 
     def add(self, corpus: str | os.PathLike, progress: bool = True, ranks: Any = None) -> int:
         """As Index.add; InputError for a compressed index, whose residuals belong to its centroids (new documents
