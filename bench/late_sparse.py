@@ -6,12 +6,14 @@ The training data is scripts/retrieval_pairs.py's `squad` file: the training art
 and one hard negative each mined by minilm (answer-holding paragraphs skipped). All three commands read it with the
 same --train, --max-train, --epochs, --batch-size, --max-length, --lr and --seed (TRAINING below). Each model then
 indexes the SQuAD part A BEIR folder (scripts/squad_beir.py) with `encoderlab index` (the folder's task.json picks
-the kind: dense, multivector or sparse); BM25 is `index --bm25` on the bi-encoder's index. Figures, all through the
+the kind: dense, multivector or sparse); BM25 is `index --bm25` on the bi-encoder's index, and colbert-2bit is
+ColBERT's model indexed with `--residual-bits 2` (ColBERTv2's compression). Figures, all through the
 CLI (`evaluate retrieval --json`, `--fuse` for dense + SPLADE with the default fusion, the weighted sum of z-scores
 that bench/retrieval.py picked for dense + BM25):
 - MRR@10 and nDCG@10 (and Recall@10/100) on qrels/test.tsv, the held-out articles' questions, for BM25, the
-  bi-encoder, ColBERT, SPLADE, the inference-free SPLADE (`--inference-free`: queries are a learned token-weight
-  table), the dense + SPLADE fusions, and the bi-encoder and ColBERT each fused with BM25 (`--mode hybrid`);
+  bi-encoder, ColBERT (float16, and in 2-bit residuals), SPLADE, the inference-free SPLADE (`--inference-free`:
+  queries are a learned token-weight table), the dense + SPLADE fusions, and the bi-encoder and ColBERT each fused
+  with BM25 (`--mode hybrid`);
 - CPU query latency, one thread, one query at a time: p50 of a whole search (encode + search) through the index the
   `search` command opens, p50 of our query encoding alone, and p50 of sentence-transformers' query encoding
   (SentenceTransformer, MultiVectorEncoder, SparseEncoder loading the same folders, encoding the same queries);
@@ -71,8 +73,12 @@ from encoderlab.retrieval.corpus import read_qrels, read_queries  # noqa: E402
 from encoderlab.retrieval.meta import BM25, INDEX_FILE  # noqa: E402
 
 CACHE = Path(os.environ.get("LATE_SPARSE_CACHE", "/work/cache/late_sparse"))
-CONTENDERS = ("bm25", "dense", "colbert", "splade", "splade-free")
-ORDER = ("dense", "bm25", "colbert", "splade", "splade-free")  # BM25 searches the bi-encoder's index (`index --bm25`)
+CONTENDERS = ("bm25", "dense", "colbert", "colbert-2bit", "splade", "splade-free")
+ORDER = ("dense", "bm25", "colbert", "colbert-2bit", "splade", "splade-free")  # BM25 searches dense's index
+# Contenders that search another one's model through an index of their own, built with these `index` flags:
+# BM25 (`index --bm25` beside the bi-encoder's vectors) and ColBERT's index in ColBERTv2's 2-bit residuals
+MODEL_OF = {"bm25": "dense", "colbert-2bit": "colbert"}
+INDEX_FLAGS = {"colbert-2bit": ["--residual-bits=2"]}
 # What each model is fine-tuned from, and the command (a missing one stops the bench)
 BASE = {"dense": ("embed", "minilm"), "colbert": ("colbert", "minilm"), "splade": ("splade", "encoderlab-fill-mask"),
         "splade-free": ("splade", "encoderlab-fill-mask")}
@@ -157,14 +163,14 @@ def train(name: str, base: str, data: Path, folder: Path, mode: str) -> dict[str
 
 
 def build_index(model: Path, trained: dict[str, Any], corpus: Path, folder: Path, bm25: bool,
-                window: int | None) -> dict[str, Any]:
+                window: int | None, flags: list[str]) -> dict[str, Any]:
     """`encoderlab index` of `corpus` with `model` (cached, made again when the model was trained again), the
-    documents read in `window` tokens (None: the model's own)."""
+    documents read in `window` tokens (None: the model's own), with `flags` besides."""
     settings = {"model": str(model), "trained": trained, "corpus": str(corpus), "bm25": bm25} | (
-        {"max_length": window} if window else {})
+        {"max_length": window} if window else {}) | ({"flags": flags} if flags else {})
     return cached(folder, settings, lambda out: run_cli(
         "index", "--model", model, "--corpus", corpus, "--out", out, *(["--bm25"] if bm25 else []), "--overwrite",
-        *([f"--max-length={window}"] if window else []), "--no-progress", "--json"))
+        *([f"--max-length={window}"] if window else []), *flags, "--no-progress", "--json"))
 
 
 def folder_bytes(folder: Path) -> int:
@@ -259,10 +265,11 @@ def speed_and_interop(name: str, model: Path | None, index: Path, texts: list[st
         calls = {"search_ms_p50": lambda q: searcher.search(q, 10, **options)}
         if name == "bm25":
             return p50_ms(calls, texts)
-        encoder, theirs = searcher.embedder, their_encoder(name, model)
+        kind = MODEL_OF.get(name, name)
+        encoder, theirs = searcher.embedder, their_encoder(kind, model)
         calls |= {"encode_ms_p50": lambda q: our_vectors(encoder, q),
-                  "sentence_transformers_encode_ms_p50": lambda q: their_vectors(name, theirs, q)}
-        return p50_ms(calls, texts) | {"interop_max_abs_diff": interop(name, encoder, theirs,
+                  "sentence_transformers_encode_ms_p50": lambda q: their_vectors(kind, theirs, q)}
+        return p50_ms(calls, texts) | {"interop_max_abs_diff": interop(kind, encoder, theirs,
                                                                         texts[:INTEROP_QUERIES])}
     finally:
         torch.set_num_threads(threads)
@@ -311,16 +318,17 @@ def inputs(mode: str, scratch: Path) -> tuple[Path, Path, dict[str, str]]:
 def contender(name: str, mode: str, work: Path, data: Path, train_file: Path, bases: dict[str, str],
               texts: list[str]) -> dict[str, Any]:
     """Train (but BM25), index, score and time one contender; its figures."""
-    model = work / "dense" if name == "bm25" else work / name
-    trained = train("dense" if name == "bm25" else name, bases["dense" if name == "bm25" else name], train_file,
-                    model, mode)
+    kind = MODEL_OF.get(name, name)
+    model = work / kind
+    trained = train(kind, bases[kind], train_file, model, mode)
     index = work / "index-dense" if name in ("bm25", "dense") else work / f"index-{name}"
     record = {k: trained[k] for k in ("settings", "seconds")}
     made = build_index(model, record, data / "corpus.jsonl", index, bm25=name in ("bm25", *HYBRID),
-                       window=INDEX_WINDOW[mode])
+                       window=INDEX_WINDOW[mode], flags=INDEX_FLAGS.get(name, []))
     metrics = evaluate(index, data, "bm25" if name == "bm25" else "dense", work / f"{name}.run")
-    return {"base": bases.get(name, "BM25 (bm25s)"), "metrics": metrics, "index_bytes": index_bytes(index, name),
-            "index_seconds": made["seconds"], "train_seconds": None if name == "bm25" else trained["seconds"],
+    return {"base": "BM25 (bm25s)" if name == "bm25" else bases[kind], "metrics": metrics,
+            "index_bytes": index_bytes(index, name), "index_seconds": made["seconds"],
+            "train_seconds": None if name == "bm25" else trained["seconds"],
             "trained_now": not trained["cached"]} | speed_and_interop(name, model, index, texts)
 
 
@@ -329,13 +337,14 @@ def contenders(only: str) -> list[str]:
     asked = {n.strip() for n in only.split(",") if n.strip()}
     if not asked or not asked <= set(CONTENDERS):
         raise SystemExit(f"--only {only}: expected names among {', '.join(CONTENDERS)}")
-    return [n for n in ORDER if n in asked or (n == "dense" and "bm25" in asked)]
+    return [n for n in ORDER if n in asked or n in {MODEL_OF[a] for a in asked if a in MODEL_OF}]
 
 
 def main() -> None:
     cli = parser(__doc__, "100 paragraphs and their held-out questions, 64 training rows: that it runs")
     cli.add_argument("--only", default=",".join(CONTENDERS), help=f"contenders, comma-separated, of "
-                     f"{', '.join(CONTENDERS)} (default: all; bm25 needs dense's index, made with it)")
+                     f"{', '.join(CONTENDERS)} (default: all; bm25 and colbert-2bit bring dense and colbert, whose "
+                     f"models they search)")
     cli.add_argument("--max-train", type=int, metavar="N", help="training rows for every model (default: all; "
                      "--quick 64)")
     cli.add_argument("--index-window", type=int, metavar="T", help="tokens each model reads of a document when "

@@ -311,7 +311,8 @@ def test_compressed_tokens_come_back_closer_with_more_bits(tmp_path):
 def test_residual_compression_shrinks_the_index_and_keeps_its_ranking(tiny, tiny_colbert, tmp_path, capsys):
     """`index --residual-bits B` stores each token as its centroid's code and B bits a dimension: the shards shrink
     16/B times, a compressed token is close to the vector it stands for, and the search ranks first what the full
-    index does; the index takes no --add, and a dense model's index takes no --residual-bits (exit 2, nothing written)."""
+    index does; the index takes no --add, and a dense model's index takes no --residual-bits (exit 2, nothing
+    written)."""
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(CORPUS)))
     command = ["index", "--model", str(tiny_colbert), "--corpus", str(corpus), "--shard-size", "10", "--no-progress",
