@@ -331,6 +331,8 @@ def test_residual_compression_shrinks_the_index_and_keeps_its_ranking(tiny, tiny
     queries = ["where does anna live ?", "who lives in oslo ?"]
     for want, got in zip(full.search(queries, top_k=3, exact=True), four.search(queries, top_k=3, exact=True)):
         assert got[0]["id"] == want[0]["id"]
+    assert main(["search", "--index", str(tmp_path / "four"), queries[0], "--top-k", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["hits"][0]["id"] == full.search(queries[0], top_k=1)[0][0]["id"]
     assert main([*command, "--out", str(tmp_path / "four"), "--add"]) == 2
     assert "--residual-bits 4" in capsys.readouterr().err
     assert main([*command, "--out", str(tmp_path / "three"), "--residual-bits", "3"]) == 2
