@@ -4,12 +4,12 @@ trained on the same data with the same steps, indexed and scored on the held-out
 
 The training data is scripts/retrieval_pairs.py's `squad` file: the training articles' questions, their paragraphs,
 and one hard negative each mined by minilm (answer-holding paragraphs skipped). All three commands read it with the
-same --train, --max-train, --epochs, --batch-size, --max-length, --lr and --seed (TRAINING below). Each model then
-indexes the SQuAD part A BEIR folder (scripts/squad_beir.py) with `encoderlab index` (the folder's task.json picks
-the kind: dense, multivector or sparse); BM25 is `index --bm25` on the bi-encoder's index, and colbert-2bit is
-ColBERT's model indexed with `--residual-bits 2` (ColBERTv2's compression). Figures, all through the
-CLI (`evaluate retrieval --json`, `--fuse` for dense + SPLADE with the default fusion, the weighted sum of z-scores
-that bench/retrieval.py picked for dense + BM25):
+same --train, --max-train, --epochs, --batch-size, --max-length, --lr and --seed (TRAINING below; the full SPLADE
+takes its own --lr, LR below). Each model then indexes the SQuAD part A BEIR folder (scripts/squad_beir.py) with
+`encoderlab index` (the folder's task.json picks the kind: dense, multivector or sparse); BM25 is `index --bm25` on
+the bi-encoder's index, and colbert-2bit is ColBERT's model indexed with `--residual-bits 2` (ColBERTv2's
+compression). Figures, all through the CLI (`evaluate retrieval --json`, `--fuse` for dense + SPLADE with the
+default fusion, the weighted sum of z-scores that bench/retrieval.py picked for dense + BM25):
 - MRR@10 and nDCG@10 (and Recall@10/100) on qrels/test.tsv, the held-out articles' questions, for BM25, the
   bi-encoder, ColBERT (float16, and in 2-bit residuals), SPLADE, the inference-free SPLADE (`--inference-free`:
   queries are a learned token-weight table), the dense + SPLADE fusions, and the bi-encoder and ColBERT each fused
@@ -87,6 +87,11 @@ BASE = {"dense": ("embed", "minilm"), "colbert": ("colbert", "minilm"), "splade"
 # 3e-5, which scored 5.8 nDCG@10 points above the default's 6e-4 here, at 7.7x the index (docs/sparse.md).
 FLAGS = {"splade": [f"--query-flops={QUERY_FLOPS:g}", f"--document-flops={DOCUMENT_FLOPS:g}"],
          "splade-free": ["--inference-free", "--document-flops=3e-05"]}
+# A learning rate of its own: the full SPLADE starts from a masked LM whose log-saturated logits give every query and
+# document thousands of shared terms (a first batch's loss of 940, against 1.3 for the inference-free one, whose
+# queries start as IDF): at 5e-5 it spent a third of its 163 steps bringing that down and scored 0.701 nDCG@10 at 512
+# tokens; at 2e-4, 0.784 (docs/sparse.md). --smoke's tiny models all keep its 1e-3.
+LR = {"splade": 2e-4}
 SPARSE = ("splade", "splade-free")
 HYBRID = ("dense", "colbert")  # indexed with BM25 beside them (`index --bm25`): `--mode hybrid` fuses the two
 # The same for every model: training rows (None: all), epochs, batch size, tokens, learning rate (the top of BERT's
@@ -153,7 +158,7 @@ def cached(folder: Path, settings: dict[str, Any], make) -> dict[str, Any]:
 
 def train(name: str, base: str, data: Path, folder: Path, mode: str) -> dict[str, Any]:
     """Fine-tune `base` as `name` on `data` with TRAINING[mode] (cached)."""
-    options = TRAINING[mode]
+    options = TRAINING[mode] | ({"lr": LR[name]} if name in LR and mode != "smoke" else {})
     flags = [f"--{key.replace('_', '-')}={value}" for key, value in options.items()] + FLAGS.get(name, [])
     settings = {"command": ["finetune", BASE[name][0], *FLAGS.get(name, [])], "model": base, "train": str(data),
                 **options}
@@ -369,7 +374,8 @@ def main() -> None:
         figures: dict[str, Any] = {
             "data": "synthetic" if mode == "smoke" else "SQuAD v1.1 part A as BEIR (scripts/squad_beir.py), "
             "qrels/test.tsv", "documents": sum(1 for _ in open(data / "corpus.jsonl")), "queries": len(qrels),
-            "training": TRAINING[mode] | {"file": "synthetic" if mode == "smoke" else str(train_file), "rows": rows},
+            "training": TRAINING[mode] | {"file": "synthetic" if mode == "smoke" else str(train_file), "rows": rows,
+                                          "lr_of": {} if mode == "smoke" else LR},
             "threads": torch.get_num_threads(), "latency_queries": len(texts), "index_window": INDEX_WINDOW[mode]}
         for name in names:
             figures[name] = contender(name, mode, work, data, train_file, bases, texts)
