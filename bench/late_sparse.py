@@ -87,10 +87,10 @@ BASE = {"dense": ("embed", "minilm"), "colbert": ("colbert", "minilm"), "splade"
 # 3e-5, which scored 5.8 nDCG@10 points above the default's 6e-4 here, at 7.7x the index (docs/sparse.md).
 FLAGS = {"splade": [f"--query-flops={QUERY_FLOPS:g}", f"--document-flops={DOCUMENT_FLOPS:g}"],
          "splade-free": ["--inference-free", "--document-flops=3e-05"]}
-# A learning rate of its own: the full SPLADE starts from a masked LM whose log-saturated logits give every query and
-# document thousands of shared terms (a first batch's loss of 940, against 1.3 for the inference-free one, whose
-# queries start as IDF): at 5e-5 it spent a third of its 163 steps bringing that down and scored 0.701 nDCG@10 at 512
-# tokens; at 2e-4, 0.784 (docs/sparse.md). --smoke's tiny models all keep its 1e-3.
+# A learning rate of its own: the full SPLADE starts from a masked LM whose log-saturated logits every query and
+# document share in large part (a first batch's loss of 940, against 1.3 for the inference-free one, whose queries
+# start as IDF): at 5e-5 it spent 59 of its 163 steps bringing that under 3 and scored 0.701 nDCG@10 at 512 tokens;
+# at 2e-4, 24 steps and 0.784 (docs/retrieval.md). --smoke's tiny models all keep its 1e-3.
 LR = {"splade": 2e-4}
 SPARSE = ("splade", "splade-free")
 HYBRID = ("dense", "colbert")  # indexed with BM25 beside them (`index --bm25`): `--mode hybrid` fuses the two
