@@ -149,14 +149,16 @@ def check_fill_mask_goal_is_the_mean_over_seeds(payload: dict) -> None:
 
 def test_late_sparse_bench_runs_the_contenders_asked_for() -> None:
     """--only bm25: BM25 and the bi-encoder whose index holds it, neither ColBERT nor SPLADE (nor their commands);
-    the smoke run above runs every contender through the same list."""
+    --only colbert-2bit: ColBERT's model too; the smoke run above runs every contender through the same list."""
     sys.path.insert(0, str(ROOT / "bench"))
     import late_sparse
 
     assert late_sparse.contenders("bm25") == ["dense", "bm25"]
     assert late_sparse.contenders(" splade,colbert ") == ["colbert", "splade"]
-    assert late_sparse.contenders("bm25,dense,colbert,splade,splade-free") == list(late_sparse.ORDER)
+    assert late_sparse.contenders("colbert-2bit") == ["colbert", "colbert-2bit"]
+    assert late_sparse.contenders("bm25,dense,colbert,colbert-2bit,splade,splade-free") == list(late_sparse.ORDER)
     assert late_sparse.contenders("splade-free,bm25") == ["dense", "bm25", "splade-free"]
     for bad in ("", "bm25,sparse"):
-        with pytest.raises(SystemExit, match="expected names among bm25, dense, colbert, splade, splade-free"):
+        with pytest.raises(SystemExit, match="expected names among bm25, dense, colbert, colbert-2bit, splade, "
+                                             "splade-free"):
             late_sparse.contenders(bad)

@@ -61,12 +61,12 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
         ann_settings(args, 8)
     if args.token_pooling < 1:
         raise InputError(f"--token-pooling {args.token_pooling}: expected a positive factor (1: no pooling)")
-    count = scan(args.corpus)
+    count = scan(args.corpus)  # a bad line, a duplicate id or an empty corpus: refused before the model loads
     if model_index_kind(args.model) == MULTIVECTOR:
         return index_multivector(args, count)
     if args.residual_bits is not None:
         raise InputError(f"--residual-bits {args.residual_bits}: --model {args.model} makes one vector a document; "
-                         f"residual compression is a ColBERT model's index's (--quantize int8 or binary for this one)")  # a bad line, a duplicate id or an empty corpus: refused before the model loads
+                         f"residual compression is a ColBERT model's index's (--quantize int8 or binary for this one)")
     from encoderlab.engine import check_stride
     from encoderlab.retrieval.distributed import join
     from encoderlab.retrieval.index import Index
