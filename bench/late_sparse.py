@@ -89,8 +89,9 @@ FLAGS = {"splade": [f"--query-flops={QUERY_FLOPS:g}", f"--document-flops={DOCUME
          "splade-free": ["--inference-free", "--document-flops=3e-05"]}
 # A learning rate of its own: the full SPLADE starts from a masked LM whose log-saturated logits every query and
 # document share in large part (a first batch's loss of 940, against 1.3 for the inference-free one, whose queries
-# start as IDF): at 5e-5 it spent 59 of its 163 steps bringing that under 3 and scored 0.701 nDCG@10 at 512 tokens;
-# at 2e-4, 24 steps and 0.784 (docs/retrieval.md). --smoke's tiny models all keep its 1e-3.
+# start as IDF): at 5e-5 it spent 59 of its 163 steps bringing that under 3 and scored 0.701 nDCG@10 at 512 tokens
+# (bench/results/late_sparse_lr5e-5.json); at 2e-4, 24 steps and 0.784 (docs/retrieval.md). --smoke's tiny models
+# all keep its 1e-3.
 LR = {"splade": 2e-4}
 SPARSE = ("splade", "splade-free")
 HYBRID = ("dense", "colbert")  # indexed with BM25 beside them (`index --bm25`): `--mode hybrid` fuses the two

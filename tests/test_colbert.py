@@ -335,6 +335,11 @@ def test_residual_compression_shrinks_the_index_and_keeps_its_ranking(tiny, tiny
     assert json.loads(capsys.readouterr().out)[0]["hits"][0]["id"] == full.search(queries[0], top_k=1)[0][0]["id"]
     assert main([*command, "--out", str(tmp_path / "four"), "--add"]) == 2
     assert "--residual-bits 4" in capsys.readouterr().err
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"_id": "new", "text": CORPUS[0]}) + "\n")
+    assert main([*command[:3], "--corpus", str(more), "--out", str(tmp_path / "full"), "--add", "--residual-bits",
+                 "2"]) == 2  # an --add keeps the index's float16 vectors: the flag is refused, not ignored
+    assert "--add keeps the index's storage" in capsys.readouterr().err and len(MultiVectorIndex(full.folder)) == 32
     assert main([*command, "--out", str(tmp_path / "three"), "--residual-bits", "3"]) == 2
     assert "--residual-bits 3" in capsys.readouterr().err and not (tmp_path / "three" / "index.json").exists()
     assert main(["index", "--model", str(tiny), "--corpus", str(corpus), "--out", str(tmp_path / "dense"),

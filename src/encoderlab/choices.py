@@ -39,9 +39,10 @@ BILSTM = "bilstm"  # `finetune classify --model bilstm`: the baseline trained fr
 # splade's FLOPS peak weights for queries and documents: NAVER's SPLADE-max trained from a plain masked LM
 # (distilbert-base-uncased: lambda_q 8e-4, lambda_d 6e-4; europe.naverlabs.com/research/machine-learning-and-
 # optimization/splade-models); queries weigh more (SPLADE v2, arXiv:2109.10086, sec. 3), since every search pays for
-# each query term. On bench/late_sparse.py's 163 steps from encoderlab-fill-mask they halved the index against
-# sentence-transformers 6.2's example weights (5e-5, 3e-5) and lifted nDCG@10 from 0.633 to 0.701; the inference-free
-# model's index shrank 7.7x, its nDCG@10 falling from 0.890 to 0.833 (docs/sparse.md has both trade-offs).
+# each query term. On bench/late_sparse.py's 163 steps from encoderlab-fill-mask at lr 5e-5 they halved the index
+# against sentence-transformers 6.2's example weights (5e-5, 3e-5) and lifted nDCG@10 from 0.633 to 0.701 (bench/
+# results/late_sparse_5190.json, late_sparse_lr5e-5.json); the inference-free model's index shrank 7.7x, its
+# nDCG@10 falling from 0.890 to 0.833 (docs/sparse.md has both trade-offs).
 QUERY_FLOPS, DOCUMENT_FLOPS = 8e-4, 6e-4
 SHOWN_TERMS = 20  # terms `embed --sparse` prints per text (all with --json)
 
