@@ -311,8 +311,8 @@ def test_compressed_tokens_come_back_closer_with_more_bits(tmp_path):
 def test_residual_compression_shrinks_the_index_and_keeps_its_ranking(tiny, tiny_colbert, tmp_path, capsys):
     """`index --residual-bits B` stores each token as its centroid's code and B bits a dimension: the shards shrink
     16/B times, a compressed token is close to the vector it stands for, and the search ranks first what the full
-    index does; the index takes no --add, and a dense model's index takes no --residual-bits (exit 2, nothing
-    written)."""
+    index does; an --add to a float16 index refuses the flag, and a dense model's index takes no --residual-bits
+    (exit 2, nothing written)."""
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(CORPUS)))
     command = ["index", "--model", str(tiny_colbert), "--corpus", str(corpus), "--shard-size", "10", "--no-progress",
@@ -333,8 +333,6 @@ def test_residual_compression_shrinks_the_index_and_keeps_its_ranking(tiny, tiny
         assert got[0]["id"] == want[0]["id"]
     assert main(["search", "--index", str(tmp_path / "four"), queries[0], "--top-k", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["hits"][0]["id"] == full.search(queries[0], top_k=1)[0][0]["id"]
-    assert main([*command, "--out", str(tmp_path / "four"), "--add"]) == 2
-    assert "--residual-bits 4" in capsys.readouterr().err
     more = tmp_path / "more.jsonl"
     more.write_text(json.dumps({"_id": "new", "text": CORPUS[0]}) + "\n")
     assert main([*command[:3], "--corpus", str(more), "--out", str(tmp_path / "full"), "--add", "--residual-bits",
@@ -345,6 +343,67 @@ def test_residual_compression_shrinks_the_index_and_keeps_its_ranking(tiny, tiny
     assert main(["index", "--model", str(tiny), "--corpus", str(corpus), "--out", str(tmp_path / "dense"),
                  "--residual-bits", "2", "--no-progress"]) == 2
     assert "ColBERT" in capsys.readouterr().err and not (tmp_path / "dense" / "index.json").exists()
+
+
+def test_add_to_a_compressed_index_codes_the_new_tokens_against_its_centroids(tiny_colbert, tmp_path, capsys):
+    """`index --add` on a 4-bit index compresses the new documents against the centroids and buckets it has: the
+    shards it held are left as they were, every shard is bytes, each token has a code, a new document's tokens come
+    back close to their float16 vectors, and a search finds a new document as the float16 index of every document
+    does."""
+    def corpus(name: str, rows: range) -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"_id": f"d{i}", "text": CORPUS[i]}) + "\n" for i in rows))
+        return path
+
+    command = ["index", "--model", str(tiny_colbert), "--shard-size", "10", "--no-progress"]
+    assert main([*command, "--corpus", str(corpus("all.jsonl", range(32))), "--out", str(tmp_path / "full")]) == 0
+    assert main([*command, "--corpus", str(corpus("a.jsonl", range(20))), "--out", str(tmp_path / "two"),
+                 "--residual-bits", "4"]) == 0
+    two = tmp_path / "two"
+    before = {name: (two / name).read_bytes() for name in ("centroids.npy", "buckets.npy", "shards/00000.npy",
+                                                           "shards/00001.npy")}
+    codes = np.load(two / "codes.npy")
+    assert main([*command, "--corpus", str(corpus("b.jsonl", range(20, 32))), "--out", str(two), "--add"]) == 0
+    assert all((two / name).read_bytes() == data for name, data in before.items())
+    full, added = MultiVectorIndex(tmp_path / "full"), MultiVectorIndex(two)
+    assert len(added) == 32 and added.ids == full.ids and added.meta["complete"]
+    assert all(np.load(two / "shards" / f"{name}.npy").dtype == np.uint8 for name in added.shards)
+    new_codes = np.load(two / "codes.npy")
+    assert len(new_codes) == added.offsets[-1] and (new_codes[:len(codes)] == codes).all()
+    new = np.arange(full.offsets[20], full.offsets[-1])  # the added documents' tokens
+    assert (added.rows(new) * full.rows(new)).sum(1).min() > 0.85  # the tiny model's tokens are alike: see below
+    capsys.readouterr()
+    assert main(["search", "--index", str(two), CORPUS[25], "--top-k", "32", "--exact", "--json"]) == 0
+    assert {hit["id"] for hit in json.loads(capsys.readouterr().out)[0]["hits"]} == set(full.ids)
+
+
+def test_tokens_added_to_a_compressed_index_come_back_closer_than_their_centroids(tmp_path):
+    """build_structures after an --add's new float16 shard: the compressed shards and the buckets are kept, the new
+    tokens get their nearest centroids' codes, and their residuals bring them back nearer their originals than those
+    centroids are (the residuals of vectors the centroids were not fit to, packed with buckets placed before)."""
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(8, 16))
+    shards = [centres[rng.integers(0, 8, n)] + rng.normal(scale=0.4, size=(n, 16)) for n in (300, 212, 150)]
+    shards = [(s / np.linalg.norm(s, axis=1, keepdims=True)).astype(np.float32) for s in shards]
+    (tmp_path / "shards").mkdir()
+    for name, shard in zip(("00000", "00001", "00002"), shards):  # the third written after the first build
+        (tmp_path / "shards" / f"{name}.offsets").write_bytes(b"")  # (only their sizes are read here)
+    for name, shard in zip(("00000", "00001"), shards):
+        np.save(tmp_path / "shards" / f"{name}.npy", shard.astype(np.float16))
+    meta = {"residual_bits": 2, "count": 20}
+    MultiVectorIndex.build_structures(tmp_path, meta, ["00000", "00001"])
+    kept = {name: (tmp_path / name).read_bytes() for name in ("centroids.npy", "buckets.npy", "shards/00000.npy")}
+    np.save(tmp_path / "shards" / "00002.npy", shards[2].astype(np.float16))  # an --add's shard, float16 as written
+    meta["count"] = 30
+    MultiVectorIndex.build_structures(tmp_path, meta, ["00000", "00001", "00002"])
+    assert all((tmp_path / name).read_bytes() == data for name, data in kept.items())
+    centroids, codes = np.load(tmp_path / "centroids.npy"), np.load(tmp_path / "codes.npy")
+    assert len(codes) == 662 and (codes[512:] == nearest(shards[2], centroids)).all() and meta["tokens"] == 662
+    packed = np.load(tmp_path / "shards" / "00002.npy")
+    assert packed.dtype == np.uint8 and packed.shape == (150, 4)
+    back = decompress(packed, centroids[codes[512:]], byte_values(np.load(tmp_path / BUCKETS)[1], 2))
+    alone = (shards[2] * centroids[codes[512:]]).sum(1).mean()
+    assert 1 - (shards[2] * back).sum(1).mean() < 0.5 * (1 - alone)  # under half the cosine distance left
 
 
 def test_a_cut_off_compression_finishes_with_its_first_buckets(tiny_colbert, tmp_path, capsys):

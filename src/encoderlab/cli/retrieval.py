@@ -20,7 +20,7 @@ from encoderlab.retrieval.corpus import read_documents, read_qrels, read_queries
 from encoderlab.retrieval.fusion import (DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORMALISATION, NORMALISATIONS,
                                          RRF_K, fuse)
 from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX_FILE, MULTIVECTOR, OWN,
-                                       PIPELINE_OF_KIND, SHARDS, check_addable, check_model, index_bytes, index_kind,
+                                       PIPELINE_OF_KIND, SHARDS, check_model, index_bytes, index_kind,
                                        model_index_kind, query_settings, read_meta, require_complete)
 
 ANN_KINDS = ("hnsw",)  # encoderlab.retrieval.ann's, which loads faiss
@@ -48,7 +48,6 @@ def cmd_index(args: argparse.Namespace) -> dict[str, Any] | None:
         meta = read_meta(args.out)
         require_complete(args.out, meta)
         check_model(args.out, meta, args.model)
-        check_addable(args.out, meta)
         check_new_ids(args.corpus, Path(args.out))
         read_as_built(args, meta)
     else:
@@ -118,7 +117,8 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
     from encoderlab.retrieval.multivector import Encoder, MultiVectorIndex
 
     started = time.perf_counter()
-    if args.add:  # the new shards, then the centroids and codes again over every shard
+    if args.add:  # the new shards, then the centroids and codes again over every shard (a compressed index: the
+        # new tokens' codes against its centroids, and their residuals)
         meta = read_meta(args.out)
         if args.residual_bits is not None:
             raise InputError(f"--residual-bits {args.residual_bits}: --add keeps the index's storage (leave it out)")

@@ -100,15 +100,6 @@ def require_complete(folder: str | os.PathLike, meta: dict[str, Any]) -> None:
                          f"--resume to complete it")
 
 
-def check_addable(folder: str | os.PathLike, meta: dict[str, Any]) -> None:
-    """InputError for an index that takes no new documents: a compressed multivector one, whose residuals belong
-    to its centroids (new documents would move them)."""
-    if meta.get("residual_bits"):
-        raise InputError(f"{folder} was built with --residual-bits {meta['residual_bits']}: its token vectors are "
-                         f"residuals of its centroids, so it takes no --add; build it again over every document "
-                         f"(encoderlab index ... --overwrite)")
-
-
 def model_index_kind(model: str | os.PathLike) -> str:
     """The index kind a model's vectors make, by its task.json: sparse for SPLADE, multivector for ColBERT, else
     dense."""

@@ -25,7 +25,10 @@ vector is stored as its centroid's code (codes.npy) plus its residual (the vecto
 dimension cut to one of 2^B buckets, B bits a dimension instead of float16's 16. The buckets are ColBERTv2's: cutoffs
 at the residuals' 1/2^B, ..., (2^B-1)/2^B quantiles and each bucket's value the quantile at its middle, over every
 dimension of a sample of residuals together (buckets.npy). A shard then holds (tokens, dim * B / 8) bytes; exact
-MaxSim reads a token as its centroid plus its buckets' values, normalised again."""
+MaxSim reads a token as its centroid plus its buckets' values, normalised again. An --add codes and compresses the new
+documents' tokens against the centroids and buckets the index has: a float16 index makes its centroids again over
+every token, but a compressed one has kept no float vectors to make them from. Centroids fit to the first documents
+serve text like them; after adding much unlike text, build again (--overwrite)."""
 
 from __future__ import annotations
 
@@ -50,8 +53,8 @@ from encoderlab.retrieval.corpus import Document, scan
 from encoderlab.retrieval.distributed import join
 from encoderlab.retrieval.index import (DEPTH, SHARD_SIZE, VECTOR_KINDS, Index, check_resumable,
                                         write_shard)
-from encoderlab.retrieval.meta import (FORMAT, INDEX_FILE, MULTIVECTOR as KIND, OWN, SHARDS, check_addable,
-                                       fingerprint, model_index_kind, read_meta, source, write_meta)
+from encoderlab.retrieval.meta import (FORMAT, INDEX_FILE, MULTIVECTOR as KIND, OWN, SHARDS, fingerprint,
+                                       model_index_kind, read_meta, source, write_meta)
 from encoderlab.tasks.colbert import QUERY_LENGTH, TokenEncoder, load_colbert, padded
 from encoderlab.tokenizer import Tokenizer
 
@@ -301,12 +304,18 @@ class MultiVectorIndex(Index):
 
     @classmethod
     def build_structures(cls, folder: Path, meta: dict[str, Any], names: list[str]) -> None:
-        """The k-means centroids of every token vector and each token's code; index.json records them and the
-        bytes the index takes per document (vectors, offsets, centroids and codes)."""
+        """The k-means centroids of every token vector and each token's code (a compressed index keeps its centroids
+        and codes the tokens an --add brings against them); index.json records them and the bytes the index takes
+        per document (vectors, offsets, centroids, codes and buckets)."""
         shards = [np.load(folder / SHARDS / f"{name}.npy", mmap_mode="r") for name in names]
         tokens = sum(len(m) for m in shards)
-        if (folder / BUCKETS).is_file():  # a compression was cut off: its centroids and codes are final
+        if (folder / BUCKETS).is_file():  # compressed (or cut off compressing): its centroids and buckets are final
             centroids, codes = np.load(folder / CENTROIDS), np.load(folder / CODES)
+            if len(codes) < tokens:  # an --add: the new shards' tokens are coded against them
+                starts = np.cumsum([0] + [len(m) for m in shards])
+                codes = np.concatenate([codes] + [nearest(m, centroids).astype(np.int32)
+                                                  for m, start in zip(shards, starts) if start >= len(codes)])
+                atomic_write(folder / CODES, lambda tmp: save_array(tmp, codes))
         else:
             centroids = kmeans(shards, partitions(tokens))
             codes = np.concatenate([nearest(m, centroids) for m in shards]).astype(np.int32)
@@ -355,12 +364,6 @@ class MultiVectorIndex(Index):
             self._values = byte_values(np.load(self.folder / BUCKETS)[1], bits)
         return decompress(self.gather(positions, np.asarray), np.take(centroids, codes[positions], axis=0),
                           self._values)
-
-    def add(self, corpus: str | os.PathLike, progress: bool = True, ranks: Any = None) -> int:
-        """As Index.add; InputError for a compressed index, whose residuals belong to its centroids (new documents
-        would move them)."""
-        check_addable(self.folder, self.meta)
-        return super().add(corpus, progress, ranks)
 
     def candidates(self, query: np.ndarray, probe: int, keep: int) -> np.ndarray:
         """A query's (S, dim) candidates (positions, ascending): the documents owning a token of each query token's
