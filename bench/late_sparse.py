@@ -65,6 +65,7 @@ from rerank import SQUAD  # noqa: E402
 from retrieval import subset, synthetic  # noqa: E402
 from squad_beir import squad_to_beir  # noqa: E402
 
+from encoderlab.choices import DOCUMENT_FLOPS, QUERY_FLOPS  # noqa: E402
 from encoderlab.cli import build_parser  # noqa: E402
 from encoderlab.cli import main as encoderlab_main  # noqa: E402
 from encoderlab.cli.retrieval import open_index, search_options  # noqa: E402
@@ -81,13 +82,10 @@ INDEX_FLAGS = {"colbert-2bit": ["--residual-bits=2"]}
 # What each model is fine-tuned from, and the command (a missing one stops the bench)
 BASE = {"dense": ("embed", "minilm"), "colbert": ("colbert", "minilm"), "splade": ("splade", "encoderlab-fill-mask"),
         "splade-free": ("splade", "encoderlab-fill-mask")}
-# The contenders' own flags beside TRAINING's (the same for all), recorded with their models: the full SPLADE's FLOPS
-# weights are NAVER's DistilSPLADE-max ones (lambda_q 1e-2, lambda_d 8e-3, 12.5 times the defaults, SPLADE-max's;
-# europe.naverlabs.com/research/machine-learning-and-optimization/splade-models): at the defaults its queries kept
-# the punctuation and stopwords every text shares as their heaviest terms, 163 steps being too few for the weaker
-# penalty to push them out (0.784 nDCG@10, docs/sparse.md); the inference-free documents' is sentence-transformers
-# 6.2's example weight, 3e-5, which scored 5.8 nDCG@10 points above the default's 6e-4 here, at 7.7x the index.
-FLAGS = {"splade": ["--query-flops=0.01", "--document-flops=0.008"],
+# The contenders' own flags beside TRAINING's (the same for all), recorded with their models: SPLADE's FLOPS weights
+# are the defaults (NAVER's SPLADE-max); the inference-free documents' is sentence-transformers 6.2's example weight,
+# 3e-5, which scored 5.8 nDCG@10 points above the default's 6e-4 here, at 7.7x the index (docs/sparse.md).
+FLAGS = {"splade": [f"--query-flops={QUERY_FLOPS:g}", f"--document-flops={DOCUMENT_FLOPS:g}"],
          "splade-free": ["--inference-free", "--document-flops=3e-05"]}
 # A learning rate of its own: the full SPLADE starts from a masked LM whose log-saturated logits every query and
 # document share in large part (a first batch's loss of 940, against 1.3 for the inference-free one, whose queries
