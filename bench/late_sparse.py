@@ -26,6 +26,8 @@ Goals (issue 44): ColBERT >= the bi-encoder in MRR@10 and nDCG@10; SPLADE >= BM2
     python bench/late_sparse.py            # all 1,545 paragraphs, 2,933 held-out questions; every training row
                                            # (5,190), 1 epoch, batch 32, 128 tokens: 20 min to an hour a model
     python bench/late_sparse.py --max-train 1000   # ... trained on 1,000 of the rows (a fixed sample) instead
+                                                   # (written to late_sparse_1000.json)
+    python bench/late_sparse.py --index-window 128 # ... documents read in 128 tokens (late_sparse_w128.json)
     python bench/late_sparse.py --quick    # 100 paragraphs and their held-out questions, 64 training rows
     python bench/late_sparse.py --smoke    # tiny random models on synthetic documents (make test)
     python bench/late_sparse.py --only bm25,dense   # some of the contenders (fusion needs dense and splade)
@@ -155,6 +157,12 @@ def cached(folder: Path, settings: dict[str, Any], make) -> dict[str, Any]:
     done = {"settings": settings, "seconds": round(time.perf_counter() - started, 1)}
     record.write_text(json.dumps(done, indent=2))
     return done | {"cached": False}
+
+
+def results_name(max_train: int | None, window: int | None) -> str:
+    """The results file's name: late_sparse, or for a run of other settings a file of its own (late_sparse_1000,
+    late_sparse_w128, late_sparse_5190_w128), so that it never overwrites the default run's figures."""
+    return "late_sparse" + (f"_{max_train}" if max_train else "") + (f"_w{window}" if window else "")
 
 
 def train(name: str, base: str, data: Path, folder: Path, mode: str) -> dict[str, Any]:
@@ -359,6 +367,7 @@ def main() -> None:
     mode = size(args)
     if args.max_train:
         TRAINING[mode]["max_train"] = args.max_train
+    file_name = results_name(args.max_train, args.index_window if args.index_window != INDEX_WINDOW[mode] else None)
     if args.index_window:
         INDEX_WINDOW[mode] = args.index_window
     names = contenders(args.only)
@@ -392,7 +401,7 @@ def main() -> None:
         if mode == "smoke":
             shutil.rmtree(work, ignore_errors=True)
     goals = goals_of(figures)
-    path = write_results(args, "late_sparse", figures, goals)
+    path = write_results(args, file_name, figures, goals)
     for name in [*CONTENDERS, *(f"{first}+bm25" for first in HYBRID), *(f"dense+{sparse}" for sparse in SPARSE)]:
         if name in figures:
             print(f"{name:<18}" + "  ".join(f"{k} {v:.4f}" for k, v in figures[name]["metrics"].items()))

@@ -147,6 +147,18 @@ def check_fill_mask_goal_is_the_mean_over_seeds(payload: dict) -> None:
     assert "mean of 2 seeds" in goal["what"] and goal["value"] == sst2["difference_points"]
 
 
+def test_late_sparse_bench_writes_another_settings_run_to_a_file_of_its_own() -> None:
+    """--index-window and --max-train runs are named by their settings, so that they never overwrite the default
+    run's late_sparse.json (a 128-token run at the same time as the default one did, before)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import late_sparse
+
+    assert late_sparse.results_name(None, None) == "late_sparse"
+    assert late_sparse.results_name(None, 128) == "late_sparse_w128"
+    assert late_sparse.results_name(1000, None) == "late_sparse_1000"
+    assert late_sparse.results_name(5190, 128) == "late_sparse_5190_w128"
+
+
 def test_late_sparse_bench_runs_the_contenders_asked_for() -> None:
     """--only bm25: BM25 and the bi-encoder whose index holds it, neither ColBERT nor SPLADE (nor their commands);
     --only colbert-2bit: ColBERT's model too; the smoke run above runs every contender through the same list."""
