@@ -404,6 +404,9 @@ def test_tokens_added_to_a_compressed_index_come_back_closer_than_their_centroid
     back = decompress(packed, centroids[codes[512:]], byte_values(np.load(tmp_path / BUCKETS)[1], 2))
     alone = (shards[2] * centroids[codes[512:]]).sum(1).mean()
     assert 1 - (shards[2] * back).sum(1).mean() < 0.5 * (1 - alone)  # under half the cosine distance left
+    np.save(tmp_path / "codes.npy", codes[:600])  # codes that end inside a shard are refused, not extended wrongly
+    with pytest.raises(InputError, match="600 codes for 662 token vectors"):
+        MultiVectorIndex.build_structures(tmp_path, meta, ["00000", "00001", "00002"])
 
 
 def test_a_cut_off_compression_finishes_with_its_first_buckets(tiny_colbert, tmp_path, capsys):

@@ -42,7 +42,9 @@ BILSTM = "bilstm"  # `finetune classify --model bilstm`: the baseline trained fr
 # each query term. On bench/late_sparse.py's 163 steps from encoderlab-fill-mask at lr 5e-5 they halved the index
 # against sentence-transformers 6.2's example weights (5e-5, 3e-5) and lifted nDCG@10 from 0.633 to 0.701 (bench/
 # results/late_sparse_5190.json, late_sparse_lr5e-5.json); the inference-free model's index shrank 7.7x, its
-# nDCG@10 falling from 0.890 to 0.833 (docs/sparse.md has both trade-offs).
+# nDCG@10 falling from 0.890 to 0.833 (docs/sparse.md has both trade-offs). NAVER's DistilSPLADE-max weights (1e-2,
+# 8e-3) at lr 2e-4 cleared the stopwords from the queries and halved the index, but scored 0.797 against 0.784 at 512
+# tokens and 0.757 against 0.783 at 128 (bench/results/late_sparse_distilsplade.json): not a better default.
 QUERY_FLOPS, DOCUMENT_FLOPS = 8e-4, 6e-4
 SHOWN_TERMS = 20  # terms `embed --sparse` prints per text (all with --json)
 

@@ -117,8 +117,9 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
     from encoderlab.retrieval.multivector import Encoder, MultiVectorIndex
 
     started = time.perf_counter()
-    if args.add:  # the new shards, then the centroids and codes again over every shard (a compressed index: the
-        # new tokens' codes against its centroids, and their residuals)
+    # --add: the new shards, then the centroids and codes again over every shard (a compressed index keeps its
+    # centroids: the new tokens are coded and their residuals packed against them)
+    if args.add:
         meta = read_meta(args.out)
         if args.residual_bits is not None:
             raise InputError(f"--residual-bits {args.residual_bits}: --add keeps the index's storage (leave it out)")

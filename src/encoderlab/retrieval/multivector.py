@@ -315,6 +315,9 @@ class MultiVectorIndex(Index):
                 starts = np.cumsum([0] + [len(m) for m in shards])
                 codes = np.concatenate([codes] + [nearest(m, centroids).astype(np.int32)
                                                   for m, start in zip(shards, starts) if start >= len(codes)])
+                if len(codes) != tokens:  # the codes end inside a shard: not an index that build and add wrote
+                    raise InputError(f"{folder}: {CODES} holds {len(codes)} codes for {tokens} token vectors, not "
+                                     f"whole shards: build the index again (encoderlab index ... --overwrite)")
                 atomic_write(folder / CODES, lambda tmp: save_array(tmp, codes))
         else:
             centroids = kmeans(shards, partitions(tokens))
