@@ -308,11 +308,11 @@ class MultiVectorIndex(Index):
         and codes the tokens an --add brings against them); index.json records them and the bytes the index takes
         per document (vectors, offsets, centroids, codes and buckets)."""
         shards = [np.load(folder / SHARDS / f"{name}.npy", mmap_mode="r") for name in names]
-        tokens = sum(len(m) for m in shards)
+        starts = np.cumsum([0] + [len(m) for m in shards])
+        tokens = int(starts[-1])
         if (folder / BUCKETS).is_file():  # compressed (or cut off compressing): its centroids and buckets are final
             centroids, codes = np.load(folder / CENTROIDS), np.load(folder / CODES)
             if len(codes) < tokens:  # an --add: the new shards' tokens are coded against them
-                starts = np.cumsum([0] + [len(m) for m in shards])
                 codes = np.concatenate([codes] + [nearest(m, centroids).astype(np.int32)
                                                   for m, start in zip(shards, starts) if start >= len(codes)])
                 if len(codes) != tokens:  # the codes end inside a shard: not an index that build and add wrote
