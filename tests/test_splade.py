@@ -22,7 +22,7 @@ from encoderlab.cli import build_parser, main
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.retrieval import index as index_module
 from encoderlab.retrieval.index import Index
-from encoderlab.tasks.splade import (SpladeTask, contrastive_sum, flops, flops_weight, idf_table, max_by_owner,
+from encoderlab.tasks.splade import (SpladeTask, contrastive_sum, df_scale, flops, flops_weight, idf_table, max_by_owner,
                                      sparse_weights, static_weights, write_sparse_encoder)
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
@@ -84,6 +84,28 @@ def test_flops_is_the_sum_of_squared_mean_weights():
     weights = torch.rand(4, 9)
     expected = sum((sum(float(weights[i, j]) for i in range(4)) / 4) ** 2 for j in range(9))
     assert float(flops(weights)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_df_scale_is_half_at_the_cutoff_and_grows_with_document_frequency():
+    """DF-FLOPS's logistic (arXiv:2505.15070): 1/2 for a token in the cutoff's share of the documents, 1 for one in
+    all, near 0 for a rare one, rising in between; computed from where the documents weigh anything."""
+    documents = torch.zeros(200, 6)
+    for j, share in enumerate((1.0, 0.5, 0.2, 0.1, 0.02, 0.0)):
+        documents[: round(200 * share), j] = torch.rand(round(200 * share)) + 0.01
+    scale = df_scale(documents, 0.1, steepness=5.0)
+    assert float(scale[0]) == pytest.approx(1.0) and float(scale[3]) == pytest.approx(0.5)
+    x = 0.02
+    assert float(scale[4]) == pytest.approx(1 / (1 + (x ** (math.log(2) / math.log(0.1)) - 1) ** 5), rel=1e-4)
+    assert float(scale[4]) < 0.05 and float(scale[5]) < 1e-6
+    assert all(float(scale[j]) > float(scale[j + 1]) for j in range(5))
+    assert float(df_scale(documents, 0.5, steepness=5.0)[1]) == pytest.approx(0.5)  # the cutoff moves the half
+
+
+def test_df_flops_weighs_each_term_by_its_scale():
+    torch.manual_seed(3)
+    weights, scale = torch.rand(4, 9), torch.rand(9)
+    expected = sum(float(scale[j]) * (sum(float(weights[i, j]) for i in range(4)) / 4) ** 2 for j in range(9))
+    assert float(flops(weights, scale)) == pytest.approx(expected, rel=1e-6)
 
 
 def test_flops_weight_rises_quadratically_then_stays():
@@ -349,6 +371,32 @@ def test_inference_free_queries_train_the_table_without_a_flops_term(tiny, tmp_p
     assert model.query_table.grad is not None and model.query_table.grad.abs().sum() > 0
 
 
+def test_df_flops_scales_both_terms_by_the_documents_frequency(tiny):
+    """With --df-flops, the queries' and the documents' FLOPS terms are each weighted per token by df_scale of the
+    batch's documents (not of the queries), and the run's task.json records the cutoff."""
+    from encoderlab.checkpoint import load_model
+    from encoderlab.tasks.splade import model_weights
+
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    rows = [("where does anna live ?", "anna lives in rome", "john lives in oslo"),
+            ("where does peter live ?", "peter lives in lima", "maria lives in paris")]
+    task = SpladeTask(tokenizer, 16, batch_size=2, flops_warmup=1, df_flops=0.3)
+    model = load_model(tiny, kind="mlm")
+    batch = task.collate(task.features([TextExample(tuple(row), None, f"row {i}") for i, row in enumerate(rows)]))
+    task.seen = 4
+    with torch.no_grad():
+        terms = task.loss(model, batch)
+        queries = model_weights(model, batch["0"])
+        documents = torch.cat([model_weights(model, batch["1"]), model_weights(model, batch["2"])])
+    scale = df_scale(documents, 0.3)
+    assert 0 < float(scale.min()) < 0.5 < float(scale.max())  # a batch of rare and shared tokens
+    expected = task.document_flops * flops(documents, scale) + task.query_flops * flops(queries, scale)
+    assert_close(terms["flops"].total, expected * 2)
+    assert float(terms["flops"].total) < float(2 * (task.document_flops * flops(documents)
+                                             + task.query_flops * flops(queries)))
+    assert task.info()["df_flops"] == 0.3
+
+
 # ---- bad input ----------------------------------------------------------------------------------------------
 def test_a_checkpoint_without_an_mlm_head_is_refused(tmp_path, capsys):
     train = triplets(tmp_path / "train.tsv", 4)
@@ -356,6 +404,16 @@ def test_a_checkpoint_without_an_mlm_head_is_refused(tmp_path, capsys):
                  str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "masked-LM" in err and "minilm" in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_df_flops_share_outside_0_to_1_is_refused(tiny, tmp_path, capsys):
+    train = triplets(tmp_path / "train.tsv", 4)
+    for share in ("0", "1.5"):
+        assert main(["finetune", "splade", "--model", str(tiny), "--train", str(train), "--out",
+                     str(tmp_path / "run"), "--df-flops", share]) == 2
+        err = capsys.readouterr().err
+        assert "--df-flops" in err and err.count("\n") == 1
     assert not (tmp_path / "run").exists()
 
 

@@ -125,6 +125,9 @@ class SpladeOptions(TaskOptions):
     """peak weight of the documents' FLOPS regulariser"""
     flops_warmup: int | None = field(default=None, metadata={"metavar": "N"})
     """steps over which the FLOPS weights rise quadratically from 0 (default: a third of the first epoch's steps)"""
+    df_flops: float | None = field(default=None, metadata={"metavar": "SHARE"})
+    """weigh each token's FLOPS term by its document frequency (DF-FLOPS): one half for a token in SHARE of a
+    batch's documents (e.g. 0.1), near 1 for the tokens in most, near 0 for rare ones (default: plain FLOPS)"""
     inference_free: bool = False
     """queries are a lookup of learned per-token weights (initialised to the training documents' IDF), documents go
     through the model: no model pass per query"""

@@ -46,6 +46,8 @@ BILSTM = "bilstm"  # `finetune classify --model bilstm`: the baseline trained fr
 # 8e-3) at lr 2e-4 cleared the stopwords from the queries and halved the index, but scored 0.797 against 0.784 at 512
 # tokens and 0.757 against 0.783 at 128 (bench/results/late_sparse_distilsplade.json): not a better default.
 QUERY_FLOPS, DOCUMENT_FLOPS = 8e-4, 6e-4
+DF_STEEPNESS = 5.0  # --df-flops: the slope of DF-FLOPS's logistic (its beta; arXiv:2505.15070's value could not be
+# read here, so ours: at cutoff 0.1 a token in a quarter of the documents weighs 0.96, one in 2 percent 0.02)
 SHOWN_TERMS = 20  # terms `embed --sparse` prints per text (all with --json)
 
 # ---- `encoderlab compare`: encoderlab.compare ----------------------------------------------------------------

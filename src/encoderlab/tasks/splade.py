@@ -42,7 +42,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from encoderlab.checkpoint import read_config, stored_kind
-from encoderlab.choices import DOCUMENT_FLOPS, QUERY_FLOPS, SHOWN_TERMS, split_names
+from encoderlab.choices import DF_STEEPNESS, DOCUMENT_FLOPS, QUERY_FLOPS, SHOWN_TERMS, split_names
 from encoderlab.engine import encode, eval_mode, forward
 from encoderlab.errors import InputError
 from encoderlab.folder import read_task_info
@@ -69,9 +69,22 @@ def sparse_weights(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.
     return (weights * attention_mask[:, :, None].to(weights.dtype)).amax(dim=1)  # padding scores 0: never the max
 
 
-def flops(weights: torch.Tensor) -> torch.Tensor:
-    """weights (B, V) -> the FLOPS regulariser: sum over the vocabulary of (mean over the batch of w_j)^2."""
-    return weights.mean(dim=0).square().sum()
+def flops(weights: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """weights (B, V) -> the FLOPS regulariser: sum over the vocabulary of (mean over the batch of w_j)^2, each term
+    times scale[j] where a scale (V,) is given (DF-FLOPS)."""
+    terms = weights.mean(dim=0).square()
+    return (terms if scale is None else terms * scale).sum()
+
+
+def df_scale(documents: torch.Tensor, cutoff: float, steepness: float = DF_STEEPNESS) -> torch.Tensor:
+    """documents (C, V) -> (V,) DF-FLOPS's weight per token (Porco et al. 2025, arXiv:2505.15070, sec. 2: a
+    generalised logistic of the token's document frequency x, 1 / (1 + (x^(log_cutoff 2) - 1)^steepness)): 1/2 at
+    x = cutoff, towards 1 for the tokens in every document and towards 0 for rare ones, so the FLOPS term presses on
+    the tokens that would make long posting lists (the punctuation and stopwords every text shares) and spares the
+    rare ones. x is the share of the batch's documents where the token weighs anything (the paper estimates it from
+    the model's vectors every 100 steps; a batch's sample needs no state to resume). No gradient flows through it."""
+    x = (documents.detach() > 0).float().mean(dim=0).clamp(min=1e-6)  # (V,)
+    return 1.0 / (1.0 + (x ** (math.log(2) / math.log(cutoff)) - 1.0) ** steepness)
 
 
 def flops_weight(step: float, warmup: float, peak: float) -> float:
@@ -150,12 +163,17 @@ class SpladeTask(Task):
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, batch_size: int = 32, precision: str = "fp32",
                  query_flops: float = QUERY_FLOPS, document_flops: float = DOCUMENT_FLOPS,
-                 flops_warmup: int | None = None, inference_free: bool = False,
+                 flops_warmup: int | None = None, df_flops: float | None = None, inference_free: bool = False,
                  documents: Sequence[str] = ()) -> None:
-        """flops_warmup: steps of the quadratic warm-up (None: a third of the first epoch's); inference_free: queries
-        through a table of token weights, initialised to the IDF of `documents` (the training file's)."""
+        """flops_warmup: steps of the quadratic warm-up (None: a third of the first epoch's); df_flops: DF-FLOPS's
+        cutoff (df_scale), None for plain FLOPS; inference_free: queries through a table of token weights,
+        initialised to the IDF of `documents` (the training file's)."""
+        if df_flops is not None and not 0 < df_flops < 1:
+            raise InputError(f"--df-flops {df_flops}: expected the share of documents (between 0 and 1, e.g. 0.1) "
+                             f"at which a token's FLOPS weight is one half")
         super().__init__(tokenizer, max_length, batch_size, precision)
         self.query_flops, self.document_flops, self.flops_warmup = query_flops, document_flops, flops_warmup
+        self.df_flops = df_flops
         self.inference_free, self.documents = inference_free, list(documents)
         self.seen = 0  # training rows through loss(): the warm-up's clock (grad-accumulation pieces add up)
         self.table: torch.Tensor | None = None  # inference-free: the model's query table once attached
@@ -199,9 +217,12 @@ class SpladeTask(Task):
         if model.training:
             self.seen += B
         step = self.seen / self.batch_size
-        regulariser = flops_weight(step, self.flops_warmup or 0, self.document_flops) * flops(documents)
+        scale = None if self.df_flops is None else df_scale(documents, self.df_flops)  # the queries' too: their
+        # costly terms are the ones with long posting lists in the documents
+        regulariser = flops_weight(step, self.flops_warmup or 0, self.document_flops) * flops(documents, scale)
         if not self.inference_free:
-            regulariser = regulariser + flops_weight(step, self.flops_warmup or 0, self.query_flops) * flops(queries)
+            regulariser = regulariser + flops_weight(step, self.flops_warmup or 0, self.query_flops) * flops(queries,
+                                                                                                          scale)
         count = torch.full((), B, device=queries.device)
         return {"contrastive": LossTerm(contrastive_sum(queries, documents), count, "sequences"),
                 "flops": LossTerm(regulariser * B, count, "sequences")}
@@ -245,7 +266,8 @@ class SpladeTask(Task):
 
     def info(self) -> dict[str, Any]:
         return super().info() | {"query_flops": self.query_flops, "document_flops": self.document_flops,
-                                 "flops_warmup": self.flops_warmup, "inference_free": self.inference_free}
+                                 "flops_warmup": self.flops_warmup, "df_flops": self.df_flops,
+                                 "inference_free": self.inference_free}
 
 
 def read_triplets(path: str, reading, info: dict, head) -> list[TextExample]:
@@ -324,7 +346,8 @@ def refuse_resuming_inference_free(job: Any) -> None:
 SPEC = TaskSpec(
     "splade", read_triplets,
     build=lambda head, tokenizer, train, max_length, common: SpladeTask(
-        tokenizer, max_length, **common, **{k: v for k in ("query_flops", "document_flops", "flops_warmup")
+        tokenizer, max_length, **common, **{k: v for k in ("query_flops", "document_flops", "flops_warmup",
+                                                                    "df_flops")
                                             if (v := getattr(head, k)) is not None},
         inference_free=head.inference_free, documents=[t for e in train for t in e.texts[1:]]),
     restore=lambda model, given, info, tokenizer, max_length, common: restored(model, info, tokenizer, max_length,
