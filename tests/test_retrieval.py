@@ -18,6 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 import pytrec_eval
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from encoderlab import EncoderConfig, EncoderModel, Index, SequenceClassifier, save_pretrained
 from encoderlab.checkpoint import resolve_model_path
@@ -27,6 +29,7 @@ from encoderlab.infer.pipelines import pipeline
 from encoderlab.retrieval import fusion
 from encoderlab.retrieval.corpus import read_documents, read_qrels
 from encoderlab.retrieval.metrics import evaluate, read_run
+from encoderlab.retrieval.meta import fingerprint
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 WORDS = ("river mountain city music painting war king queen science physics energy ocean forest bird computer "
@@ -357,6 +360,35 @@ def test_a_bad_corpus_exits_2_naming_the_line_and_writes_nothing(case, tiny, tmp
                            "--out", tmp_path / "idx")
     assert code == 2 and message in err and err.count("\n") == 1
     assert not (tmp_path / "idx").exists()
+
+
+def test_a_model_trained_again_in_place_is_refused_by_its_index(corpus, tmp_path, capsys):
+    """The model folder an index was built with, saved again with other weights of the same shapes: searching with
+    it (named or, by default, at its recorded path) exits 2 naming the change, and opening the index's own encoder
+    refuses it; an index recorded before the weights were sampled is still checked by name and size."""
+    model = tiny_folder(tmp_path / "model")
+    index = Index.build(model, corpus, tmp_path / "idx", shard_size=10, progress=False)
+    assert index.meta["model"]["weights_sampled"] and main(["search", "--index", str(index.folder), "river"]) == 0
+    capsys.readouterr()
+    before = (model / "model.safetensors").stat().st_size
+    with safe_open(model / "model.safetensors", "pt") as f:
+        header = f.metadata()
+    state = load_file(model / "model.safetensors")
+    save_file({name: tensor + 0.01 for name, tensor in state.items()}, model / "model.safetensors", metadata=header)
+    assert (model / "model.safetensors").stat().st_size == before  # the old fingerprint cannot tell
+    for argv, message in ((["search", "--index", index.folder, "river"], "whose files have changed since"),
+                          (["serve", "--index", index.folder], "whose files have changed since"),
+                          (["search", "--index", index.folder, "--model", model, "river"], "is another model")):
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2 and message in err and err.count("\n") == 1, (argv, err)
+    with pytest.raises(InputError, match="whose files have changed since"):
+        Index.load(index.folder).embedder
+    meta = json.loads((index.folder / "index.json").read_text())
+    del meta["model"]["weights_sampled"]
+    meta["model"]["fingerprint"] = fingerprint(model, sampled=False)
+    (index.folder / "index.json").write_text(json.dumps(meta))
+    code, out, err = run_cli(capsys, "search", "--index", index.folder, "river")
+    assert code == 0 and out.strip(), err
 
 
 def test_bad_models_and_options_exit_2_and_write_nothing(built, tiny, corpus, tmp_path, capsys):

@@ -21,7 +21,7 @@ from encoderlab.retrieval.fusion import (DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_
                                          RRF_K, fuse)
 from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX_FILE, MULTIVECTOR, OWN,
                                        PIPELINE_OF_KIND, SHARDS, check_model, index_bytes, index_kind,
-                                       model_index_kind, query_settings, read_meta, require_complete)
+                                       model_index_kind, own_model, query_settings, read_meta, require_complete)
 
 ANN_KINDS = ("hnsw",)  # encoderlab.retrieval.ann's, which loads faiss
 QUANTIZE = ("int8", "binary")
@@ -289,6 +289,8 @@ def check_index(args: argparse.Namespace, folder: str) -> None:
     meta = read_meta(folder)
     require_complete(folder, meta)
     check_model(folder, meta, args.model)
+    if args.model is None and args.mode != "bm25":
+        own_model(folder, meta)  # its queries go through the model at its recorded path: unchanged since the build
     if args.mode != "dense" and not meta["bm25"]:
         raise InputError(f"--mode {args.mode}: --index {folder} has no BM25 index (build it with `encoderlab index "
                          f"--bm25`)")

@@ -13,7 +13,8 @@ from encoderlab.cli.options import MODEL_HELP, add_inference_options, add_option
 from encoderlab.cards import served
 from encoderlab.errors import InputError
 from encoderlab.infer.limits import API_KEY_ENV, Limits
-from encoderlab.retrieval.meta import PIPELINE_OF_KIND, check_model, index_kind, read_meta, require_complete
+from encoderlab.retrieval.meta import (PIPELINE_OF_KIND, check_model, index_kind, own_model, read_meta,
+                                       require_complete)
 
 
 
@@ -48,6 +49,8 @@ def check_index(args: argparse.Namespace) -> dict[str, Any]:
     meta = read_meta(args.index)
     require_complete(args.index, meta)
     check_model(args.index, meta, args.model)
+    if not args.model:
+        own_model(args.index, meta)  # served with the model at its recorded path: unchanged since the build
     encoder = PIPELINE_OF_KIND[index_kind(meta)]  # embed, splade or colbert: what encodes the index's queries
     if args.tasks and encoder not in args.tasks:
         raise InputError(f"--tasks {' '.join(args.tasks)}: --index {args.index} ({index_kind(meta)}) needs "

@@ -31,11 +31,10 @@ from encoderlab.infer.pipelines import pipeline
 from encoderlab.tasks.embedding import Embed
 from encoderlab.tasks.pipeline import Pipeline
 from encoderlab.io import atomic_write, atomic_write_text, check_out_folder, progress_bar
-from encoderlab.paths import resolve_model_path
 from encoderlab.retrieval import ann, fusion, lexical, sparse
 from encoderlab.retrieval.corpus import Document, read_documents, scan
 from encoderlab.retrieval.distributed import WAIT, Dist, join, main_then_all, own_documents, owns, wait
-from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, fingerprint, index_kind,
+from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, index_kind, model_record, own_model,
                                        query_settings, read_meta, require_complete, source, write_meta)
 
 SHARD_SIZE = 10_000  # documents per shard: 15 MB of minilm's float32 vectors, and the unit of resuming
@@ -252,7 +251,7 @@ class Index:
     def embedder(self) -> Pipeline:
         """The query encoder: the index's model, with its pooling, normalisation and dimensions."""
         if self._embedder is None:
-            self._embedder = self.kind.encoder(self.meta, self.meta["model"]["path"])
+            self._embedder = self.kind.encoder(self.meta, own_model(self.folder, self.meta))
         return self._embedder
 
     def vectors(self) -> np.ndarray:
@@ -406,7 +405,7 @@ def new_meta(model: str | os.PathLike, embedder: Pipeline, shard_size: int, bm25
     """index.json of a new index, before its shards: of the kind of `embedder` (Embed: dense; Splade: sparse)."""
     kind = next((k for k in VECTOR_KINDS.values() if k is not DenseVectors and k.made_by(embedder)), DenseVectors)
     return {"format": FORMAT, "complete": False, "kind": kind.kind,
-            "model": {"name": str(model), "path": str(resolve_model_path(model).resolve()), "fingerprint": fingerprint(model)},
+            "model": model_record(model),
             **kind.meta(embedder), "shard_size": shard_size, "bm25": bm25, "ann": None, "count": 0,
             "text": "title + ' ' + text (BEIR's dense models)"}
 

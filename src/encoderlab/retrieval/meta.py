@@ -35,15 +35,19 @@ MULTIVECTOR = "multivector"
 KIND_OF_TASK = {"splade": "sparse", "colbert": MULTIVECTOR}  # task.json's task -> its vectors' index kind (else dense)
 PIPELINE_OF_KIND = {"dense": "embed", "sparse": "splade", MULTIVECTOR: "colbert"}  # what encodes a kind's texts
 OWN = (INDEX_FILE, SHARDS, BM25, ANN)  # what an index folder holds: --add and --resume find these and nothing else
-# Files that decide a model's vectors, hashed whole (small), and weights, fingerprinted by name and size: hashing
-# 90 MB of weights would take longer than searching.
+# Files that decide a model's vectors, hashed whole (small), and weights, fingerprinted by name, size and SAMPLES
+# pieces of SAMPLE_BYTES spread over the file (1 MiB: hashing 90 MB of weights would take longer than searching; a
+# model trained again in place changes every piece). Indexes built before the samples ("weights_sampled" absent)
+# are checked by name and size.
 HASHED = ("config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "modules.json",
           "sentence_bert_config.json", "1_Pooling/config.json", "task.json")
 WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
+SAMPLES, SAMPLE_BYTES = 16, 1 << 16
 
 
-def fingerprint(model: str | os.PathLike) -> str:
-    """A short hash of a model folder's config, tokenizer and pooling files and its weight files' sizes."""
+def fingerprint(model: str | os.PathLike, sampled: bool = True) -> str:
+    """A short hash of a model folder's config, tokenizer and pooling files and its weight files' sizes and (sampled)
+    pieces of their bytes."""
     folder = resolve_model_path(model)
     digest = hashlib.sha256()
     for name in HASHED:
@@ -52,7 +56,40 @@ def fingerprint(model: str | os.PathLike) -> str:
     for name in WEIGHTS:
         if (folder / name).is_file():
             digest.update(f"{name}\0{(folder / name).stat().st_size}".encode())
+            if sampled:
+                digest.update(weight_sample(folder / name))
     return digest.hexdigest()[:16]
+
+
+def weight_sample(path: Path) -> bytes:
+    """SAMPLES pieces of SAMPLE_BYTES of a file, evenly spaced from its start to its end (the whole of a small one)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        if size <= SAMPLES * SAMPLE_BYTES:
+            return f.read()
+        pieces = []
+        for k in range(SAMPLES):
+            f.seek((size - SAMPLE_BYTES) * k // (SAMPLES - 1))
+            pieces.append(f.read(SAMPLE_BYTES))
+    return b"".join(pieces)
+
+
+def model_record(model: str | os.PathLike) -> dict[str, Any]:
+    """index.json's "model": the name given, the folder it resolved to and that folder's fingerprint."""
+    return {"name": str(model), "path": str(resolve_model_path(model).resolve()), "fingerprint": fingerprint(model),
+            "weights_sampled": True}
+
+
+def own_model(folder: str | os.PathLike, meta: dict[str, Any]) -> str:
+    """The folder of the model an index was built with, to encode its queries; InputError if that folder's files
+    have changed since (a model trained again in place would encode queries the index's vectors do not match)."""
+    built = meta["model"]
+    path = built["path"]
+    if Path(path).is_dir() and fingerprint(path, built.get("weights_sampled", False)) != built["fingerprint"]:
+        raise InputError(f"--index {folder} was built with the model at {path}, whose files have changed since "
+                         f"(trained or saved again there?): its query vectors would not match the index's. Index "
+                         f"again with it, or pass --model with the model the index was built with")
+    return path
 
 
 def query_settings(meta: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +154,7 @@ def check_model(folder: str | os.PathLike, meta: dict[str, Any], model: str | os
         raise InputError(f"--index {folder} is a {kind} index (built with {built['name']}); --model {model} is a "
                          f"{given} model: it cannot encode queries for it. Search with a {kind} model, or index "
                          f"again with {model}")
-    if fingerprint(model) != built["fingerprint"]:
+    if fingerprint(model, built.get("weights_sampled", False)) != built["fingerprint"]:
         raise InputError(f"--index {folder} was built with the model {built['name']} ({built['path']}); --model "
                          f"{model} is another model (its files differ): its query vectors would not match the "
                          f"index's. Search with {built['name']}, or index again with {model}")

@@ -53,7 +53,7 @@ from encoderlab.retrieval.corpus import Document, scan
 from encoderlab.retrieval.distributed import join
 from encoderlab.retrieval.index import (DEPTH, SHARD_SIZE, VECTOR_KINDS, Index, check_resumable,
                                         write_shard)
-from encoderlab.retrieval.meta import (FORMAT, INDEX_FILE, MULTIVECTOR as KIND, OWN, SHARDS, fingerprint,
+from encoderlab.retrieval.meta import (FORMAT, INDEX_FILE, MULTIVECTOR as KIND, OWN, SHARDS, model_record, own_model,
                                        model_index_kind, read_meta, source, write_meta)
 from encoderlab.tasks.colbert import QUERY_LENGTH, TokenEncoder, load_colbert, padded
 from encoderlab.tokenizer import Tokenizer
@@ -278,8 +278,7 @@ class MultiVectorIndex(Index):
         encoder = Encoder(model, token_pooling, batch_size, device, max_length, stride)
         check_residual_bits(residual_bits, encoder.dim)
         meta = {"format": FORMAT, "kind": KIND, "complete": False,
-                "model": {"name": str(model), "path": str(resolve_model_path(model).resolve()),
-                          "fingerprint": fingerprint(model)},
+                "model": model_record(model),
                 "dimensions": encoder.dim, "max_length": encoder.tokens.max_length, "stride": stride,
                 "query_length": QUERY_LENGTH,
                 "similarity": "maxsim", "dtype": dtype, "token_pooling": token_pooling, "shard_size": shard_size,
@@ -337,7 +336,7 @@ class MultiVectorIndex(Index):
     def embedder(self) -> Encoder:
         """The query encoder: the index's ColBERT model."""
         if self._embedder is None:
-            self._embedder = Encoder(self.meta["model"]["path"], self.meta["token_pooling"])
+            self._embedder = Encoder(own_model(self.folder, self.meta), self.meta["token_pooling"])
         return self._embedder
 
     def structures(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
