@@ -359,7 +359,7 @@ def test_inference_free_queries_train_the_table_without_a_flops_term(tiny, tmp_p
     prepare_model(model, task)
     assert "query_table" not in model.state_dict() and task.table is model.query_table
     batch = task.collate(task.features([TextExample(tuple(row), None, f"row {i}") for i, row in enumerate(rows)]))
-    task.seen = 4  # past the warm-up: the full FLOPS weights
+    task.step = 4  # past the warm-up: the full FLOPS weights
     terms = task.loss(model, batch)
     queries = task.query_weights(model, batch["0"])
     documents = torch.cat([model_weights(model, batch["1"]), model_weights(model, batch["2"])])
@@ -383,7 +383,7 @@ def test_df_flops_scales_both_terms_by_the_documents_frequency(tiny):
     task = SpladeTask(tokenizer, 16, batch_size=2, flops_warmup=1, df_flops=0.3)
     model = load_model(tiny, kind="mlm")
     batch = task.collate(task.features([TextExample(tuple(row), None, f"row {i}") for i, row in enumerate(rows)]))
-    task.seen = 4
+    task.step = 4
     with torch.no_grad():
         terms = task.loss(model, batch)
         queries = model_weights(model, batch["0"])
@@ -395,6 +395,35 @@ def test_df_flops_scales_both_terms_by_the_documents_frequency(tiny):
     assert float(terms["flops"].total) < float(2 * (task.document_flops * flops(documents)
                                              + task.query_flops * flops(queries)))
     assert task.info()["df_flops"] == 0.3
+
+
+def test_the_flops_warm_up_follows_the_runs_steps_resumed_or_not(tiny):
+    """The warm-up's clock is the loop's step: a run resumed at step 3 weighs FLOPS at step 4 as the uninterrupted
+    run does (it restarted from 0 before), and the pieces of an accumulated step share their step's weight."""
+    from encoderlab.checkpoint import load_model
+    from encoderlab.tasks.objective import FeatureBatches
+    from encoderlab.tasks.splade import model_weights
+
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    model = load_model(tiny, kind="mlm")
+    examples = [TextExample((f"where does {NAMES[i % 4]} live ?", f"{NAMES[i % 4]} lives in {CITIES[i % 4]}"), None,
+                            f"row {i}") for i in range(16)]
+    first, second = (SpladeTask(tokenizer, 16, batch_size=2, flops_warmup=8) for _ in range(2))
+    features = first.features(examples)
+    run = FeatureBatches(first, features, 2, seed=0)
+    for _ in range(3):
+        run.next_step(0, 1, 1)
+    resumed = FeatureBatches(second, features, 2, seed=0)
+    resumed.load_state_dict(run.state_dict())
+    pieces, resumed_pieces = run.next_step(0, 1, 2), resumed.next_step(0, 1, 2)
+    assert first.step == second.step == 4 and len(pieces) == 2
+    with torch.no_grad():
+        for piece, again in zip(pieces, resumed_pieces):
+            documents = model_weights(model, piece["1"])
+            expected = (4 / 8) ** 2 * (first.document_flops * flops(documents)
+                                       + first.query_flops * flops(model_weights(model, piece["0"])))
+            assert_close(first.loss(model, piece)["flops"].total, expected * len(documents))
+            assert_close(second.loss(model, again)["flops"].total, expected * len(documents))
 
 
 # ---- bad input ----------------------------------------------------------------------------------------------

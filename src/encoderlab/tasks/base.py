@@ -56,6 +56,8 @@ class Task(ABC):
     def __init__(self, tokenizer: Tokenizer, max_length: int, batch_size: int = 32, precision: str = "fp32") -> None:
         self.tokenizer, self.max_length = tokenizer, max_length
         self.batch_size, self.precision = batch_size, precision
+        self.step: int | None = None  # the training step under way (1-based; set by the loop's batches, a resumed
+        # run's too), for a loss that changes over training; None outside training
 
     def engine(self, model: nn.Module) -> Engine:
         """The inference engine for predictions with `model`: this task's window, batch size and precision."""

@@ -150,6 +150,7 @@ class FeatureBatches:
     def next_step(self, rank: int, world_size: int, grad_accum: int) -> list[dict[str, Any]]:
         indices = self.batch(self.step)
         self.step += 1
+        self.task.step = self.step  # a warm-up inside the loss (splade's FLOPS) follows the run's steps, resumed or not
         pieces = world_size * grad_accum  # as even as can be: a short last batch still reaches every rank
         bounds = [len(indices) * i // pieces for i in range(pieces + 1)]
         mine = [indices[bounds[i]:bounds[i + 1]] for i in range(rank * grad_accum, (rank + 1) * grad_accum)]

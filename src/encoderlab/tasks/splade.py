@@ -175,7 +175,6 @@ class SpladeTask(Task):
         self.query_flops, self.document_flops, self.flops_warmup = query_flops, document_flops, flops_warmup
         self.df_flops = df_flops
         self.inference_free, self.documents = inference_free, list(documents)
-        self.seen = 0  # training rows through loss(): the warm-up's clock (grad-accumulation pieces add up)
         self.table: torch.Tensor | None = None  # inference-free: the model's query table once attached
 
     def validate(self, examples: list[TextExample]) -> None:
@@ -214,9 +213,7 @@ class SpladeTask(Task):
         queries = self.query_weights(model, batch["0"])  # (B, V)
         documents = torch.cat([model_weights(model, batch[c]) for c in ("1", "2") if c in batch])  # (C, V)
         B = len(queries)
-        if model.training:
-            self.seen += B
-        step = self.seen / self.batch_size
+        step = math.inf if self.step is None else self.step  # outside training: the whole objective
         scale = None if self.df_flops is None else df_scale(documents, self.df_flops)  # the queries' too: their
         # costly terms are the ones with long posting lists in the documents
         regulariser = flops_weight(step, self.flops_warmup or 0, self.document_flops) * flops(documents, scale)
