@@ -45,7 +45,7 @@ from safetensors.torch import load_file
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import goal, tiny_model, write_results  # noqa: E402
-from serve_load import free_port, peak_rss_mib, sentences, start_server  # noqa: E402
+from serve_load import peak_rss_mib, sentences, start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
@@ -420,8 +420,7 @@ def server(clients: int, seconds: float, abuse_share: float, model: str) -> dict
     pool, source = sentences()
     texts = random.Random(SEED).sample(pool, 64)
     expected = dict(zip(texts, pipeline("embed", model).embed(texts)))  # the reference every answer must equal
-    port = free_port()
-    process = start_server(port, threads=1, max_batch=64, model=model)
+    process, port = start_server(threads=1, max_batch=64, model=model)
     try:
         result = asyncio.run(load(f"http://127.0.0.1:{port}", process.pid, texts, expected, clients, seconds,
                                   abuse_share))

@@ -55,29 +55,44 @@ def sentences() -> tuple[list[str], str]:
     return [" ".join(rng.choices(words, k=rng.randint(4, 30))) for _ in range(872)], f"SYNTHETIC: {SST2_DEV} absent"
 
 
-def start_server(port: int, threads: int, max_batch: int, options: tuple[str, ...] = (),
-                 model: str = "minilm") -> subprocess.Popen:
-    """`encoderlab serve --model MODEL --tasks embed` (plus `options`) on loopback in its own process; returns once
-    /health answers. Only /embed is loaded: the load is /embed, and serve would otherwise load the default
-    fill-mask model beside a model with no masked-LM head (minilm), adding to the start-up and memory measured."""
+def start_server(threads: int, max_batch: int, options: tuple[str, ...] = (),
+                 model: str = "minilm") -> tuple[subprocess.Popen, int]:
+    """`encoderlab serve --model MODEL --tasks embed` (plus `options`) on a free loopback port in its own process;
+    returns it and its port once /health answers. Only /embed is loaded: the load is /embed, and serve would
+    otherwise load the default fill-mask model beside a model with no masked-LM head (minilm), adding to the start-up
+    and memory measured. A port taken by another process between free_port() and serve binding it (a busy machine)
+    is tried again with another port, up to PORT_TRIES times."""
+    for _ in range(PORT_TRIES):
+        port = free_port()
+        process, log = launch(port, threads, max_batch, options, model)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                log.seek(0)
+                output = log.read()
+                if "address already in use" in output.lower():
+                    break  # another port
+                raise SystemExit(f"serve exited {process.returncode}: {output[-2000:]}")
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).raise_for_status()
+                return process, port
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            process.kill()
+            raise SystemExit("serve did not answer /health within 120 s")
+    raise SystemExit(f"serve found its port taken {PORT_TRIES} times")
+
+
+def launch(port: int, threads: int, max_batch: int, options: tuple[str, ...], model: str):
+    """The serve process on `port`, and the file its output goes to."""
     command = [sys.executable, "-m", "encoderlab", "serve", "--model", model, "--port", str(port),
                "--threads", str(threads), "--max-batch", str(max_batch), "--tasks", "embed", *options]
     # a file, not a pipe: an unread pipe fills up with access-log lines and blocks the server
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 -- it lives as long as the server
     process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
                                env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log.seek(0)
-            raise SystemExit(f"serve exited {process.returncode}: {log.read()[-2000:]}")
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).raise_for_status()
-            return process
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise SystemExit("serve did not answer /health within 120 s")
+    return process, log
 
 
 def peak_rss_mib(pid: int) -> float | None:
@@ -137,6 +152,9 @@ async def load(url: str, route: str, texts: list[str], clients: int, seconds: fl
             "errors": len(errors), "first_errors": errors[:5]}
 
 
+PORT_TRIES = 5
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -165,10 +183,8 @@ def serve_options(spec: str, cache: str) -> tuple[str, ...]:
 
 def run_server(spec: str, texts: list[str], args: argparse.Namespace, seconds: float) -> dict[str, object]:
     """Start one server set-up, load it for `seconds`, stop it; its figures."""
-    port = free_port()
     started = time.perf_counter()
-    server = start_server(port, args.threads, args.max_batch, serve_options(spec, args.engine_cache),
-                          args.model)
+    server, port = start_server(args.threads, args.max_batch, serve_options(spec, args.engine_cache), args.model)
     startup_s = time.perf_counter() - started
     try:
         routes = {route: asyncio.run(load(f"http://127.0.0.1:{port}", route, texts, args.clients, seconds))

@@ -174,3 +174,29 @@ def test_late_sparse_bench_runs_the_contenders_asked_for() -> None:
         with pytest.raises(SystemExit, match="expected names among bm25, dense, colbert, colbert-2bit, splade, "
                                              "splade-free"):
             late_sparse.contenders(bad)
+
+
+@pytest.mark.slow  # a real server's start: ~8 CPU s
+def test_serve_load_tries_another_port_when_its_port_is_taken(monkeypatch) -> None:
+    """A port taken between free_port() and serve binding it (another process on a busy machine: `make test` failed
+    so once) is tried again with another: the server answers on the second port."""
+    import socket
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import serve_load
+
+    import httpx
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = taken.getsockname()[1]
+    ports = iter([busy, serve_load.free_port()])
+    monkeypatch.setattr(serve_load, "free_port", lambda: next(ports))
+    with taken:
+        process, port = serve_load.start_server(threads=1, max_batch=8)
+    try:
+        assert port != busy and httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+    finally:
+        process.terminate()
+        process.wait(30)
