@@ -114,7 +114,7 @@ def test_transformers_reads_the_reranker_as_a_one_label_classifier(reranker):
         assert_close(ours(ids).logits, hf(ids).logits, **TOL)
 
 
-def test_bad_input_is_refused(tmp_path, tiny_model, reranker):  # noqa: F811
+def test_bad_input_is_refused(tmp_path, tiny_model, reranker, capsys):  # noqa: F811
     bad = tmp_path / "bad.tsv"
     bad.write_text("query\tpassage\tlabel\nwhere\tanna lives in paris\t1\nwho\tpeter\t2\n")
     with pytest.raises(InputError, match=r"bad.tsv:3.*relevance label of 0 or 1"):
@@ -128,6 +128,8 @@ def test_bad_input_is_refused(tmp_path, tiny_model, reranker):  # noqa: F811
         load_model(folder / "run").config.to_hf_dict("BertForSequenceClassification")), 3)
     with pytest.raises(InputError, match="this classifier has 3 classes"):
         type(rerank)(classifier, rerank.tokenizer)
+    assert main(["rerank", "--model", str(folder / "run"), "--query", "  ", "anna lives in paris"]) == 2
+    assert capsys.readouterr().err.strip() == "error: rerank: --query is empty or only whitespace (expected some words)"
 
 
 def rows_as_examples(rows: list[tuple[str, str, float]]) -> list[TextExample]:

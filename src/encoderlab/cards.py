@@ -281,7 +281,7 @@ CARDS: dict[str, Card] = table(
     Card("rerank", "order passages by relevance to a query (a cross-encoder)",
          "TSV/CSV/JSONL of (query, passage, label): label 1 relevant, 0 not, or a score in [0, 1]", TaskOptions,
          ("encoderlab.tasks.rerank:SPEC",), "encoderlab.tasks.rerank:Rerank",
-         Command(RerankInputs, call=("top_k",), inputs="encoderlab.cli.pipelines:rerank_items",
+         Command(RerankInputs, call=("top_k",), inputs="encoderlab.cli.pipelines:query_items",
                  description="Order passages (TEXT arguments, or the lines of --input) by a cross-encoder's "
                              "relevance to --query."), 256, hub_tag="text-ranking"),
     Card("colbert", "per-token vectors of a ColBERT model (late interaction)",

@@ -1,5 +1,6 @@
-"""The pipeline commands, one per card with a Command (encoderlab.cards: fill-mask, classify, ner, qa, rerank), and
-attention (embed and similarity: encoderlab.cli.models).
+"""The pipeline commands, one per card with a Command (encoderlab.cards), each reading its inputs with one of the
+readers here (named by the inputs' shape: texts, pairs, questions, a query and texts), and attention (embed and
+similarity: encoderlab.cli.models).
 
 Inputs come as arguments or from a file (--input: one text per line; for qa, JSONL with question and
 context). Output is a short human-readable listing, or one JSON document with --json.
@@ -88,10 +89,10 @@ def qa_items(args: argparse.Namespace) -> list[dict[str, str]]:
     return items
 
 
-def rerank_items(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """One {"query", "passages"} item: --query and the texts."""
+def query_items(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One {"query", "passages"} item: --query and the texts (a card whose pipeline orders texts by a query)."""
     if not args.query.strip():
-        raise InputError("rerank: --query is empty or only whitespace (expected some words)")
+        raise InputError(f"{args.card.name}: --query is empty or only whitespace (expected some words)")
     return [{"query": args.query, "passages": read_inputs(args)}]
 
 
