@@ -156,6 +156,22 @@ def test_pipeline_gives_the_weights_of_the_model(tiny):
     assert result["indices"] == order.tolist() and result["tokens"] == [tokenizer.id_to_token(int(i)) for i in order]
 
 
+def test_weights_of_a_vocabulary_are_the_full_weights_of_those_ids(tiny):
+    """vectors(vocabulary=ids): the decoder computes the ids' logits alone (its output is (B, T, R)) and the weights
+    of those ids equal the full ones, every other id 0; the inference-free lookup is unchanged by it."""
+    pipe = pipeline("splade", tiny)
+    texts = ["where does anna live ?", "peter lives in rome", "maria"]
+    full = pipe.vectors(texts).toarray()
+    vocabulary = np.flatnonzero(np.random.default_rng(0).random(full.shape[1]) < 0.4)
+    widths = []
+    hook = pipe.model.mlm.register_forward_hook(lambda module, args, output: widths.append(output.shape[-1]))
+    part = pipe.vectors(texts, vocabulary=vocabulary).toarray()
+    hook.remove()
+    assert widths == [len(vocabulary)] and part.shape == full.shape
+    assert_close(torch.from_numpy(part[:, vocabulary]), torch.from_numpy(full[:, vocabulary]))
+    assert not np.delete(part, vocabulary, axis=1).any() and full[:, vocabulary].any()
+
+
 def test_sparse_index_search_equals_brute_force_dot_products(tiny, corpus, tmp_path, capsys):
     out = tmp_path / "index"
     summary = run("index", "--model", tiny, "--corpus", corpus, "--out", out, "--shard-size", "16", "--no-progress",
@@ -168,6 +184,7 @@ def test_sparse_index_search_equals_brute_force_dot_products(tiny, corpus, tmp_p
     documents = pipe.vectors([" " + t for t in texts]).toarray()  # the index embeds title + " " + text
     index = Index(out)
     assert_close(torch.from_numpy(index.vectors().toarray()), torch.from_numpy(documents))
+    assert np.array_equal(index.terms(), np.flatnonzero((documents > 0).any(axis=0)))  # what queries are weighed on
     queries = ["where does anna live ?", "maria lima"]
     scores = pipe.vectors(queries).toarray() @ documents.T  # (Q, N)
     capsys.readouterr()

@@ -60,9 +60,12 @@ class MLMHead(nn.Module):
         self.norm = layer_norm(config, config.embedding_width)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        """(..., H) -> logits (..., V)."""
-        return F.linear(self.norm(self.act(self.transform(hidden))), word_embeddings, self.bias)
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """(..., H) -> logits (..., V); given rows (R,), vocabulary ids, and word_embeddings (R, E) their rows: the
+        logits of those ids alone (..., R), the decoder's cost cut by as much."""
+        bias = self.bias if rows is None else self.bias[rows]
+        return F.linear(self.norm(self.act(self.transform(hidden))), word_embeddings, bias)
 
 
 class RTDHead(nn.Module):

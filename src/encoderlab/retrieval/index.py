@@ -55,7 +55,10 @@ class DenseVectors:
         """(n, D) document vectors."""
         return embedder.embed(texts)
 
-    queries = documents
+    @staticmethod
+    def queries(embedder: Pipeline, texts: list[str], index: Any = None) -> np.ndarray:
+        """(Q, D) query vectors, made as the documents' (index: unused; a sparse index's terms)."""
+        return embedder.embed(texts)
 
     @staticmethod
     def save(path: Path, vectors: np.ndarray) -> None:
@@ -115,6 +118,7 @@ class Index:
         self._mapped: list[np.ndarray] = []
         self._hold: bool | None = None  # whether the shards stay in memory once read (None: not decided yet)
         self._held: dict[str, Any] = {}
+        self._terms: np.ndarray | None = None  # a sparse index's (terms())
 
     # ---- building ---------------------------------------------------------------------------------------------
     @classmethod
@@ -264,7 +268,17 @@ class Index:
     def dense(self, queries: Sequence[str], k: int, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Each query's best k documents by the dot product of the vectors (the cosine where they are normalised):
         scores (Q, k) and positions (Q, k), best first (nearest)."""
-        return self.nearest(self.kind.queries(self.embedder, list(queries)), k, exact)
+        return self.nearest(self.kind.queries(self.embedder, list(queries), self), k, exact)
+
+    def terms(self) -> np.ndarray:
+        """A sparse index's vocabulary ids that some document weighs, sorted, read once (the only terms a query can
+        score with; an --add opens the index again)."""
+        if self._terms is None:
+            used = np.zeros(self.meta["dimensions"], dtype=bool)
+            for name in self.shards:
+                used |= self.kind.terms(self.shard(name))
+            self._terms = np.flatnonzero(used)
+        return self._terms
 
     def nearest(self, vectors: np.ndarray, k: int, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Query vectors' (Q, D) best k: by the ann structure where index.json records one (and not exact), else

@@ -75,8 +75,9 @@ class QueryEncoder:
         return asyncio.run_coroutine_threadsafe(submit(self.batchers["queries"], "search", list(texts), QUERIES_KEY),
                                                 self.loop).result()
 
-    def vectors(self, texts: Sequence[str], query: bool = True) -> Any:
-        """A sparse index's (Q, V) query weights (what Splade.vectors(texts, query=True) gives)."""
+    def vectors(self, texts: Sequence[str], query: bool = True, vocabulary: Any = None) -> Any:
+        """A sparse index's (Q, V) query weights (what Splade.vectors(texts, query=True) gives); vocabulary: the
+        index's terms, which the query batcher already restricts the weights to (query_rows)."""
         return scipy.sparse.vstack(self.rows(texts), format="csr")
 
     def queries(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,14 +85,15 @@ class QueryEncoder:
         return padded(self.rows(texts))
 
 
-def query_rows(kind: str, pipe: Any) -> Any:
+def query_rows(kind: str, pipe: Any, terms: Any = None) -> Any:
     """(queries) -> one encoding per query, by the served pipeline of a sparse or multi-vector index: the function
-    the index's query batcher runs on the model thread."""
+    the index's query batcher runs on the model thread; terms: a sparse index's (Index.terms()), the only ones
+    weighed."""
     if kind == MULTIVECTOR:
         return lambda texts: pipe.tokens(texts, query=True)
 
     def sparse_rows(texts: list[str]) -> list[Any]:
-        weights = pipe.vectors(texts, query=True)
+        weights = pipe.vectors(texts, query=True, vocabulary=terms)
         return [weights[i] for i in range(weights.shape[0])]
     return sparse_rows
 
@@ -198,7 +200,8 @@ class IndexRoutes:
         if self.kind != "dense":  # on the server's model thread, beside the pipelines' own batchers
             model_thread = self.server_batchers[PIPELINE_OF_KIND[self.kind]].executor
             self.encoder.batchers["queries"] = batcher = Batcher(
-                query_rows(self.kind, self.query_pipe), model_thread, self.limits.max_batch,
+                query_rows(self.kind, self.query_pipe, self.index.terms() if self.kind == "sparse" else None),
+                model_thread, self.limits.max_batch,
                 self.limits.batch_wait_ms / 1e3)
             self.worker = loop.create_task(batcher.work(), name="batch-search-queries")
         self.executor = ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="search")

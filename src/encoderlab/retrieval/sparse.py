@@ -41,9 +41,15 @@ class SparseVectors:
         return embedder.vectors(texts).tocsc()
 
     @staticmethod
-    def queries(embedder: Splade, texts: list[str]) -> scipy.sparse.csr_matrix:
-        """(Q, V) query weights, by row."""
-        return embedder.vectors(texts, query=True)
+    def queries(embedder: Splade, texts: list[str], index: Any = None) -> scipy.sparse.csr_matrix:
+        """(Q, V) query weights, by row: of the index's terms alone where an index is given (the others would score
+        nothing; the MLM decoder computes fewer logits, encoderlab.tasks.splade.Splade.vectors)."""
+        return embedder.vectors(texts, query=True, vocabulary=None if index is None else index.terms())
+
+    @staticmethod
+    def terms(shard: scipy.sparse.csc_matrix) -> np.ndarray:
+        """(V,) whether some document of the shard weighs each vocabulary id: a posting list that is not empty."""
+        return np.diff(shard.indptr) > 0
 
     @staticmethod
     def save(path: Path, vectors: scipy.sparse.csc_matrix) -> None:

@@ -386,6 +386,7 @@ class Splade(Pipeline):
         return f"{len(result['values'])} terms: {listed}" if terms else "0 terms"
 
     query_table: torch.Tensor | None = None  # inference-free: queries are a lookup of this (V,) table
+    _decoder: tuple[np.ndarray, torch.Tensor, torch.Tensor] | None = None  # weigher's: a vocabulary, its rows
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, stride: int | None = None, **options: Any) -> None:
         """stride: read a text longer than the window whole, in windows sharing `stride` tokens, its weights the
@@ -410,25 +411,47 @@ class Splade(Pipeline):
         """Queries are a table lookup; documents go through the model."""
         return self.query_table is not None
 
-    def vectors(self, texts: Sequence[str], query: bool = False) -> scipy.sparse.csr_matrix:
+    def vectors(self, texts: Sequence[str], query: bool = False,
+                vocabulary: np.ndarray | None = None) -> scipy.sparse.csr_matrix:
         """(N, V) float32 CSR matrix of the texts' weights, in order (a batch at a time: (B, V) dense at most);
-        query: the texts are queries (a lookup of the query table where the model has one)."""
+        query: the texts are queries (a lookup of the query table where the model has one); vocabulary: sorted
+        vocabulary ids, the only ones weighed (the others come out 0): an index's terms, since a query's term that no
+        document holds scores nothing there. The decoder then computes those ids' logits alone (restricted)."""
         if query and self.query_table is not None:
             return self.lookup(texts)
         items, owners = (self.engine.encode(list(texts)), None) if self.stride is None else \
             self.engine.windows(list(texts), self.stride)
         rows: list[scipy.sparse.csr_matrix | None] = [None] * len(items)
+        width = self.model.config.vocab_size
+        weigh, columns = self.weigher(vocabulary)
 
         def collect(indices: list[int], weights: torch.Tensor) -> None:
             block = scipy.sparse.csr_matrix(weights.float().cpu().numpy())
+            if columns is not None:  # the restricted decoder's columns back to vocabulary ids
+                block = scipy.sparse.csr_matrix((block.data, columns[block.indices], block.indptr),
+                                                shape=(block.shape[0], width))
             for n, i in enumerate(indices):
                 rows[i] = block[n]
 
-        self.engine.run(items, lambda batch: model_weights(self.model, batch), collect)
-        width = self.model.config.vocab_size
+        self.engine.run(items, weigh, collect)
         matrix = scipy.sparse.vstack(rows, format="csr", dtype=np.float32) if rows else \
             scipy.sparse.csr_matrix((0, width), dtype=np.float32)
         return matrix if owners is None else max_by_owner(matrix, owners, len(texts))
+
+    def weigher(self, vocabulary: np.ndarray | None) -> tuple[Any, np.ndarray | None]:
+        """(batch -> (B, C) weights, the vocabulary id of each of the C columns or None for all V): the decoder on
+        `vocabulary`'s rows alone where the model is ours (its MLM head's rows gathered once per vocabulary)."""
+        if vocabulary is None or not isinstance(self.model, MaskedLMModel):
+            return (lambda batch: model_weights(self.model, batch)), None
+        if self._decoder is None or self._decoder[0] is not vocabulary:
+            rows = torch.as_tensor(vocabulary, dtype=torch.long, device=self.model.mlm.bias.device)
+            self._decoder = (vocabulary, rows, self.model.encoder.embeddings.word.weight[rows])
+        _, rows, embeddings = self._decoder
+
+        def weigh(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            hidden = self.model.encode(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
+            return sparse_weights(self.model.mlm(hidden.last_hidden_state, embeddings, rows), batch["attention_mask"])
+        return weigh, vocabulary
 
     def lookup(self, texts: Sequence[str]) -> scipy.sparse.csr_matrix:
         """(N, V) inference-free query weights: each text's tokens (whole: a query is short; without [CLS] and [SEP],
