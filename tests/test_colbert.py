@@ -508,7 +508,8 @@ def test_bm25_beside_the_token_vectors_gives_bm25_and_hybrid_modes(tiny, tiny_co
     assert json.loads(capsys.readouterr().out)["bm25"] is True
     assert main(["index", "--model", str(tiny), *common, "--out", str(tmp_path / "dense"), "--bm25"]) == 0
     assert main(["index", "--model", str(tiny_colbert), *common, "--out", str(tmp_path / "ann"), "--ann", "hnsw"]) == 2
-    assert "neither --ann nor --quantize" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "neither --ann nor --quantize" in err and "--residual-bits" in err
     index, dense = MultiVectorIndex(tmp_path / "mv"), Index(tmp_path / "dense")
     queries = ["where does anna live ?", "oslo"]
     assert index.rank(queries, 5, "bm25") == dense.rank(queries, 5, "bm25")

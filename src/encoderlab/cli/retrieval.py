@@ -113,7 +113,7 @@ def index_multivector(args: argparse.Namespace, count: int) -> dict[str, Any]:
     if args.ann or args.quantize:
         raise InputError(f"--model {args.model} is a ColBERT model: its multivector index takes neither --ann nor "
                          f"--quantize (it always builds its own candidate stage: PLAID's centroids and a code per "
-                         f"token)")
+                         f"token; --residual-bits 1, 2 or 4 compresses its vectors)")
     from encoderlab.retrieval.multivector import Encoder, MultiVectorIndex
 
     started = time.perf_counter()
