@@ -44,7 +44,8 @@ BILSTM = "bilstm"  # `finetune classify --model bilstm`: the baseline trained fr
 # results/late_sparse_5190.json, late_sparse_lr5e-5.json); the inference-free model's index shrank 7.7x, its
 # nDCG@10 falling from 0.890 to 0.833 (docs/sparse.md has both trade-offs). NAVER's DistilSPLADE-max weights (1e-2,
 # 8e-3) at lr 2e-4 cleared the stopwords from the queries and halved the index, but scored 0.797 against 0.784 at 512
-# tokens and 0.757 against 0.783 at 128 (bench/results/late_sparse_distilsplade.json): not a better default.
+# tokens and 0.757 against 0.783 at 128 (bench/results/late_sparse_distilsplade.json): not a better default; with
+# --df-flops 0.1 beside them, 0.800 and 0.766 (docs/sparse.md): not either.
 QUERY_FLOPS, DOCUMENT_FLOPS = 8e-4, 6e-4
 DF_STEEPNESS = 5.0  # --df-flops: the slope of DF-FLOPS's logistic (its beta; arXiv:2505.15070's value could not be
 # read here, so ours: at cutoff 0.1 a token in a quarter of the documents weighs 0.96, one in 2 percent 0.02)
