@@ -22,8 +22,8 @@ from encoderlab.cli import build_parser, main
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.retrieval import index as index_module
 from encoderlab.retrieval.index import Index
-from encoderlab.tasks.splade import (SpladeTask, contrastive_sum, df_scale, flops, flops_weight, idf_table, max_by_owner,
-                                     sparse_weights, static_weights, write_sparse_encoder)
+from encoderlab.tasks.splade import (SpladeTask, contrastive_sum, df_scale, flops, flops_weight, idf_table,
+                                     max_by_owner, sparse_weights, static_weights, write_sparse_encoder)
 from encoderlab.tasks.readers import TextExample
 from encoderlab.tokenizer import Tokenizer
 

@@ -58,6 +58,7 @@ from encoderlab.tokenizer import Tokenizer
 
 QUERY_MODULE = "query_0_SparseStaticEmbedding"  # the inference-free query table's folder (sentence-transformers')
 COLUMNS = ["query", "positive", "negative"]  # the retrieval training data's header (issue 44's shared format)
+TASK_OPTIONS = ("query_flops", "document_flops", "flops_warmup", "df_flops")  # SpladeOptions' the task takes as given
 WARMUP_FRACTION = 1 / 3  # of the first epoch's steps (sentence-transformers' SpladeRegularizerWeightSchedulerCallback
 # warms up over 1/3 of the run; a task does not know the run's epochs, so a third of one epoch)
 
@@ -343,9 +344,7 @@ def refuse_resuming_inference_free(job: Any) -> None:
 SPEC = TaskSpec(
     "splade", read_triplets,
     build=lambda head, tokenizer, train, max_length, common: SpladeTask(
-        tokenizer, max_length, **common, **{k: v for k in ("query_flops", "document_flops", "flops_warmup",
-                                                                    "df_flops")
-                                            if (v := getattr(head, k)) is not None},
+        tokenizer, max_length, **common, **{k: v for k in TASK_OPTIONS if (v := getattr(head, k)) is not None},
         inference_free=head.inference_free, documents=[t for e in train for t in e.texts[1:]]),
     restore=lambda model, given, info, tokenizer, max_length, common: restored(model, info, tokenizer, max_length,
                                                                              common),
@@ -445,7 +444,7 @@ class Splade(Pipeline):
             return (lambda batch: model_weights(self.model, batch)), None
         if self._decoder is None or self._decoder[0] is not vocabulary:
             rows = torch.as_tensor(vocabulary, dtype=torch.long, device=self.model.mlm.bias.device)
-            self._decoder = (vocabulary, rows, self.model.encoder.embeddings.word.weight[rows])
+            self._decoder = (vocabulary, rows, self.model.encoder.embeddings.word.weight.detach()[rows])
         _, rows, embeddings = self._decoder
 
         def weigh(batch: dict[str, torch.Tensor]) -> torch.Tensor:
