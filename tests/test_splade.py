@@ -18,6 +18,7 @@ from torch.testing import assert_close
 from test_tasks_finetune import CITIES, FILLER, NAMES, tiny_vocabulary
 
 from encoderlab import MaskedLMModel, save_pretrained
+from encoderlab.choices import START_TERMS
 from encoderlab.cli import build_parser, main
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.retrieval import index as index_module
@@ -358,6 +359,7 @@ def test_training_lowers_the_loss(tmp_path):
     assert summary["steps"] == 18 and np.mean(losses[-3:]) < np.mean(losses[:3])
     info = json.loads((tmp_path / "run" / "task.json").read_text())
     assert info["task"] == "splade" and not info["inference_free"] and (tmp_path / "run" / "modules.json").is_file()
+    assert info["start_terms"] == START_TERMS and info["logit_shift"] > 0  # the random head started dense
 
 
 def test_inference_free_queries_train_the_table_without_a_flops_term(tiny, tmp_path):
@@ -443,6 +445,52 @@ def test_the_flops_warm_up_follows_the_runs_steps_resumed_or_not(tiny):
             assert_close(second.loss(model, again)["flops"].total, expected * len(documents))
 
 
+def real_logits(model, tokenizer, texts):
+    """(tokens, V) logits of the texts' real tokens, in eval mode."""
+    rows, _ = tokenizer.encode_rows(texts, None, max_length=16, truncation=True)
+    with torch.no_grad():
+        return torch.cat([model(input_ids=torch.tensor([r.input_ids])).logits[0].float() for r in rows])
+
+
+def test_the_start_shift_leaves_the_median_token_k_positive_logits_and_the_masked_lm_as_it_was(tiny):
+    """A random head has about half its logits above 0 (dense first vectors); lowered by the start shift, the
+    median token of the sample has `start_terms` of them (K - 1 or K: its K-th is at 0), every logit moved by one
+    constant, so the masked LM's distribution is the same; the task records the shift."""
+    from encoderlab.checkpoint import load_model
+    from encoderlab.tasks.splade import shift_to_sparse_start
+
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    model = load_model(tiny, kind="mlm")
+    documents = [f"{NAMES[i % 4]} lives in {CITIES[i % 4]} {FILLER[i % 12]}" for i in range(6)]
+    before = real_logits(model, tokenizer, documents)
+    assert float((before > 0).sum(-1).float().median()) > 3
+    task = SpladeTask(tokenizer, 16, start_terms=3, documents=documents)
+    shift_to_sparse_start(model, task)
+    after = real_logits(model, tokenizer, documents)
+    assert task.logit_shift > 0 and task.info()["logit_shift"] == round(task.logit_shift, 4)
+    assert_close(after, before - task.logit_shift)
+    assert_close(after.log_softmax(-1), before.log_softmax(-1))
+    assert int((after > 0).sum(-1).median()) in (2, 3)
+
+
+def test_the_start_shift_never_raises_the_logits_and_zero_terms_leave_the_head(tiny):
+    """A head already sparser than asked (a trained SPLADE continued) and --start-terms 0 are left as they are."""
+    from encoderlab.checkpoint import load_model
+    from encoderlab.tasks.splade import shift_to_sparse_start
+
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    documents = [f"{NAMES[i % 4]} lives in {CITIES[i % 4]}" for i in range(4)]
+    for terms, bias in ((3, -100.0), (0, None)):
+        model = load_model(tiny, kind="mlm")
+        if bias is not None:
+            with torch.no_grad():
+                model.mlm.bias.fill_(bias)
+        kept = model.mlm.bias.detach().clone()
+        task = SpladeTask(tokenizer, 16, start_terms=terms, documents=documents)
+        shift_to_sparse_start(model, task)
+        assert task.logit_shift == 0 and torch.equal(model.mlm.bias, kept)
+
+
 # ---- bad input ----------------------------------------------------------------------------------------------
 def test_a_checkpoint_without_an_mlm_head_is_refused(tmp_path, capsys):
     train = triplets(tmp_path / "train.tsv", 4)
@@ -461,6 +509,14 @@ def test_a_df_flops_share_outside_0_to_1_is_refused(tiny, tmp_path, capsys):
         err = capsys.readouterr().err
         assert "--df-flops" in err and err.count("\n") == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_a_negative_start_terms_is_refused(tiny, tmp_path, capsys):
+    train = triplets(tmp_path / "train.tsv", 4)
+    assert main(["finetune", "splade", "--model", str(tiny), "--train", str(train), "--out", str(tmp_path / "run"),
+                 "--start-terms", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--start-terms -1" in err and err.count("\n") == 1 and not (tmp_path / "run").exists()
 
 
 def test_inference_free_runs_cannot_resume(tiny, tmp_path, capsys):

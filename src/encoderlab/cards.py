@@ -20,7 +20,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from encoderlab.choices import COMBINE, DOCUMENT_FLOPS, QUERY_FLOPS
+from encoderlab.choices import COMBINE, DOCUMENT_FLOPS, QUERY_FLOPS, START_TERMS
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 
@@ -128,6 +128,10 @@ class SpladeOptions(TaskOptions):
     df_flops: float | None = field(default=None, metadata={"metavar": "SHARE"})
     """weigh each token's FLOPS term by its document frequency (DF-FLOPS): one half for a token in SHARE of a
     batch's documents (e.g. 0.1), near 1 for the tokens in most, near 0 for rare ones (default: plain FLOPS)"""
+    start_terms: int = field(default=START_TERMS, metadata={"metavar": "K"})
+    """before training, lower the masked-LM head's bias by one constant until a token's K largest logits are above
+    0 (the median token of the first training documents): a masked LM's softmax leaves where its logits sit free,
+    and from thousands of positive logits a token the first vectors are dense (0: leave the bias as it is)"""
     inference_free: bool = False
     """queries are a lookup of learned per-token weights (initialised to the training documents' IDF), documents go
     through the model: no model pass per query"""

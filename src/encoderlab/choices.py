@@ -49,6 +49,8 @@ BILSTM = "bilstm"  # `finetune classify --model bilstm`: the baseline trained fr
 QUERY_FLOPS, DOCUMENT_FLOPS = 8e-4, 6e-4
 DF_STEEPNESS = 5.0  # --df-flops: the slope of DF-FLOPS's logistic (its beta; arXiv:2505.15070's value could not be
 # read here, so ours: at cutoff 0.1 a token in a quarter of the documents weighs 0.96, one in 2 percent 0.02)
+START_TERMS = 8  # finetune splade --start-terms: positive logits a token at the start (see START_SAMPLE)
+START_SAMPLE = 16  # training documents whose tokens place the MLM head's starting shift
 SHOWN_TERMS = 20  # terms `embed --sparse` prints per text (all with --json)
 
 # ---- `encoderlab compare`: encoderlab.compare ----------------------------------------------------------------

@@ -4,13 +4,15 @@ eq. 1 with max pooling; SPLADE v1, arXiv:2107.05720, summed them). Most weights 
 index (encoderlab.retrieval.sparse) and a query scores a document by the dot product of their weights; the weights
 name tokens a person can read, the text's own words and the ones the model expands it to (`embed --sparse`).
 
-`finetune splade` trains any masked-LM checkpoint (the MLM head is the SPLADE head: nothing new is initialised) on
-(query, positive[, negative]) rows: the contrastive loss of each query against every document of the batch (its
-positive, the other rows' positives and every hard negative), plus the FLOPS regulariser (Paria et al. 2020,
-arXiv:2004.05665, sec. 3.2) of the queries and of the documents, each with its own weight: the sum over the
-vocabulary of the squared mean weight of a token over the batch, which pushes the frequent tokens towards 0 and so
-the posting lists short. Its weight rises from 0 as (step / warm-up)^2 (SPLADE v1, sec. 4: "we found it beneficial
-to increase lambda quadratically ... until a given step") and stays at its peak after.
+`finetune splade` trains any masked-LM checkpoint (the MLM head is the SPLADE head: nothing new is initialised, but
+its bias is first lowered by one constant, which the masked LM's softmax does not see, until a token has about
+--start-terms logits above 0: shift_to_sparse_start) on (query, positive[, negative]) rows: the contrastive loss of
+each query against every document of the batch (its positive, the other rows' positives and every hard negative),
+plus the FLOPS regulariser (Paria et al. 2020, arXiv:2004.05665, sec. 3.2) of the queries and of the documents, each
+with its own weight: the sum over the vocabulary of the squared mean weight of a token over the batch, which pushes
+the frequent tokens towards 0 and so the posting lists short. Its weight rises from 0 as (step / warm-up)^2 (SPLADE
+v1, sec. 4: "we found it beneficial to increase lambda quadratically ... until a given step") and stays at its peak
+after.
 
 The inference-free variant (--inference-free; SPLADE-doc, Formal et al. 2021, arXiv:2109.10086 sec. 3.2, and
 sentence-transformers' inference-free SparseEncoder with a SparseStaticEmbedding query module) runs only documents
@@ -27,11 +29,11 @@ so `SparseEncoder(DIR)` gives the same vectors (tests/test_splade.py)."""
 from __future__ import annotations
 
 import json
+import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import math
 
 import numpy as np
 import scipy.sparse
@@ -42,7 +44,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from encoderlab.checkpoint import read_config, stored_kind
-from encoderlab.choices import DF_STEEPNESS, DOCUMENT_FLOPS, QUERY_FLOPS, SHOWN_TERMS, split_names
+from encoderlab.choices import (DF_STEEPNESS, DOCUMENT_FLOPS, QUERY_FLOPS, SHOWN_TERMS, START_SAMPLE, START_TERMS,
+                                split_names)
 from encoderlab.engine import encode, eval_mode, forward
 from encoderlab.errors import InputError
 from encoderlab.folder import read_task_info
@@ -56,9 +59,11 @@ from encoderlab.tasks.pipeline import Pipeline
 from encoderlab.tasks.spec import TaskSpec
 from encoderlab.tokenizer import Tokenizer
 
+log = logging.getLogger(__name__)
 QUERY_MODULE = "query_0_SparseStaticEmbedding"  # the inference-free query table's folder (sentence-transformers')
 COLUMNS = ["query", "positive", "negative"]  # the retrieval training data's header (issue 44's shared format)
-TASK_OPTIONS = ("query_flops", "document_flops", "flops_warmup", "df_flops")  # SpladeOptions' the task takes as given
+# SpladeOptions' that the task takes as given
+TASK_OPTIONS = ("query_flops", "document_flops", "flops_warmup", "df_flops", "start_terms")
 WARMUP_FRACTION = 1 / 3  # of the first epoch's steps (sentence-transformers' SpladeRegularizerWeightSchedulerCallback
 # warms up over 1/3 of the run; a task does not know the run's epochs, so a third of one epoch)
 
@@ -144,6 +149,36 @@ def attach_query_table(model: nn.Module, task: SpladeTask) -> None:
     model._register_state_dict_hook(drop_query_table)
     task.documents = []  # read once
 
+def start_shift(model: nn.Module, task: SpladeTask, texts: Sequence[str], terms: int) -> float:
+    """How far the MLM head's bias must fall for the median real token of `texts` to have its `terms` largest
+    logits above 0 (0 when it has no more than that already): the model's K-th largest logit of each token, the
+    median over the tokens. A masked LM's softmax is blind to a constant added to every logit, so nothing in its
+    training sets where its logits sit against 0; log(1 + ReLU(.)) is not blind to it."""
+    kth: list[torch.Tensor] = []
+
+    def forward_kth(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits = forward(model, batch).logits  # (B, T, V)
+        return logits.float().topk(terms, dim=-1).values[..., -1][batch["attention_mask"].bool()]  # real tokens
+
+    items, _ = task.tokenizer.encode_rows(list(texts), None, max_length=task.max_length, truncation=True)  # cut
+    # silently: the training's own reading of the documents warns of it
+    with torch.no_grad(), eval_mode(model):
+        task.engine(model).run(items, forward_kth, lambda _, values: kth.append(values))
+    return max(0.0, float(torch.cat(kth).median())) if kth else 0.0
+
+
+def shift_to_sparse_start(model: nn.Module, task: SpladeTask) -> None:
+    """Lower the MLM head's bias by start_shift over the first START_SAMPLE training documents, so that the first
+    vectors are sparse (the shift is in the weights saved, so a --resume restores it with them)."""
+    if not task.start_terms or not task.start_sample:
+        return
+    task.logit_shift = start_shift(model, task, task.start_sample, task.start_terms)
+    with torch.no_grad():
+        model.mlm.bias -= task.logit_shift
+    log.info("splade: the masked-LM head's bias lowered by %.3f, so that a token starts with about %d positive "
+             "logits (--start-terms)", task.logit_shift, task.start_terms)
+
+
 def require_mlm_head(name: str) -> None:
     """InputError, naming the folder and what was expected, for a checkpoint without a masked-LM head."""
     folder = resolve_model_path(name)
@@ -165,17 +200,24 @@ class SpladeTask(Task):
     def __init__(self, tokenizer: Tokenizer, max_length: int, batch_size: int = 32, precision: str = "fp32",
                  query_flops: float = QUERY_FLOPS, document_flops: float = DOCUMENT_FLOPS,
                  flops_warmup: int | None = None, df_flops: float | None = None, inference_free: bool = False,
-                 documents: Sequence[str] = ()) -> None:
+                 start_terms: int = START_TERMS, documents: Sequence[str] = ()) -> None:
         """flops_warmup: steps of the quadratic warm-up (None: a third of the first epoch's); df_flops: DF-FLOPS's
         cutoff (df_scale), None for plain FLOPS; inference_free: queries through a table of token weights,
-        initialised to the IDF of `documents` (the training file's)."""
+        initialised to the IDF of `documents` (the training file's); start_terms: before training, lower the MLM
+        head's bias until a token has about that many positive logits (shift_to_sparse_start; 0: leave it)."""
         if df_flops is not None and not 0 < df_flops < 1:
             raise InputError(f"--df-flops {df_flops}: expected the share of documents (between 0 and 1, e.g. 0.1) "
                              f"at which a token's FLOPS weight is one half")
+        if start_terms < 0:
+            raise InputError(f"--start-terms {start_terms}: expected a number of terms a token (0 leaves the "
+                             f"masked-LM head's bias as it is)")
         super().__init__(tokenizer, max_length, batch_size, precision)
         self.query_flops, self.document_flops, self.flops_warmup = query_flops, document_flops, flops_warmup
         self.df_flops = df_flops
         self.inference_free, self.documents = inference_free, list(documents)
+        self.start_terms, self.logit_shift = start_terms, 0.0  # the shift made: shift_to_sparse_start
+        self.start_sample = self.documents[:START_SAMPLE]  # its documents (kept: the inference-free table takes
+        # self.documents once)
         self.table: torch.Tensor | None = None  # inference-free: the model's query table once attached
 
     def validate(self, examples: list[TextExample]) -> None:
@@ -265,7 +307,8 @@ class SpladeTask(Task):
     def info(self) -> dict[str, Any]:
         return super().info() | {"query_flops": self.query_flops, "document_flops": self.document_flops,
                                  "flops_warmup": self.flops_warmup, "df_flops": self.df_flops,
-                                 "inference_free": self.inference_free}
+                                 "inference_free": self.inference_free, "start_terms": self.start_terms,
+                                 "logit_shift": round(self.logit_shift, 4)}
 
 
 def read_triplets(path: str, reading, info: dict, head) -> list[TextExample]:
@@ -329,7 +372,9 @@ def read_query_table(folder: Path) -> torch.Tensor | None:
 
 
 def prepare_model(model: nn.Module, task: SpladeTask) -> None:
-    """Inference-free: the model's query table, which the task reads and saves."""
+    """The MLM head's bias lowered to a sparse start; inference-free: the model's query table, which the task reads
+    and saves."""
+    shift_to_sparse_start(model, task)
     attach_query_table(model, task)
     task.table = getattr(model, "query_table", None)
 
