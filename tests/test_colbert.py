@@ -345,6 +345,33 @@ def test_residual_compression_shrinks_the_index_and_keeps_its_ranking(tiny, tiny
     assert "ColBERT" in capsys.readouterr().err and not (tmp_path / "dense" / "index.json").exists()
 
 
+def test_a_compressed_search_scores_tokens_by_their_norms_as_the_decompressed_vectors_score(tiny_colbert, tmp_path):
+    """A packed shard keeps its tokens' inverse norms beside it: (q . centroid + q . residual) * inverse norm is the
+    product with the decompressed, normalised vector, and an index packed before the norms were kept (no .norms
+    files) searches the slower way to the same hits."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(CORPUS)))
+    index = MultiVectorIndex.build(tiny_colbert, corpus, tmp_path / "two", shard_size=10, progress=False,
+                                   residual_bits=2)
+    norms = [index.folder / "shards" / f"{name}.norms" for name in index.shards]
+    assert all(np.load(path).dtype == np.float16 for path in norms)
+    query = torch.nn.functional.normalize(torch.randn(5, index.meta["dimensions"], generator=torch.Generator()
+                                                      .manual_seed(0)), dim=1)
+    sims = query.numpy() @ index.structures()[0].T
+    rows = np.arange(index.offsets[-1])
+    slow = (query @ torch.from_numpy(index.rows(rows)).T).numpy()
+    assert_close(index.scorer(query, sims)(rows), slow, rtol=2e-3, atol=2e-3)  # float16 inverse norms
+    queries = ["where does anna live ?", "who lives in oslo ?"]
+    fast = index.search(queries, top_k=3)
+    for path in norms:
+        path.unlink()
+    old = MultiVectorIndex(index.folder)
+    assert old.inverse_norms() is None
+    for want, got in zip(fast, old.search(queries, top_k=3)):
+        assert [h["id"] for h in got][:1] == [h["id"] for h in want][:1]
+        assert_close([h["score"] for h in got], [h["score"] for h in want], rtol=2e-3, atol=2e-3)
+
+
 def test_add_to_a_compressed_index_codes_the_new_tokens_against_its_centroids(tiny_colbert, tmp_path, capsys):
     """`index --add` on a 4-bit index compresses the new documents against the centroids and buckets it has: the
     shards it held are left as they were, every shard is bytes, each token has a code, a new document's tokens come
@@ -367,6 +394,7 @@ def test_add_to_a_compressed_index_codes_the_new_tokens_against_its_centroids(ti
     full, added = MultiVectorIndex(tmp_path / "full"), MultiVectorIndex(two)
     assert len(added) == 32 and added.ids == full.ids and added.meta["complete"]
     assert all(np.load(two / "shards" / f"{name}.npy").dtype == np.uint8 for name in added.shards)
+    assert len(added.inverse_norms()) == added.offsets[-1]  # the new shards' norms beside the old ones'
     new_codes = np.load(two / "codes.npy")
     assert len(new_codes) == added.offsets[-1] and (new_codes[:len(codes)] == codes).all()
     new = np.arange(full.offsets[20], full.offsets[-1])  # the added documents' tokens

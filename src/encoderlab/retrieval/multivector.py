@@ -25,7 +25,11 @@ vector is stored as its centroid's code (codes.npy) plus its residual (the vecto
 dimension cut to one of 2^B buckets, B bits a dimension instead of float16's 16. The buckets are ColBERTv2's: cutoffs
 at the residuals' 1/2^B, ..., (2^B-1)/2^B quantiles and each bucket's value the quantile at its middle, over every
 dimension of a sample of residuals together (buckets.npy). A shard then holds (tokens, dim * B / 8) bytes; exact
-MaxSim reads a token as its centroid plus its buckets' values, normalised again. An --add codes and compresses the new
+MaxSim reads a token as its centroid plus its buckets' values, normalised again. Beside each packed shard,
+NNNNN.norms holds (tokens,) float16 the inverse norms of those sums, so that a search scores a token as
+(q . centroid + q . residual) / norm: the query's products with the centroids (computed once for its candidates)
+gathered by the codes, plus one product with the residuals, never making the vectors themselves (an index packed
+before the norms were kept is read the slower way). An --add codes and compresses the new
 documents' tokens against the centroids and buckets the index has: a float16 index makes its centroids again over
 every token, but a compressed one has kept no float vectors to make them from. Centroids fit to the first documents
 serve text like them; after adding much unlike text, build again (--overwrite)."""
@@ -59,6 +63,7 @@ from encoderlab.tasks.colbert import QUERY_LENGTH, TokenEncoder, load_colbert, p
 from encoderlab.tokenizer import Tokenizer
 
 CENTROIDS, CODES, BUCKETS = "centroids.npy", "codes.npy", "buckets.npy"
+NORMS = ".norms"  # a packed shard's (tokens,) float16 inverse norms of its decompressed vectors (before normalising)
 RESIDUAL_BITS = (1, 2, 4)  # ColBERTv2's choices of bits a dimension
 RESIDUAL_SAMPLE = 65536  # token vectors whose residuals place the buckets
 OLD_GRAPH = "tokens.faiss"  # what the first multivector indexes searched (an HNSW graph over every token)
@@ -147,6 +152,12 @@ def decompress(packed: np.ndarray, centroids: np.ndarray, values: np.ndarray) ->
     return vectors.numpy()
 
 
+def inverse_norms(packed: np.ndarray, centroids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """(n,) float16: 1 / the norm of each packed token's centroid (n, dim) plus its residual's bucket values."""
+    vectors = centroids + np.take(values, packed, axis=0).reshape(len(packed), -1)
+    return (1.0 / np.linalg.norm(vectors, axis=1)).astype(np.float16)
+
+
 def compress_shards(folder: Path, names: list[str], centroids: np.ndarray, codes: np.ndarray, bits: int) -> None:
     """Rewrite every shard still of float vectors as its tokens' packed residuals from their centroids. The buckets
     are placed once, from a sample, and kept in buckets.npy, so that a compression cut off finishes with the same
@@ -157,15 +168,21 @@ def compress_shards(folder: Path, names: list[str], centroids: np.ndarray, codes
         chosen = np.sort(np.random.default_rng(0).choice(starts[-1], min(starts[-1], RESIDUAL_SAMPLE), replace=False))
         residuals = sample_rows(shards, chosen) - centroids[codes[chosen]]
         atomic_write(folder / BUCKETS, lambda tmp: save_array(tmp, residual_buckets(residuals, bits)))
-    cutoffs = np.load(folder / BUCKETS)[0, :-1]
+    buckets = np.load(folder / BUCKETS)
+    cutoffs, values = buckets[0, :-1], byte_values(buckets[1], bits)
     for name, shard, start in zip(names, shards, starts):
         if shard.dtype == np.uint8:
             continue
-        pieces = []
+        pieces, norms = [], []
         for i in range(0, len(shard), RESIDUAL_SAMPLE):
             rows = np.asarray(shard[i:i + RESIDUAL_SAMPLE], np.float32)
-            pieces.append(pack_residuals(rows - centroids[codes[start + i:start + i + len(rows)]], cutoffs, bits))
+            bases = centroids[codes[start + i:start + i + len(rows)]]
+            pieces.append(pack_residuals(rows - bases, cutoffs, bits))
+            norms.append(inverse_norms(pieces[-1], bases, values))
         packed = np.concatenate(pieces) if pieces else np.zeros((0, shard.shape[1] * bits // 8), np.uint8)
+        inverse = np.concatenate(norms) if norms else np.zeros(0, np.float16)
+        atomic_write(folder / SHARDS / f"{name}{NORMS}", lambda tmp, rows=inverse: save_array(tmp, rows))  # first:
+        # a shard of bytes always has its norms
         atomic_write(folder / SHARDS / f"{name}.npy", lambda tmp, rows=packed: save_array(tmp, rows))
 
 
@@ -257,6 +274,7 @@ class MultiVectorIndex(Index):
         self.offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))]) if counts else np.zeros(1, np.int64)
         self._structures = None
         self._values: np.ndarray | None = None  # a compressed index's byte -> bucket values table (byte_values)
+        self._inverse: np.ndarray | None | bool = False  # its tokens' inverse norms (None: not kept; False: unread)
 
     @classmethod
     def build(cls, model: str | os.PathLike, corpus: str | os.PathLike, folder: str | os.PathLike, *,
@@ -326,7 +344,8 @@ class MultiVectorIndex(Index):
         if meta.get("residual_bits"):
             compress_shards(folder, names, centroids, codes, meta["residual_bits"])
         (folder / OLD_GRAPH).unlink(missing_ok=True)  # an --add or --resume of an index of the first layout
-        stored = sum((folder / SHARDS / f"{n}{s}").stat().st_size for n in names for s in (".npy", ".offsets"))
+        stored = sum(path.stat().st_size for n in names for s in (".npy", ".offsets", NORMS)
+                     if (path := folder / SHARDS / f"{n}{s}").is_file())
         stored += sum(path.stat().st_size for path in (folder / CENTROIDS, folder / CODES, folder / BUCKETS)
                       if path.is_file())
         meta["tokens"], meta["centroids"] = tokens, len(centroids)
@@ -355,23 +374,53 @@ class MultiVectorIndex(Index):
             self._structures = centroids, codes, lists
         return self._structures
 
+    def values(self) -> np.ndarray:
+        """A compressed index's byte -> bucket values table (byte_values), read once."""
+        if self._values is None:
+            self._values = byte_values(np.load(self.folder / BUCKETS)[1], self.meta["residual_bits"])
+        return self._values
+
+    def inverse_norms(self) -> np.ndarray | None:
+        """A compressed index's (tokens,) float32 inverse norms of its decompressed tokens, read once; None when a
+        shard has none (packed before they were kept) or the index is not compressed."""
+        if self._inverse is False:
+            paths = [self._path(name, NORMS) for name in self.shards]
+            self._inverse = (np.concatenate([np.load(p) for p in paths]).astype(np.float32) if
+                             self.meta.get("residual_bits") and all(p.is_file() for p in paths) else None)
+        return self._inverse
+
     def rows(self, positions: np.ndarray) -> np.ndarray:
         """The float32 token vectors at index positions (n,): as stored, or, in a compressed index, each its
         centroid plus its residual's bucket values, normalised again."""
-        bits = self.meta.get("residual_bits")
-        if not bits:
+        if not self.meta.get("residual_bits"):
             return super().rows(positions)
         centroids, codes, _ = self.structures()
-        if self._values is None:
-            self._values = byte_values(np.load(self.folder / BUCKETS)[1], bits)
         return decompress(self.gather(positions, np.asarray), np.take(centroids, codes[positions], axis=0),
-                          self._values)
+                          self.values())
 
-    def candidates(self, query: np.ndarray, probe: int, keep: int) -> np.ndarray:
-        """A query's (S, dim) candidates (positions, ascending): the documents owning a token of each query token's
-        `probe` nearest centroids, cut to the best `keep` by centroid interaction (PLAID's stages 1 and 2)."""
-        centroids, codes, lists = self.structures()
-        sims = query @ centroids.T  # (S, C)
+    def scorer(self, query: torch.Tensor, sims: np.ndarray | None) -> Any:
+        """rows -> the (S, dim) query's (S, len(rows)) products with the token vectors at those index positions;
+        sims (S, C): its products with the centroids. A compressed index with its norms scores a token as
+        (q . centroid + q . residual) * inverse norm, never making the vector."""
+        inverse = self.inverse_norms()
+        if inverse is None:
+            return lambda rows: (query @ torch.from_numpy(self.rows(rows)).T).numpy()
+        codes, values = self.structures()[1], self.values()
+
+        def products(rows: np.ndarray) -> np.ndarray:
+            residuals = np.take(values, self.gather(rows, np.asarray), axis=0).reshape(len(rows), -1)
+            out = (query @ torch.from_numpy(residuals).T).numpy()
+            out += np.take(sims, codes[rows], axis=1)
+            out *= inverse[rows]
+            return out
+
+        return products
+
+    def candidates(self, sims: np.ndarray, probe: int, keep: int) -> np.ndarray:
+        """A query's candidates (positions, ascending), sims (S, C) the products of its S tokens with the centroids:
+        the documents owning a token of each query token's `probe` nearest centroids, cut to the best `keep` by
+        centroid interaction (PLAID's stages 1 and 2)."""
+        _, codes, lists = self.structures()
         probed = np.argpartition(-sims, min(probe, sims.shape[1]) - 1, axis=1)[:, :probe]
         pool = np.unique(np.concatenate([lists[c] for c in np.unique(probed)]))
         if len(pool) > keep:
@@ -389,8 +438,10 @@ class MultiVectorIndex(Index):
         positions = torch.zeros((len(q), k), dtype=torch.long)
         for i, (tokens, mask) in enumerate(zip(q, q_mask)):
             query = tokens[mask].float()  # (S, dim): the query's counted tokens
-            pool = np.arange(len(self.ids)) if exact else self.candidates(query.numpy(), probe, max(rescore, 4 * k))
-            got = pooled_maxsim(lambda rows: (query @ torch.from_numpy(self.rows(rows)).T).numpy(), self.offsets, pool)
+            sims = None if exact and self.inverse_norms() is None else query.numpy() @ self.structures()[0].T  # (S,
+            # C): an exact search of float vectors needs no centroids (nor an index of the first layout, without them)
+            pool = np.arange(len(self.ids)) if exact else self.candidates(sims, probe, max(rescore, 4 * k))
+            got = pooled_maxsim(self.scorer(query, sims), self.offsets, pool)
             top = np.argsort(-got, kind="stable")[:k]
             scores[i, :len(top)], positions[i, :len(top)] = torch.from_numpy(got[top]), torch.from_numpy(pool[top])
         return scores, positions
