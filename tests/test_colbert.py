@@ -347,8 +347,9 @@ def test_residual_compression_shrinks_the_index_and_keeps_its_ranking(tiny, tiny
 
 def test_a_compressed_search_scores_tokens_by_their_norms_as_the_decompressed_vectors_score(tiny_colbert, tmp_path):
     """A packed shard keeps its tokens' inverse norms beside it: (q . centroid + q . residual) * inverse norm is the
-    product with the decompressed, normalised vector, and an index packed before the norms were kept (no .norms
-    files) searches the slower way to the same hits."""
+    product with the decompressed, normalised vector. The centroids are kept in float16 and the codes in uint16; an
+    index of the earlier layout (no .norms files, float32 centroids, int32 codes) searches the slower way to the same
+    hits."""
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(CORPUS)))
     index = MultiVectorIndex.build(tiny_colbert, corpus, tmp_path / "two", shard_size=10, progress=False,
@@ -363,8 +364,12 @@ def test_a_compressed_search_scores_tokens_by_their_norms_as_the_decompressed_ve
     assert_close(index.scorer(query, sims)(rows), slow, rtol=2e-3, atol=2e-3)  # float16 inverse norms
     queries = ["where does anna live ?", "who lives in oslo ?"]
     fast = index.search(queries, top_k=3)
+    centroids, codes = np.load(index.folder / "centroids.npy"), np.load(index.folder / "codes.npy")
+    assert centroids.dtype == np.float16 and codes.dtype == np.uint16
     for path in norms:
         path.unlink()
+    np.save(index.folder / "centroids.npy", centroids.astype(np.float32))
+    np.save(index.folder / "codes.npy", codes.astype(np.int32))
     old = MultiVectorIndex(index.folder)
     assert old.inverse_norms() is None
     for want, got in zip(fast, old.search(queries, top_k=3)):

@@ -4,8 +4,10 @@ It is an Index (encoderlab.retrieval.index: the same shards, streaming, document
 "kind" is "multivector") whose shards hold token vectors:
     shards/NNNNN.npy          (tokens, dim) float16 token vectors of the shard's documents, one after another
     shards/NNNNN.offsets  (documents + 1,) int64: document i's tokens are rows offsets[i]:offsets[i+1]
-    centroids.npy             (C, dim) float32 unit k-means centroids of every token vector
-    codes.npy                 (tokens,) each token's nearest centroid, every shard's tokens in order
+    centroids.npy             (C, dim) float16 unit k-means centroids of every token vector (float32 in indexes
+                              built before 2026-11-29: read either way)
+    codes.npy                 (tokens,) each token's nearest centroid, every shard's tokens in order (uint16 up to
+                              65,536 centroids, an index of under 67M tokens; int32 above, and before 2026-11-29)
 A search is PLAID's three stages in a simple form (Santhanam et al. 2022, "PLAID: An Efficient Engine for Late
 Interaction Retrieval", arXiv:2205.09707, section 4): (1) candidate generation: the documents owning a token of
 each query token's `probe` nearest centroids; (2) centroid interaction: each candidate scored by MaxSim with every
@@ -111,6 +113,11 @@ def sample_rows(shards: list[np.ndarray], chosen: np.ndarray) -> np.ndarray:
     starts = np.cumsum([0] + [len(m) for m in shards])
     return np.concatenate([np.asarray(m[chosen[(chosen >= a) & (chosen < b)] - a], np.float32)
                            for m, a, b in zip(shards, starts[:-1], starts[1:])])
+
+
+def code_type(count: int) -> type:
+    """The type of the codes of `count` centroids: uint16 where it holds them, else int32."""
+    return np.uint16 if count <= 2 ** 16 else np.int32
 
 
 def nearest(vectors: np.ndarray, centroids: np.ndarray, chunk: int = 65536) -> np.ndarray:
@@ -328,18 +335,19 @@ class MultiVectorIndex(Index):
         starts = np.cumsum([0] + [len(m) for m in shards])
         tokens = int(starts[-1])
         if (folder / BUCKETS).is_file():  # compressed (or cut off compressing): its centroids and buckets are final
-            centroids, codes = np.load(folder / CENTROIDS), np.load(folder / CODES)
+            centroids, codes = np.load(folder / CENTROIDS).astype(np.float32), np.load(folder / CODES)
             if len(codes) < tokens:  # an --add: the new shards' tokens are coded against them
-                codes = np.concatenate([codes] + [nearest(m, centroids).astype(np.int32)
+                codes = np.concatenate([codes] + [nearest(m, centroids).astype(codes.dtype)
                                                   for m, start in zip(shards, starts) if start >= len(codes)])
                 if len(codes) != tokens:  # the codes end inside a shard: not an index that build and add wrote
                     raise InputError(f"{folder}: {CODES} holds {len(codes)} codes for {tokens} token vectors, not "
                                      f"whole shards: build the index again (encoderlab index ... --overwrite)")
                 atomic_write(folder / CODES, lambda tmp: save_array(tmp, codes))
         else:
-            centroids = kmeans(shards, partitions(tokens))
-            codes = np.concatenate([nearest(m, centroids) for m in shards]).astype(np.int32)
-            atomic_write(folder / CENTROIDS, lambda tmp: save_array(tmp, centroids))
+            centroids = kmeans(shards, partitions(tokens)).astype(np.float16).astype(np.float32)  # kept at half
+            # width (half the centroids' bytes; residuals and norms are taken against these rounded values)
+            codes = np.concatenate([nearest(m, centroids) for m in shards]).astype(code_type(len(centroids)))
+            atomic_write(folder / CENTROIDS, lambda tmp: save_array(tmp, centroids.astype(np.float16)))
             atomic_write(folder / CODES, lambda tmp: save_array(tmp, codes))
         if meta.get("residual_bits"):
             compress_shards(folder, names, centroids, codes, meta["residual_bits"])
@@ -366,7 +374,7 @@ class MultiVectorIndex(Index):
                 raise InputError(f"{self.folder}: no {CENTROIDS}: "
                                  + ("an index of an earlier encoderlab (an HNSW token graph): build it again"
                                     if old else "the build did not finish") + " (encoderlab index ... --overwrite)")
-            centroids, codes = np.load(self.folder / CENTROIDS), np.load(self.folder / CODES)
+            centroids, codes = np.load(self.folder / CENTROIDS).astype(np.float32), np.load(self.folder / CODES)
             owner = np.repeat(np.arange(len(self.ids)), np.diff(self.offsets))  # (tokens,) each token's document
             order = np.argsort(codes, kind="stable")
             starts = np.searchsorted(codes[order], np.arange(len(centroids) + 1))
