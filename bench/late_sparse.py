@@ -161,10 +161,13 @@ def cached(folder: Path, settings: dict[str, Any], make) -> dict[str, Any]:
     return done | {"cached": False}
 
 
-def results_name(max_train: int | None, window: int | None) -> str:
-    """The results file's name: late_sparse, or for a run of other settings a file of its own (late_sparse_1000,
-    late_sparse_w128, late_sparse_5190_w128), so that it never overwrites the default run's figures."""
-    return "late_sparse" + (f"_{max_train}" if max_train else "") + (f"_w{window}" if window else "")
+def results_name(max_train: int | None, window: int | None, names: list[str] | None = None) -> str:
+    """The results file's name: late_sparse, or for a run of other settings or of some contenders (--only) a file of
+    its own (late_sparse_1000, late_sparse_w128, late_sparse_5190_w128, late_sparse_only_splade-free), so that it
+    never overwrites the default run's figures."""
+    some = names is not None and set(names) != set(CONTENDERS)
+    return ("late_sparse" + (f"_{max_train}" if max_train else "") + (f"_w{window}" if window else "")
+            + (f"_only_{'_'.join(n for n in ORDER if n in names)}" if some else ""))
 
 
 def train(name: str, base: str, data: Path, folder: Path, mode: str) -> dict[str, Any]:
@@ -369,10 +372,11 @@ def main() -> None:
     mode = size(args)
     if args.max_train:
         TRAINING[mode]["max_train"] = args.max_train
-    file_name = results_name(args.max_train, args.index_window if args.index_window != INDEX_WINDOW[mode] else None)
+    names = contenders(args.only)
+    file_name = results_name(args.max_train, args.index_window if args.index_window != INDEX_WINDOW[mode] else None,
+                             names)
     if args.index_window:
         INDEX_WINDOW[mode] = args.index_window
-    names = contenders(args.only)
     require_commands(names)
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)

@@ -148,8 +148,8 @@ def check_fill_mask_goal_is_the_mean_over_seeds(payload: dict) -> None:
 
 
 def test_late_sparse_bench_writes_another_settings_run_to_a_file_of_its_own() -> None:
-    """--index-window and --max-train runs are named by their settings, so that they never overwrite the default
-    run's late_sparse.json (a 128-token run at the same time as the default one did, before)."""
+    """--index-window, --max-train and --only runs are named by their settings, so that they never overwrite the
+    default run's late_sparse.json (a 128-token run at the same time as the default one did, before)."""
     sys.path.insert(0, str(ROOT / "bench"))
     import late_sparse
 
@@ -157,6 +157,9 @@ def test_late_sparse_bench_writes_another_settings_run_to_a_file_of_its_own() ->
     assert late_sparse.results_name(None, 128) == "late_sparse_w128"
     assert late_sparse.results_name(1000, None) == "late_sparse_1000"
     assert late_sparse.results_name(5190, 128) == "late_sparse_5190_w128"
+    assert late_sparse.results_name(None, None, list(late_sparse.ORDER)) == "late_sparse"  # every contender
+    assert late_sparse.results_name(None, None, late_sparse.contenders("bm25")) == "late_sparse_only_dense_bm25"
+    assert late_sparse.results_name(None, 128, ["splade"]) == "late_sparse_w128_only_splade"
 
 
 def test_late_sparse_bench_runs_the_contenders_asked_for() -> None:
