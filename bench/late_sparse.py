@@ -91,11 +91,12 @@ BASE = {"dense": ("embed", "minilm"), "colbert": ("colbert", "minilm"), "splade"
 FLAGS = {"splade": [f"--query-flops={QUERY_FLOPS:g}", f"--document-flops={DOCUMENT_FLOPS:g}",
                     f"--start-terms={START_TERMS}"],
          "splade-free": ["--inference-free", "--document-flops=3e-05", f"--start-terms={START_TERMS}"]}
-# A learning rate of its own: the full SPLADE starts from a masked LM whose log-saturated logits every query and
-# document share in large part (a first batch's loss of 940, against 1.3 for the inference-free one, whose queries
-# start as IDF): at 5e-5 it spent 59 of its 163 steps bringing that under 3 and scored 0.701 nDCG@10 at 512 tokens
-# (bench/results/late_sparse_lr5e-5.json); at 2e-4, 24 steps and 0.784 (docs/retrieval.md). --smoke's tiny models
-# all keep its 1e-3.
+# A learning rate of its own: before the sparse start (--start-terms), the full SPLADE started from a masked LM whose
+# log-saturated logits every query and document shared in large part (a first batch's loss of 940, against 1.3 for
+# the inference-free one, whose queries start as IDF): at 5e-5 it spent 59 of its 163 steps bringing that under 3 and
+# scored 0.701 nDCG@10 at 512 tokens (bench/results/late_sparse_lr5e-5.json); at 2e-4, 24 steps and 0.784
+# (docs/retrieval.md). With the sparse start it scored 0.870 at 2e-4 (late_sparse_only_splade.json); 5e-5 has not
+# been tried with it. --smoke's tiny models all keep its 1e-3.
 LR = {"splade": 2e-4}
 SPARSE = ("splade", "splade-free")
 HYBRID = ("dense", "colbert")  # indexed with BM25 beside them (`index --bm25`): `--mode hybrid` fuses the two
