@@ -150,18 +150,24 @@ def byte_values(values: np.ndarray, bits: int) -> np.ndarray:
     return values[(planes << np.arange(bits, dtype=np.uint8)).sum(2)].astype(np.float32)
 
 
+def unpack(packed: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """(n, bytes) packed residuals -> (n, dim) float32 bucket values, values being byte_values' table (np.take: 4x
+    numpy's values[packed])."""
+    return np.take(values, packed, axis=0).reshape(len(packed), -1)
+
+
 def decompress(packed: np.ndarray, centroids: np.ndarray, values: np.ndarray) -> np.ndarray:
     """(n, bytes) packed residuals of tokens whose centroids are (n, dim) -> (n, dim) unit float32 vectors, values
     being byte_values' table; centroids (a fresh array) becomes the result."""
     vectors = torch.from_numpy(centroids)
-    vectors += torch.from_numpy(np.take(values, packed, axis=0)).reshape(len(packed), -1)  # 4x numpy's [packed]
+    vectors += torch.from_numpy(unpack(packed, values))
     vectors /= torch.linalg.vector_norm(vectors, dim=1, keepdim=True)
     return vectors.numpy()
 
 
 def inverse_norms(packed: np.ndarray, centroids: np.ndarray, values: np.ndarray) -> np.ndarray:
     """(n,) float16: 1 / the norm of each packed token's centroid (n, dim) plus its residual's bucket values."""
-    vectors = centroids + np.take(values, packed, axis=0).reshape(len(packed), -1)
+    vectors = centroids + unpack(packed, values)
     return (1.0 / np.linalg.norm(vectors, axis=1)).astype(np.float16)
 
 
@@ -416,7 +422,7 @@ class MultiVectorIndex(Index):
         codes, values = self.structures()[1], self.values()
 
         def products(rows: np.ndarray) -> np.ndarray:
-            residuals = np.take(values, self.gather(rows, np.asarray), axis=0).reshape(len(rows), -1)
+            residuals = unpack(self.gather(rows, np.asarray), values)
             out = (query @ torch.from_numpy(residuals).T).numpy()
             out += np.take(sims, codes[rows], axis=1)
             out *= inverse[rows]
@@ -446,8 +452,9 @@ class MultiVectorIndex(Index):
         positions = torch.zeros((len(q), k), dtype=torch.long)
         for i, (tokens, mask) in enumerate(zip(q, q_mask)):
             query = tokens[mask].float()  # (S, dim): the query's counted tokens
-            sims = None if exact and self.inverse_norms() is None else query.numpy() @ self.structures()[0].T  # (S,
-            # C): an exact search of float vectors needs no centroids (nor an index of the first layout, without them)
+            # (S, C) its products with the centroids; an exact search of float vectors needs none (nor has an index
+            # of the first layout, which had no centroids)
+            sims = None if exact and self.inverse_norms() is None else query.numpy() @ self.structures()[0].T
             pool = np.arange(len(self.ids)) if exact else self.candidates(sims, probe, max(rescore, 4 * k))
             got = pooled_maxsim(self.scorer(query, sims), self.offsets, pool)
             top = np.argsort(-got, kind="stable")[:k]

@@ -149,6 +149,7 @@ def attach_query_table(model: nn.Module, task: SpladeTask) -> None:
     model._register_state_dict_hook(drop_query_table)
     task.documents = []  # read once
 
+
 def start_shift(model: nn.Module, task: SpladeTask, texts: Sequence[str], terms: int) -> float:
     """How far the MLM head's bias must fall for the median real token of `texts` to have its `terms` largest
     logits above 0 (0 when it has no more than that already): the model's K-th largest logit of each token, the
@@ -160,8 +161,8 @@ def start_shift(model: nn.Module, task: SpladeTask, texts: Sequence[str], terms:
         logits = forward(model, batch).logits  # (B, T, V)
         return logits.float().topk(terms, dim=-1).values[..., -1][batch["attention_mask"].bool()]  # real tokens
 
-    items, _ = task.tokenizer.encode_rows(list(texts), None, max_length=task.max_length, truncation=True)  # cut
-    # silently: the training's own reading of the documents warns of it
+    # cut to the window silently: the training's own reading of these documents warns of it
+    items, _ = task.tokenizer.encode_rows(list(texts), None, max_length=task.max_length, truncation=True)
     with torch.no_grad(), eval_mode(model):
         task.engine(model).run(items, forward_kth, lambda _, values: kth.append(values))
     return max(0.0, float(torch.cat(kth).median())) if kth else 0.0
