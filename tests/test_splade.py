@@ -80,6 +80,29 @@ def test_weights_are_log1p_relu_of_the_logits_max_pooled_over_real_tokens():
     assert_close(sparse_weights(logits, mask), expected)
 
 
+def test_the_pooled_weights_gradient_is_the_plain_formulas():
+    """SparseMaxPool keeps the winning tokens instead of two (B, T, V) tensors: the logits' gradient must equal
+    autograd's through log1p(relu(.)), the mask and amax, padding and columns with no positive logit included."""
+    torch.manual_seed(3)
+    logits = (torch.randn(3, 6, 13) * 2).requires_grad_()
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0]])
+    with torch.no_grad():
+        logits[0, 4:] = 50.0  # padding above every real token: no gradient may reach it
+        logits[2, :, 5] = -1.0  # a column with no positive logit: weight 0, no gradient
+    upstream = torch.randn(3, 13)
+    plain = logits.detach().clone().requires_grad_()
+    expected = (torch.log1p(torch.relu(plain)) * mask[:, :, None]).amax(dim=1)
+    (expected * upstream).sum().backward()
+    pooled = sparse_weights(logits, mask)
+    (pooled * upstream).sum().backward()
+    assert_close(pooled, expected)
+    assert_close(logits.grad, plain.grad)
+    assert logits.grad[0, 4:].abs().sum() == 0 and logits.grad[2, :, 5].abs().sum() == 0
+    half = logits.detach().bfloat16().requires_grad_()  # bf16 logits (--precision bf16): a bf16 gradient
+    sparse_weights(half, mask).sum().backward()
+    assert half.grad.dtype == torch.bfloat16
+
+
 def test_flops_is_the_sum_of_squared_mean_weights():
     torch.manual_seed(1)
     weights = torch.rand(4, 9)

@@ -71,8 +71,32 @@ WARMUP_FRACTION = 1 / 3  # of the first epoch's steps (sentence-transformers' Sp
 # ---- the SPLADE head and its losses ---------------------------------------------------------------------------
 def sparse_weights(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """logits (B, T, V), attention_mask (B, T) -> (B, V): max over real tokens of log(1 + ReLU(logit))."""
-    weights = torch.log1p(torch.relu(logits.float()))  # (B, T, V), >= 0
-    return (weights * attention_mask[:, :, None].to(weights.dtype)).amax(dim=1)  # padding scores 0: never the max
+    return SparseMaxPool.apply(logits, attention_mask)
+
+
+class SparseMaxPool(torch.autograd.Function):
+    """sparse_weights with a backward pass that keeps only each weight's winning token. Written as the operations
+    it is, autograd keeps two (B, T, V) tensors of a batch until the backward pass (ReLU's output and the masked
+    weights the max reads): 1 GB each for the 64 documents of a 32-row batch at 128 tokens over BERT's 30,522
+    tokens. A max passes its gradient to the one token that won, and d log(1 + x) / dx = 1 / (1 + x) = exp(-w) for
+    x > 0 (0 where no logit was above 0), so the winners' indices (B, V) and the weights are all it needs."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        weights = torch.relu(logits.float()).log1p_()  # (B, T, V), >= 0
+        weights.masked_fill_(~attention_mask.bool()[:, :, None], 0.0)  # padding scores 0: never the max
+        pooled, winners = weights.max(dim=1)
+        ctx.save_for_backward(pooled, winners)
+        ctx.shape, ctx.dtype = logits.shape, logits.dtype
+        return pooled
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        pooled, winners = ctx.saved_tensors
+        local = torch.where(pooled > 0, grad * torch.exp(-pooled), 0.0)  # (B, V)
+        out = torch.zeros(ctx.shape, dtype=local.dtype, device=local.device)
+        out.scatter_(1, winners[:, None, :], local[:, None, :])
+        return out.to(ctx.dtype), None
 
 
 def flops(weights: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
