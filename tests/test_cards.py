@@ -4,6 +4,7 @@ in the CLI, the server and pipeline()."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -13,12 +14,17 @@ from pathlib import Path
 import pytest
 from toy_capability import TOY_CARD, Shout
 
-from encoderlab.cards import (CARDS, Card, ClassifyOptions, WindowOptions, card, field_docs, given, load, served,
-                              table, trainable)
+from encoderlab import choices
+from encoderlab.cards import (CARDS, Card, ClassifyOptions, FusionOptions, SearchOptions, WindowOptions, bounds, card,
+                              field_docs, flags, given, load, served, table, trainable)
 from encoderlab.cli import build_parser, main
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.infer.server import Limits, create_app, load_pipelines
+from encoderlab.retrieval.fusion import NORMALISATIONS
+from encoderlab.retrieval.index import Index
+from encoderlab.retrieval.multivector import MultiVectorIndex
+from encoderlab.retrieval.serving import search_request
 from encoderlab.tasks.pipeline import Pipeline
 from encoderlab.tasks.spec import TaskSpec, task_spec
 
@@ -124,3 +130,43 @@ def test_a_toy_card_gives_pipeline_and_an_endpoint(toy):
     assert "/shout" in {route.path for route in app.routes}
     assert [c.name for c in served()][-1] == "shout"
     subparser("serve").parse_args(["--tasks", "shout"])  # serve --tasks offers it
+
+
+# ---- searching: one dataclass of options on every surface that searches -------------------------------------------
+SEARCHERS = {"search": (("search",), ["--index", "i"], SearchOptions),  # parser, the rest of argv, options
+             "evaluate retrieval": (("evaluate",), ["retrieval", "--data", "d"], SearchOptions),
+             "benchmark beir": (("benchmark", "beir"), ["--model", "m", "--data", "d", "--out", "o"], FusionOptions)}
+
+
+@pytest.mark.parametrize("command", list(SEARCHERS))
+def test_the_search_commands_defaults_and_help_are_the_options(command):
+    path, rest, options = SEARCHERS[command]
+    args = build_parser().parse_args([*path, *rest])
+    assert given(options, vars(args)) == options()
+    for flag in flags(options):
+        assert help_of(subparser(*path), f"--{flag.name.replace('_', '-')}").startswith(flag.help)
+
+
+def test_the_servers_search_body_and_index_search_take_the_same_defaults_and_bounds():
+    body = search_request(str, Limits()).model_fields
+    for flag in flags(SearchOptions):
+        assert (body[flag.name].default, body[flag.name].description) == (flag.default, flag.help)
+        limits = {k: getattr(m, k) for m in body[flag.name].metadata for k in ("ge", "le") if hasattr(m, k)}
+        assert bounds(flag).items() <= limits.items(), flag.name
+    for method in (Index.search, Index.rank, MultiVectorIndex.rank):
+        parameters = inspect.signature(method).parameters
+        for flag in flags(SearchOptions):
+            name = "fusion_name" if flag.name == "fusion" and "fusion_name" in parameters else flag.name
+            if name in parameters:
+                assert parameters[name].default == flag.default, (method.__qualname__, name)
+    assert set(NORMALISATIONS) == set(choices.NORMALISATIONS)  # fusion's functions, the command line's names
+
+
+@pytest.mark.parametrize("argv, reason", [(["--alpha", "1.5"], "--alpha: 1.5: expected a number from 0 to 1"),
+                                          (["--rrf-k", "-1"], "--rrf-k: -1: expected 0 or more"),
+                                          (["--rerank-top", "0"], "--rerank-top: 0: expected 1 or more")])
+def test_a_search_option_out_of_its_bounds_is_refused_in_one_line(argv, reason, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", "--index", "nowhere", *argv, "a query"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and reason in err and len(err.strip().splitlines()) == 1

@@ -20,7 +20,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from encoderlab.choices import COMBINE, DOCUMENT_FLOPS, QUERY_FLOPS, START_TERMS
+from encoderlab.choices import (COMBINE, DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORMALISATION, DOCUMENT_FLOPS, FUSIONS,
+                                NORMALISATIONS, QUERY_FLOPS, RRF_K, SEARCH_MODES, START_TERMS)
 from encoderlab.errors import ConfigError, InputError
 from encoderlab.paths import DEFAULT_FILL_MASK_MODEL
 
@@ -215,6 +216,44 @@ class Command:
     """--model's help where it is not the usual one."""
 
 
+# ---- searching an index: the same options on every surface that searches -----------------------------------------
+@dataclass(frozen=True)
+class FusionOptions:
+    """How hybrid search fuses the dense and the BM25 ranking (encoderlab.retrieval.fusion): `search`, `evaluate
+    retrieval` (--fuse too), `benchmark beir`, POST /search and encoderlab.Index.search take these, with these
+    defaults and bounds (a field's "ge" and "le": the command line and the server's schema both enforce them)."""
+
+    fusion: Literal[FUSIONS] = DEFAULT_FUSION  # type: ignore[valid-type]
+    """hybrid: a weighted sum of normalised scores, or reciprocal rank fusion (Cormack et al. 2009); the default is
+    the one picked on training questions (docs/retrieval.md)"""
+    normalisation: Literal[NORMALISATIONS] = DEFAULT_NORMALISATION  # type: ignore[valid-type]
+    """fusion weighted: each ranking's scores z-scored or min-max scaled"""
+    alpha: float = field(default=DEFAULT_ALPHA, metadata={"metavar": "A", "ge": 0.0, "le": 1.0})
+    """fusion weighted: the dense scores' weight, BM25's is 1 - A"""
+    rrf_k: int = field(default=RRF_K, metadata={"metavar": "K", "ge": 0})
+    """fusion rrf: score = sum of 1 / (K + rank), K as in the paper"""
+
+
+@dataclass(frozen=True)
+class SearchOptions(FusionOptions):
+    """How an index is searched, beside the fusion: the first stage's mode, and how many of its hits a
+    cross-encoder reorders where one is given (each surface names the cross-encoder its own way: `search --rerank
+    M`, `serve --rerank M` and {"rerank": true}, Index.search(rerank=...))."""
+
+    mode: Literal[SEARCH_MODES] = "dense"  # type: ignore[valid-type]
+    """dense: the model's index (vectors, a ColBERT model's token vectors or a SPLADE model's weights); bm25: the
+    BM25 index (index --bm25); hybrid: both, fused"""
+    exact: bool = False
+    """dense search compares every float32 vector, ignoring the index's approximate or quantised structure (index
+    --ann, --quantize)"""
+    rerank_top: int = field(default=100, metadata={"metavar": "N", "ge": 1})
+    """hits the cross-encoder reorders"""
+
+
+SEARCH = SearchOptions()
+"""The defaults, as encoderlab.retrieval.index.Index.search's signature reads them."""
+
+
 # ---- the card ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Card:
@@ -361,6 +400,20 @@ def flags(options: type) -> list[Flag]:
         default = None if f.default is MISSING else f.default
         out.append(Flag(f.name, kind, default, docs.get(f.name, ""), dict(f.metadata)))
     return out
+
+
+def bounds(flag: Flag) -> dict[str, float]:
+    """A field's bounds, {"ge": low, "le": high} (either may be absent), as its metadata gives them: pydantic's
+    Field keywords, and what the command line checks (encoderlab.cli.options.add_fields)."""
+    return {k: flag.metadata[k] for k in ("ge", "le") if k in flag.metadata}
+
+
+def bounds_text(limits: dict[str, float]) -> str:
+    """"a number from 0 to 1", "0 or more", "1 or less": what a value within `limits` is."""
+    low, high = limits.get("ge"), limits.get("le")
+    if low is not None and high is not None:
+        return f"a number from {low:g} to {high:g}"
+    return f"{low:g} or more" if low is not None else f"{high:g} or less"
 
 
 def field_docs(options: type) -> dict[str, str]:

@@ -57,6 +57,16 @@ START_TERMS = 8
 START_SAMPLE = 16  # training documents whose tokens place the MLM head's starting shift
 SHOWN_TERMS = 20  # terms `embed --sparse` prints per text (all with --json)
 
+# ---- searching an index: encoderlab.retrieval.index and .fusion; their options are encoderlab.cards.SearchOptions ----
+SEARCH_MODES = ("dense", "bm25", "hybrid")
+FUSIONS = ("weighted", "rrf")
+NORMALISATIONS = ("z-score", "min-max")
+RRF_K = 60  # Cormack et al. 2009, section 2: k = 60 was fixed during a pilot investigation and not tuned
+# hybrid's default, picked on SQuAD part A's training questions only by bench/retrieval.py's grid (docs/retrieval.md,
+# "Tuning the fusion"): a weighted sum of z-scores, dense weighing 0.55, each retriever's best 100; nDCG@10 there
+# 0.893 against RRF k=60's 0.856
+DEFAULT_FUSION, DEFAULT_ALPHA, DEFAULT_NORMALISATION = "weighted", 0.55, "z-score"
+
 # ---- `encoderlab compare`: encoderlab.compare ----------------------------------------------------------------
 REFERENCE = "bert-base"
 FAMILY_PRESETS = ("bert-base", "roberta-base", "distilbert-base", "albert-base", "electra-small", "electra-base",

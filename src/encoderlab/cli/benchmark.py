@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from encoderlab.choices import BENCHMARK_QUICK as QUICK
-from encoderlab.choices import split_names
+from encoderlab.choices import SEARCH_MODES, split_names
 from encoderlab.cli.finetune import given
 from encoderlab.cli.options import (DEVICE, PROGRESS, add_inference_options, add_json, add_model, add_options,
                                     add_overwrite, add_precision, add_threads, apply_threads, load_pipeline,
@@ -35,7 +35,6 @@ LAYOUTS = {
 }
 HUB_EXAMPLES = {"glue": "hf:nyu-mll/glue", "conll": "a Parquet CoNLL-2003 with tokens and ner_tags",
                 "squad": "hf:rajpurkar/squad", "sts": "hf:sentence-transformers/stsb", "imdb": "hf:stanfordnlp/imdb"}
-BEIR_MODES = ("dense", "bm25", "hybrid")  # encoderlab.retrieval.index.MODES, which loads torch
 RECIPE = ("Default recipe, the BERT paper's (Devlin et al. 2019, section 4.1 and appendix A.3): batch 32, max length "
           "128, 3 epochs, AdamW lr 2e-5 (from its grid 5e-5/3e-5/2e-5) with 10% linear warmup and weight decay "
           "0.01, the best epoch on the first eval split kept; CoNLL-2003 and SQuAD take lr 5e-5 and lengths 256 and "
@@ -69,10 +68,10 @@ def machine_line() -> str:
 
 def beir_settings(args: argparse.Namespace) -> dict[str, Any]:
     """What a set's figures depend on, checked before torch loads: a finished set is reused only under the same."""
-    modes = args.modes or list(BEIR_MODES)
-    unknown = [m for m in modes if m not in BEIR_MODES]
+    modes = args.modes or list(SEARCH_MODES)
+    unknown = [m for m in modes if m not in SEARCH_MODES]
     if unknown or not modes:
-        raise InputError(f"--modes {','.join(modes)}: expected some of {','.join(BEIR_MODES)}")
+        raise InputError(f"--modes {','.join(modes)}: expected some of {','.join(SEARCH_MODES)}")
     return {"model": args.model, "split": args.split, "modes": modes, "max_length": args.max_length} | \
         fusion_options(args)
 
@@ -113,7 +112,7 @@ def add_beir(suites: argparse._SubParsersAction) -> None:
     sub.add_argument("--out", required=True, metavar="DIR", help="folder for OUT/SET/result.json, OUT/results.json "
                      "and OUT/results.md")
     add_options(sub, (
-        ("--modes", split_names, None, "A,B", f"retrieval modes, some of {','.join(BEIR_MODES)} (default: all)"),
+        ("--modes", split_names, None, "A,B", f"retrieval modes, some of {','.join(SEARCH_MODES)} (default: all)"),
         ("--split", None, "test", "NAME", "the qrels file, qrels/NAME.tsv (default: test)"),
         PROGRESS))
     add_fusion_options(sub)

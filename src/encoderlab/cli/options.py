@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from encoderlab.cards import WindowOptions, choices_of, flags
+from encoderlab.cards import WindowOptions, bounds, bounds_text, choices_of, flags
 from encoderlab.choices import ENGINES, INFERENCE_PRECISIONS, TRAINING_PRECISIONS, split_names
 from encoderlab.errors import InputError
 
@@ -119,8 +120,21 @@ def add_fields(parser: argparse.ArgumentParser, options: type, only: tuple[str, 
             keywords |= {"type": FIELD_TYPES.get(flag.kind, flag.kind), "metavar": flag.metadata.get("metavar")}
             if "nargs" in flag.metadata:
                 keywords |= {"nargs": flag.metadata["nargs"], "type": str}
+            if bounds(flag):
+                keywords["type"] = bounded(keywords["type"], bounds(flag))
         keywords["required"] = flag.metadata.get("required", False)
         parser.add_argument(f"--{flag.name.replace('_', '-')}", **keywords)
+
+
+def bounded(parse: Callable[[str], Any], limits: dict[str, float]) -> Callable[[str], Any]:
+    """An argparse type: `parse`, then a value outside a field's bounds (cards.bounds) refused in one line."""
+    def check(text: str) -> Any:
+        value = parse(text)
+        if value < limits.get("ge", value) or value > limits.get("le", value):
+            raise argparse.ArgumentTypeError(f"{text}: expected {bounds_text(limits)}")
+        return value
+    check.__name__ = getattr(parse, "__name__", "value")  # argparse's "invalid int value" names the type
+    return check
 
 
 def int_list(text: str) -> tuple[int, ...]:

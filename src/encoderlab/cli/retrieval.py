@@ -9,16 +9,17 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from encoderlab.cli.options import (PROGRESS, add_inference_options, add_json, add_model, add_options, add_overwrite,
-                                    load_pipeline)
+from encoderlab.cards import FusionOptions, SearchOptions
+from encoderlab.cli.options import (PROGRESS, add_fields, add_inference_options, add_json, add_model, add_options,
+                                    add_overwrite, load_pipeline)
 from encoderlab.errors import InputError
 from encoderlab.io import check_out_folder
 from encoderlab.retrieval.corpus import read_documents, read_qrels, read_queries, scan
-from encoderlab.retrieval.fusion import (DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORMALISATION, NORMALISATIONS,
-                                         RRF_K, fuse)
+from encoderlab.retrieval.fusion import fuse
 from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX_FILE, MULTIVECTOR, OWN,
                                        PIPELINE_OF_KIND, SHARDS, check_model, index_bytes, index_kind,
                                        model_index_kind, own_model, query_settings, read_meta, require_complete)
@@ -26,8 +27,6 @@ from encoderlab.retrieval.meta import (EF_CONSTRUCTION, EF_SEARCH, HNSW_M, INDEX
 ANN_KINDS = ("hnsw",)  # encoderlab.retrieval.ann's, which loads faiss
 QUANTIZE = ("int8", "binary")
 
-MODES = ("dense", "bm25", "hybrid")  # encoderlab.retrieval.index.MODES, which loads torch
-FUSIONS = ("weighted", "rrf")
 SNIPPET = 160  # characters of a hit's text shown
 
 
@@ -250,19 +249,13 @@ def check_new_ids(corpus: str, folder: Path) -> None:
 
 # ---- search -----------------------------------------------------------------------------------------------------
 def fusion_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Hybrid's fusion options from the command line (add_fusion_options), checked before torch loads."""
-    if not 0.0 <= args.alpha <= 1.0:
-        raise InputError(f"--alpha {args.alpha}: expected a weight from 0 to 1")
-    if args.rrf_k < 0:
-        raise InputError(f"--rrf-k {args.rrf_k}: expected 0 or more")
-    return {"fusion": args.fusion, "alpha": args.alpha, "rrf_k": args.rrf_k, "normalisation": args.normalisation}
+    """Hybrid's fusion options from the command line (add_fusion_options; their bounds checked as it parsed)."""
+    return {f.name: getattr(args, f.name) for f in fields(FusionOptions)}
 
 
 def search_options(args: argparse.Namespace) -> dict[str, Any]:
-    """search()'s options from the command line, checked before torch loads (--top-k by cli.options.check_counts)."""
-    if args.rerank_top < 1:
-        raise InputError(f"--rerank-top {args.rerank_top}: expected a positive number")
-    return {"mode": args.mode, "rerank_top": args.rerank_top, "exact": args.exact} | fusion_options(args)
+    """search()'s options from the command line (add_search_options; --top-k by cli.options.check_counts)."""
+    return {f.name: getattr(args, f.name) for f in fields(SearchOptions)}
 
 
 def open_index(args: argparse.Namespace, folder: str) -> Any:
@@ -413,32 +406,21 @@ def evaluate_folder(args: argparse.Namespace, folder: str, data: Any, options: d
 
 
 # ---- parser -----------------------------------------------------------------------------------------------------
-def add_search_options(parser: argparse.ArgumentParser, top_k: int) -> None:
-    """--mode, --fusion, --alpha, --rerank, --rerank-top, --top-k, --tag."""
-    parser.add_argument("--mode", choices=MODES, default="dense", help="dense: exact search of the vectors; bm25; "
-                        "hybrid: both, fused (default: dense)")
-    parser.add_argument("--exact", action="store_true", help="dense search compares every float32 vector, ignoring "
-                        "the index's --ann/--quantize structure")
+def add_search_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, top_k: int) -> None:
+    """--mode, --exact, the fusion's, --rerank, --rerank-top (SearchOptions' fields), --top-k, --tag."""
+    add_fields(parser, SearchOptions, ("mode", "exact"))
     add_fusion_options(parser)
     add_options(parser, (
-        ("--rerank", None, None, "M", "reorder the best hits with this cross-encoder (encoderlab finetune rerank)"),
-        ("--rerank-top", int, 100, "N", "hits the cross-encoder reorders (default: 100)"),
+        ("--rerank", None, None, "M", "reorder the best hits with this cross-encoder (encoderlab finetune rerank)"),))
+    add_fields(parser, SearchOptions, ("rerank_top",))
+    add_options(parser, (
         ("--top-k", int, top_k, "K", f"hits per query (default: {top_k})"),
         ("--tag", None, "encoderlab", "TAG", "the run's tag, its last column (default: encoderlab)")))
 
 
 def add_fusion_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """--fusion, --alpha, --rrf-k, --normalisation: how hybrid fuses the dense and BM25 rankings."""
-    parser.add_argument("--fusion", choices=FUSIONS, default=DEFAULT_FUSION, help="hybrid: a weighted sum of "
-                        "normalised scores, or reciprocal rank fusion (Cormack et al. 2009) (default: "
-                        f"{DEFAULT_FUSION}, picked on training questions: docs/retrieval.md)")
-    parser.add_argument("--normalisation", choices=tuple(NORMALISATIONS), default=DEFAULT_NORMALISATION,
-                        help=f"--fusion weighted: each ranking's scores z-scored or min-max scaled (default: "
-                        f"{DEFAULT_NORMALISATION})")
-    add_options(parser, (
-        ("--alpha", float, DEFAULT_ALPHA, "A", "--fusion weighted: the dense scores' weight, BM25's is 1 - A "
-         f"(default: {DEFAULT_ALPHA})"),
-        ("--rrf-k", int, RRF_K, "K", f"--fusion rrf: score = sum of 1 / (K + rank) (default: {RRF_K}, the paper's)")))
+    """--fusion, --normalisation, --alpha, --rrf-k (FusionOptions' fields): how hybrid fuses its two rankings."""
+    add_fields(parser, FusionOptions)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

@@ -15,11 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-RRF_K = 60  # Cormack et al. 2009, section 2: k = 60 was fixed during a pilot investigation and not tuned
-# hybrid's default, picked on SQuAD part A's training questions only by bench/retrieval.py's grid (docs/retrieval.md,
-# "Tuning the fusion"): a weighted sum of z-scores, dense weighing 0.55, each retriever's best 100; nDCG@10 there
-# 0.893 against RRF k=60's 0.856
-DEFAULT_FUSION, DEFAULT_ALPHA, DEFAULT_NORMALISATION = "weighted", 0.55, "z-score"
+from encoderlab.choices import DEFAULT_ALPHA, DEFAULT_FUSION, DEFAULT_NORMALISATION, RRF_K
 
 
 def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[tuple[str, float]]:
@@ -46,6 +42,7 @@ def z_score(scores: dict[str, float]) -> dict[str, float]:
     return {ident: (s - mean) / spread if spread > 0 else 0.0 for ident, s in scores.items()}
 
 
+# encoderlab.choices.NORMALISATIONS names these for the command line (pinned equal by tests/test_retrieval.py)
 NORMALISATIONS: dict[str, Callable[[dict[str, float]], dict[str, float]]] = {"min-max": min_max, "z-score": z_score}
 
 

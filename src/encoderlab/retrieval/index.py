@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from encoderlab.cards import SEARCH
+from encoderlab.choices import FUSIONS, SEARCH_MODES
 from encoderlab.errors import InputError
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.tasks.embedding import Embed
@@ -38,8 +40,7 @@ from encoderlab.retrieval.meta import (BM25, FORMAT, OWN, SHARDS, check_model, i
                                        query_settings, read_meta, require_complete, source, write_meta)
 
 SHARD_SIZE = 10_000  # documents per shard: 15 MB of minilm's float32 vectors, and the unit of resuming
-MODES = ("dense", "bm25", "hybrid")
-FUSIONS = ("rrf", "weighted")
+MODES = SEARCH_MODES
 HELD_BYTES = 2 << 30  # an index whose shard files fit in 2 GiB keeps them in memory once read (Index.shard)
 DEPTH = 100  # candidates each retriever gives a fused ranking (BEIR's hybrid baselines fuse top-100 lists too)
 
@@ -340,9 +341,9 @@ class Index:
             self._bm25 = lexical.load(self.folder / BM25)
         return lexical.search(self._bm25, queries, k)
 
-    def rank(self, queries: Sequence[str], k: int, mode: str = "dense", fusion_name: str = fusion.DEFAULT_FUSION,
-             alpha: float = fusion.DEFAULT_ALPHA, depth: int = DEPTH, rrf_k: int = fusion.RRF_K,
-             normalisation: str = fusion.DEFAULT_NORMALISATION, exact: bool = False) -> list[list[tuple[str, float]]]:
+    def rank(self, queries: Sequence[str], k: int, mode: str = SEARCH.mode, fusion_name: str = SEARCH.fusion,
+             alpha: float = SEARCH.alpha, depth: int = DEPTH, rrf_k: int = SEARCH.rrf_k,
+             normalisation: str = SEARCH.normalisation, exact: bool = SEARCH.exact) -> list[list[tuple[str, float]]]:
         """Each query's best k (doc id, score), best first, by mode: dense, bm25, or hybrid (the two rankings' best
         max(depth, k) fused by reciprocal rank (rrf_k) or a weighted sum of normalised scores; alpha weighs dense);
         exact: dense search ignores the ann structure."""
@@ -358,11 +359,10 @@ class Index:
             raise InputError(f"fusion {fusion_name!r}: expected one of {', '.join(FUSIONS)}")
         return [fusion.fuse(a, b, fusion_name, alpha, rrf_k, normalisation)[:k] for a, b in zip(dense, lexical_)]
 
-    def search(self, queries: str | Sequence[str], top_k: int = 10, mode: str = "dense",
-               fusion: str = fusion.DEFAULT_FUSION, alpha: float = fusion.DEFAULT_ALPHA,
-               rerank: Pipeline | str | None = None, rerank_top: int = 100, depth: int = DEPTH,
-               rrf_k: int = fusion.RRF_K, normalisation: str = fusion.DEFAULT_NORMALISATION, exact: bool = False
-               ) -> list[list[dict[str, Any]]]:
+    def search(self, queries: str | Sequence[str], top_k: int = 10, mode: str = SEARCH.mode,
+               fusion: str = SEARCH.fusion, alpha: float = SEARCH.alpha, rerank: Pipeline | str | None = None,
+               rerank_top: int = SEARCH.rerank_top, depth: int = DEPTH, rrf_k: int = SEARCH.rrf_k,
+               normalisation: str = SEARCH.normalisation, exact: bool = SEARCH.exact) -> list[list[dict[str, Any]]]:
         """Each query's best top_k hits, {"id", "score", "title", "text"}, best first; rerank: a cross-encoder (a
         Rerank pipeline or its model) reorders the first stage's best rerank_top; exact: ignore the ann
         structure (the float32 vectors searched whole)."""

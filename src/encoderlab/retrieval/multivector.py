@@ -48,13 +48,12 @@ import numpy as np
 import torch
 from scipy.cluster.hierarchy import fcluster, linkage
 
-from encoderlab.cards import CARDS
+from encoderlab.cards import CARDS, SEARCH
 from encoderlab.engine import check_stride, window
 from encoderlab.errors import InputError
 from encoderlab.folder import settings
 from encoderlab.io import atomic_write, check_out_folder
 from encoderlab.paths import resolve_model_path
-from encoderlab.retrieval import fusion
 from encoderlab.retrieval.corpus import Document, scan
 from encoderlab.retrieval.distributed import join
 from encoderlab.retrieval.index import (DEPTH, SHARD_SIZE, VECTOR_KINDS, Index, check_resumable,
@@ -461,9 +460,9 @@ class MultiVectorIndex(Index):
             scores[i, :len(top)], positions[i, :len(top)] = torch.from_numpy(got[top]), torch.from_numpy(pool[top])
         return scores, positions
 
-    def rank(self, queries, k: int, mode: str = "dense", fusion_name: str = fusion.DEFAULT_FUSION,
-             alpha: float = fusion.DEFAULT_ALPHA, depth: int = DEPTH, rrf_k: int = fusion.RRF_K,
-             normalisation: str = fusion.DEFAULT_NORMALISATION, exact: bool = False) -> list[list[tuple[str, float]]]:
+    def rank(self, queries, k: int, mode: str = SEARCH.mode, fusion_name: str = SEARCH.fusion,
+             alpha: float = SEARCH.alpha, depth: int = DEPTH, rrf_k: int = SEARCH.rrf_k,
+             normalisation: str = SEARCH.normalisation, exact: bool = SEARCH.exact) -> list[list[tuple[str, float]]]:
         """As Index.rank: dense is MaxSim (a query with fewer candidates than k gets fewer hits); bm25 and hybrid
         (MaxSim's ranking fused with BM25's) need an index built with --bm25."""
         if mode != "dense":

@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import numpy as np
 import scipy.sparse
@@ -30,17 +30,18 @@ import torch
 from fastapi import FastAPI
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
+from encoderlab.cards import SearchOptions, bounds, flags
 from encoderlab.errors import InputError
 from encoderlab.infer.batching import Batcher, submit
 from encoderlab.infer.compat import answered, embed_vectors, ours
 from encoderlab.infer.limits import Limits
-from encoderlab.retrieval import fusion
-from encoderlab.retrieval.index import FUSIONS, MODES, Index
+from encoderlab.retrieval.index import MODES, Index
 from encoderlab.retrieval.meta import MULTIVECTOR, PIPELINE_OF_KIND, index_kind, query_settings, read_meta
 from encoderlab.retrieval.multivector import MultiVectorIndex
 from encoderlab.tasks.colbert import padded
 
 MAX_TOP_K = 1000  # hits (and reranked candidates) one query may ask for: BEIR retrieves max(k_values) = 1,000
+SERVER_BOUNDS = {"rerank_top": {"le": MAX_TOP_K}}  # beside SearchOptions' own (encoderlab.cards)
 # by default (beir.retrieval.evaluation.EvaluateRetrieval), the deepest a benchmark looks
 SEARCH_THREADS = 4  # searches at once: a thread waiting on the embed batcher costs nothing, and waiting together
 # is what lets concurrent queries share a forward pass
@@ -109,21 +110,9 @@ def search_request(text: Any, limits: Limits) -> type[BaseModel]:
         "SearchRequest", __config__=ConfigDict(extra="forbid"),
         query=(queries, Field(description=f"a query, or a list of 1 to {limits.max_batch}")),
         top_k=(int, Field(10, ge=1, le=MAX_TOP_K, description="hits per query")),
-        mode=(Literal[MODES], Field("dense", description="dense: exact search of the vectors; bm25 (an index built "
-                                                         "with --bm25); hybrid: both, fused")),
-        fusion=(Literal[FUSIONS], Field(fusion.DEFAULT_FUSION, description="hybrid: a weighted sum of normalised "
-                                        "scores, or reciprocal rank fusion (default: the fusion tuned on training "
-                                        "questions, docs/retrieval.md)")),
-        alpha=(float, Field(fusion.DEFAULT_ALPHA, ge=0.0, le=1.0, description="fusion weighted: the dense scores' "
-                                                                              "weight")),
-        normalisation=(Literal[tuple(fusion.NORMALISATIONS)], Field(
-            fusion.DEFAULT_NORMALISATION, description="fusion weighted: each ranking's scores z-scored or min-max "
-                                                      "scaled")),
-        rrf_k=(int, Field(fusion.RRF_K, ge=0, description="fusion rrf: score = sum of 1 / (rrf_k + rank)")),
-        exact=(bool, Field(False, description="dense search compares every float32 vector, ignoring the index's "
-                                              "approximate or quantised structure")),
-        rerank=(bool, Field(False, description="reorder the best hits by the server's cross-encoder (--rerank)")),
-        rerank_top=(int, Field(100, ge=1, le=MAX_TOP_K, description="hits the cross-encoder reorders")))
+        **{f.name: (f.kind, Field(f.default, description=f.help, **bounds(f) | SERVER_BOUNDS.get(f.name, {})))
+           for f in flags(SearchOptions)},
+        rerank=(bool, Field(False, description="reorder the best hits by the server's cross-encoder (--rerank)")))
 
 
 class Hit(BaseModel):
