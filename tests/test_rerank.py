@@ -161,6 +161,6 @@ def test_the_listwise_loss_is_a_softmax_cross_entropy_per_query(minilm_path):
     want = (torch.nn.functional.cross_entropy(logits[None, :2], torch.tensor([0]), reduction="sum")
             + torch.nn.functional.cross_entropy(logits[None, 2:], torch.tensor([1]), reduction="sum"))
     assert_close(got, want)
-    assert unit == "queries" and int(count) == 2 == int(batch_counts(batch)["queries"])
+    assert unit == "groups" and int(count) == 2 == int(batch_counts(batch)["groups"])
     pointwise = RerankTask(tokenizer, 32)
     assert len(pointwise.features(examples)) == 5 and "labels" in pointwise.collate(pointwise.features(examples))

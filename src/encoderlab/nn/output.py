@@ -21,7 +21,7 @@ UNITS = {
     "masked": "positions whose label is not IGNORE_INDEX: an MLM's masked tokens, a tagger's tagged words",
     "pairs": "sentence pairs with a next-sentence (sentence-order) label",
     "label_cells": "every cell of the labels: (row, class) pairs of a multi-label classifier's 0/1 targets",
-    "queries": "a listwise reranker's queries (rows of its `present` mask)",
+    "groups": "the groups of a listwise loss, each a query with its candidates (rows of the batch's `groups` mask)",
 }
 """The units a LossTerm may be counted in, each counted on a batch by batch_counts alone."""
 
@@ -50,8 +50,8 @@ def batch_counts(batch: Mapping[str, Any]) -> Counts:
     pair_labels = batch.get("next_sentence_label")
     if isinstance(pair_labels, torch.Tensor):
         counts["pairs"] = (pair_labels != IGNORE_INDEX).sum()
-    if "present" in batch:
-        counts["queries"] = torch.full((), batch["present"].shape[0], device=batch["present"].device)
+    if "groups" in batch:
+        counts["groups"] = torch.full((), batch["groups"].shape[0], device=batch["groups"].device)
     return counts
 
 

@@ -37,7 +37,7 @@ class BeirFolder:
 
 
 def run_queries(index: Index, queries: dict[str, str], depth: int = RUN_DEPTH, **search: Any) -> Run:
-    """{query id: {doc id: score}}: each query's best `depth` hits (search's options: mode, fusion, rerank...)."""
+    """{query id: {doc id: score}}: each query's best `depth` hits (`search`: Index.search's options)."""
     ids = list(queries)
     results = index.search([queries[q] for q in ids], top_k=depth, **search)
     return {q: {hit["id"]: hit["score"] for hit in hits} for q, hits in zip(ids, results)}

@@ -4,7 +4,7 @@ The command line reads it to refuse a mismatched model before torch loads.
 
     DIR/index.json          this record
     DIR/shards/00000.npy    (n, D) float32 vectors of documents 0..n-1 of the shard, in corpus order
-    DIR/shards/00000.ids.json, 00000.docs.jsonl   their ids, and their {"_id", "title", "text"} for display and rerank
+    DIR/shards/00000.ids.json, 00000.docs.jsonl   their ids, and their {"_id", "title", "text"} to show and to rescore
     DIR/bm25/               bm25s's index (with --bm25)
     DIR/ann/index.faiss     the approximate or quantised structure (with --ann or --quantize), settings in "ann"
 """

@@ -123,11 +123,11 @@ class RerankTask(Task):
         batch = pad_features([row for f in features for row in f["group"]], self.tokenizer.pad_id)
         size = max(len(f["group"]) for f in features)
         targets = torch.zeros(len(features), size)  # (Q, G) zero where a query has fewer passages
-        present = torch.zeros(len(features), size, dtype=torch.bool)  # (Q, G)
+        groups = torch.zeros(len(features), size, dtype=torch.bool)  # (Q, G) the rows each query holds
         for q, f in enumerate(features):
             targets[q, :len(f["group"])] = torch.tensor([row["label"] for row in f["group"]])
-            present[q, :len(f["group"])] = True
-        batch["targets"], batch["present"] = targets / targets.sum(-1, keepdim=True), present
+            groups[q, :len(f["group"])] = True
+        batch["targets"], batch["groups"] = targets / targets.sum(-1, keepdim=True), groups
         return batch
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, LossTerm]:
@@ -135,10 +135,10 @@ class RerankTask(Task):
         if "targets" not in batch:
             return super().loss(model, batch)
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits[:, 0].float()
-        present = batch["present"]
-        grid = logits.new_full(present.shape, float("-inf")).masked_scatter(present, logits)  # (Q, G)
-        total = -(batch["targets"] * grid.log_softmax(-1).masked_fill(~present, 0.0)).sum()
-        return {"listwise": LossTerm(total, torch.full((), present.shape[0], device=present.device), "queries")}
+        groups = batch["groups"]
+        grid = logits.new_full(groups.shape, float("-inf")).masked_scatter(groups, logits)  # (Q, G)
+        total = -(batch["targets"] * grid.log_softmax(-1).masked_fill(~groups, 0.0)).sum()
+        return {"listwise": LossTerm(total, torch.full((), groups.shape[0], device=groups.device), "groups")}
 
     def info(self) -> dict[str, Any]:
         return super().info() | {"loss": "listwise" if self.listwise else "pointwise"}
