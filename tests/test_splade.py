@@ -18,7 +18,7 @@ from torch.testing import assert_close
 from test_tasks_finetune import CITIES, FILLER, NAMES, tiny_vocabulary
 
 from encoderlab import MaskedLMModel, save_pretrained
-from encoderlab.choices import START_TERMS
+from encoderlab.choices import START_SAMPLE, START_TERMS
 from encoderlab.cli import build_parser, main
 from encoderlab.infer.pipelines import pipeline
 from encoderlab.retrieval import index as index_module
@@ -494,6 +494,17 @@ def test_the_start_shift_leaves_the_median_token_k_positive_logits_and_the_maske
     assert_close(after, before - task.logit_shift)
     assert_close(after.log_softmax(-1), before.log_softmax(-1))
     assert int((after > 0).sum(-1).median()) in (2, 3)
+
+
+def test_the_start_sample_is_spread_through_the_training_file(tiny):
+    """A file whose first rows are all alike does not place the shift alone: the sample reaches its end; a file of
+    fewer documents than the sample gives them all."""
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    documents = ["the same first row"] * 40 + [f"{NAMES[i % 4]} lives in {CITIES[i % 4]}" for i in range(40)]
+    sample = SpladeTask(tokenizer, 16, documents=documents).start_sample
+    assert len(sample) == START_SAMPLE and sample[0] == documents[0]
+    assert sum(text != "the same first row" for text in sample) == START_SAMPLE // 2  # half the sample: the later half
+    assert SpladeTask(tokenizer, 16, documents=documents[40:45]).start_sample == documents[40:45]
 
 
 def test_the_start_shift_never_raises_the_logits_and_zero_terms_leave_the_head(tiny):

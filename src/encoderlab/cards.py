@@ -131,7 +131,7 @@ class SpladeOptions(TaskOptions):
     batch's documents (e.g. 0.1), near 1 for the tokens in most, near 0 for rare ones (default: plain FLOPS)"""
     start_terms: int = field(default=START_TERMS, metadata={"metavar": "K"})
     """before training, lower the masked-LM head's bias by one constant until a token's K largest logits are above
-    0 (the median token of the first training documents): a masked LM's softmax leaves where its logits sit free,
+    0 (the median token of a sample of the training documents): a masked LM's softmax leaves where its logits sit free,
     and from thousands of positive logits a token the first vectors are dense (0: leave the bias as it is)"""
     inference_free: bool = False
     """queries are a lookup of learned per-token weights (initialised to the training documents' IDF), documents go

@@ -192,9 +192,15 @@ def start_shift(model: nn.Module, task: SpladeTask, texts: Sequence[str], terms:
     return max(0.0, float(torch.cat(kth).median())) if kth else 0.0
 
 
+def spread(items: Sequence[str], count: int) -> list[str]:
+    """`count` of the items evenly spaced from the first to near the last (all of them if no more): a sample of a
+    training file that its first rows alone do not decide, and that needs no seed to be the same on every run."""
+    return [items[i * len(items) // count] for i in range(count)] if len(items) > count else list(items)
+
+
 def shift_to_sparse_start(model: nn.Module, task: SpladeTask) -> None:
-    """Lower the MLM head's bias by start_shift over the first START_SAMPLE training documents, so that the first
-    vectors are sparse (the shift is in the weights saved, so a --resume restores it with them)."""
+    """Lower the MLM head's bias by start_shift over START_SAMPLE training documents spread through the file, so
+    that the first vectors are sparse (the shift is in the weights saved, so a --resume restores it with them)."""
     if not task.start_terms or not task.start_sample:
         return
     task.logit_shift = start_shift(model, task, task.start_sample, task.start_terms)
@@ -241,8 +247,8 @@ class SpladeTask(Task):
         self.df_flops = df_flops
         self.inference_free, self.documents = inference_free, list(documents)
         self.start_terms, self.logit_shift = start_terms, 0.0  # the shift made: shift_to_sparse_start
-        self.start_sample = self.documents[:START_SAMPLE]  # its documents (kept: the inference-free table takes
-        # self.documents once)
+        self.start_sample = spread(self.documents, START_SAMPLE)  # its documents (kept: the inference-free table
+        # takes self.documents once)
         self.table: torch.Tensor | None = None  # inference-free: the model's query table once attached
 
     def validate(self, examples: list[TextExample]) -> None:
