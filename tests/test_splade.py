@@ -475,6 +475,39 @@ def real_logits(model, tokenizer, texts):
         return torch.cat([model(input_ids=torch.tensor([r.input_ids])).logits[0].float() for r in rows])
 
 
+@pytest.mark.parametrize("gather_rows", [1 << 16, 7])  # one gather, and many (a batch's pairs in pieces)
+def test_the_sparse_heads_gradients_are_autograds_through_the_decoder(tiny, gather_rows, monkeypatch):
+    """SparseHead's backward gathers the (row, term) pairs that weigh something instead of multiplying a (B, T, V)
+    gradient by the decoder: every parameter's gradient must equal autograd's through the model's logits and the
+    plain formula, padding included."""
+    from encoderlab.checkpoint import load_model
+    from encoderlab.tasks import splade
+
+    monkeypatch.setattr(splade, "GATHER_ROWS", gather_rows)
+    tokenizer = Tokenizer.from_pretrained(tiny)
+    model = load_model(tiny, kind="mlm").eval()
+    texts = [f"{NAMES[i % 4]} lives in {CITIES[i % 4]} {FILLER[i % 12]}" * (1 + i % 3) for i in range(5)]
+    batch = splade.pad_features([{"input_ids": r.input_ids, "token_type_ids": r.token_type_ids} for r in
+                                 tokenizer.encode_rows(texts, None, max_length=24, truncation=True)[0]],
+                                tokenizer.pad_id)
+    upstream = torch.randn(len(texts), model.config.vocab_size, generator=torch.Generator().manual_seed(0))
+
+    def grads(weigh) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad()
+        pooled = weigh()
+        (pooled * upstream).sum().backward()
+        return pooled.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    mask = batch["attention_mask"][:, :, None]
+    plain, expected = grads(lambda: (torch.log1p(torch.relu(model(batch["input_ids"], batch["attention_mask"],
+                                                                  batch["token_type_ids"]).logits)) * mask).amax(1))
+    pooled, got = grads(lambda: splade.model_weights(model, batch))
+    assert_close(pooled, plain)
+    assert got.keys() == expected.keys() and "mlm.bias" in got
+    for name in expected:
+        assert_close(got[name], expected[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_the_start_shift_leaves_the_median_token_k_positive_logits_and_the_masked_lm_as_it_was(tiny):
     """A random head has about half its logits above 0 (dense first vectors); lowered by the start shift, the
     median token of the sample has `start_terms` of them (K - 1 or K: its K-th is at 0), every logit moved by one

@@ -64,6 +64,7 @@ QUERY_MODULE = "query_0_SparseStaticEmbedding"  # the inference-free query table
 COLUMNS = ["query", "positive", "negative"]  # the retrieval training data's header (issue 44's shared format)
 # SpladeOptions' that the task takes as given
 TASK_OPTIONS = ("query_flops", "document_flops", "flops_warmup", "df_flops", "start_terms")
+GATHER_ROWS = 1 << 16  # (row, term) pairs SparseHead's backward gathers at once: 2 x 64K x E floats
 WARMUP_FRACTION = 1 / 3  # of the first epoch's steps (sentence-transformers' SpladeRegularizerWeightSchedulerCallback
 # warms up over 1/3 of the run; a task does not know the run's epochs, so a third of one epoch)
 
@@ -129,9 +130,49 @@ def contrastive_sum(queries: torch.Tensor, documents: torch.Tensor) -> torch.Ten
     return F.cross_entropy(scores, torch.arange(len(queries), device=queries.device), reduction="sum")
 
 
+class SparseHead(torch.autograd.Function):
+    """The MLM head's decoder and SparseMaxPool in one: features (B, T, E) (the head's transform of the hidden
+    states), the decoder's weight (V, E) and bias (V,) -> (B, V) pooled weights. Each weight's gradient reaches one
+    token's logit, so the decoder's backward pass needs only the (row, term) pairs that weigh something: a gather
+    and an add of E numbers each, where autograd multiplies a (B, T, V) gradient that is almost all zeros by the
+    (V, E) matrix, twice (for the features and for the weight): 2 x V x E multiply-adds a token, 23 million for
+    BERT's vocabulary at E = 384, a third of a token's whole step (the encoder's forward pass of a 6-layer model
+    of width 384 is about 11 million, its backward pass twice that, and the decoder's forward pass 12 million)."""
+
+    @staticmethod
+    def forward(ctx: Any, features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                attention_mask: torch.Tensor) -> torch.Tensor:
+        weights = F.linear(features, weight, bias).float().relu_().log1p_()  # (B, T, V): our own tensor, in place
+        weights.masked_fill_(~attention_mask.bool()[:, :, None], 0.0)  # padding scores 0: never the max
+        pooled, winners = weights.max(dim=1)
+        ctx.save_for_backward(features, weight, pooled, winners)
+        return pooled
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        features, weight, pooled, winners = ctx.saved_tensors
+        local = torch.where(pooled > 0, grad * torch.exp(-pooled), 0.0)  # (B, V): d pooled / d logit, as above
+        rows, terms = local.nonzero(as_tuple=True)
+        tokens, scale = winners[rows, terms], local[rows, terms][:, None]  # (N,), (N, 1)
+        grad_features = torch.zeros_like(features, dtype=torch.float32)
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32)
+        for at in range(0, len(rows), GATHER_ROWS):  # a bounded gather: the first vectors may weigh many terms
+            part = slice(at, at + GATHER_ROWS)
+            grad_features.index_put_((rows[part], tokens[part]), scale[part] * weight[terms[part]].float(),
+                                     accumulate=True)
+            grad_weight.index_add_(0, terms[part], scale[part] * features[rows[part], tokens[part]].float())
+        return grad_features.to(features.dtype), grad_weight.to(weight.dtype), local.sum(0).to(grad.dtype), None
+
+
 def model_weights(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(B, V) sparse weights of a padded batch."""
-    return sparse_weights(forward(model, batch).logits, batch["attention_mask"])
+    """(B, V) sparse weights of a padded batch: our masked LM's through SparseHead, another module's (a compiled
+    or distributed wrapper) through its logits and SparseMaxPool."""
+    if not isinstance(model, MaskedLMModel):
+        return sparse_weights(forward(model, batch).logits, batch["attention_mask"])
+    hidden = model.encode(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
+    head = model.mlm
+    features = head.norm(head.act(head.transform(hidden.last_hidden_state)))
+    return SparseHead.apply(features, model.encoder.embeddings.word.weight, head.bias, batch["attention_mask"])
 
 
 def static_weights(input_ids: torch.Tensor, keep: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
