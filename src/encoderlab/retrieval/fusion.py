@@ -42,7 +42,7 @@ def z_score(scores: dict[str, float]) -> dict[str, float]:
     return {ident: (s - mean) / spread if spread > 0 else 0.0 for ident, s in scores.items()}
 
 
-# encoderlab.choices.NORMALISATIONS names these for the command line (pinned equal by tests/test_retrieval.py)
+# encoderlab.choices.NORMALISATIONS names these for the command line (pinned equal by tests/test_cards.py)
 NORMALISATIONS: dict[str, Callable[[dict[str, float]], dict[str, float]]] = {"min-max": min_max, "z-score": z_score}
 
 

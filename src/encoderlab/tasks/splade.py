@@ -146,6 +146,7 @@ class SparseHead(torch.autograd.Function):
         weights.masked_fill_(~attention_mask.bool()[:, :, None], 0.0)  # padding scores 0: never the max
         pooled, winners = weights.max(dim=1)
         ctx.save_for_backward(features, weight, pooled, winners)
+        ctx.bias_dtype = bias.dtype
         return pooled
 
     @staticmethod
@@ -161,7 +162,7 @@ class SparseHead(torch.autograd.Function):
             grad_features.index_put_((rows[part], tokens[part]), scale[part] * weight[terms[part]].float(),
                                      accumulate=True)
             grad_weight.index_add_(0, terms[part], scale[part] * features[rows[part], tokens[part]].float())
-        return grad_features.to(features.dtype), grad_weight.to(weight.dtype), local.sum(0).to(grad.dtype), None
+        return grad_features.to(features.dtype), grad_weight.to(weight.dtype), local.sum(0).to(ctx.bias_dtype), None
 
 
 def model_weights(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
