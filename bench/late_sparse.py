@@ -4,8 +4,8 @@ trained on the same data with the same steps, indexed and scored on the held-out
 
 The training data is scripts/retrieval_pairs.py's `squad` file: the training articles' questions, their paragraphs,
 and one hard negative each mined by minilm (answer-holding paragraphs skipped). All three commands read it with the
-same --train, --max-train, --epochs, --batch-size, --max-length, --lr and --seed (TRAINING below; the full SPLADE
-takes its own --lr, LR below). Each model then indexes the SQuAD part A BEIR folder (scripts/squad_beir.py) with
+same --train, --max-train, --epochs, --batch-size, --max-length, --lr and --seed (TRAINING below; LR would give a
+contender a rate of its own). Each model then indexes the SQuAD part A BEIR folder (scripts/squad_beir.py) with
 `encoderlab index` (the folder's task.json picks the kind: dense, multivector or sparse); BM25 is `index --bm25` on
 the bi-encoder's index, and colbert-2bit is ColBERT's model indexed with `--residual-bits 2` (ColBERTv2's
 compression). Figures, all through the CLI (`evaluate retrieval --json`, `--fuse` for dense + SPLADE with the
@@ -91,13 +91,13 @@ BASE = {"dense": ("embed", "minilm"), "colbert": ("colbert", "minilm"), "splade"
 FLAGS = {"splade": [f"--query-flops={QUERY_FLOPS:g}", f"--document-flops={DOCUMENT_FLOPS:g}",
                     f"--start-terms={START_TERMS}"],
          "splade-free": ["--inference-free", "--document-flops=3e-05", f"--start-terms={START_TERMS}"]}
-# A learning rate of its own: before the sparse start (--start-terms), the full SPLADE started from a masked LM whose
-# log-saturated logits every query and document shared in large part (a first batch's loss of 940, against 1.3 for
-# the inference-free one, whose queries start as IDF): at 5e-5 it spent 59 of its 163 steps bringing that under 3 and
-# scored 0.701 nDCG@10 at 512 tokens (bench/results/late_sparse_lr5e-5.json); at 2e-4, 24 steps and 0.784
-# (docs/retrieval.md). With the sparse start it scored 0.870 at 2e-4 (late_sparse_only_splade.json); 5e-5 has not
-# been tried with it. --smoke's tiny models all keep its 1e-3.
-LR = {"splade": 2e-4}
+# A learning rate of a contender's own (none now). Before the sparse start (--start-terms), the full SPLADE started
+# from a masked LM whose log-saturated logits every query and document shared in large part (a first batch's loss of
+# 940, against 1.3 for the inference-free one, whose queries start as IDF): at 5e-5 it spent 59 of its 163 steps
+# bringing that under 3 and scored 0.701 nDCG@10 at 512 tokens (bench/results/late_sparse_lr5e-5.json); at 2e-4, 24
+# steps and 0.784, so the bench trained it at 2e-4. With the sparse start, 2e-4 scored 0.870 and 5e-5 0.877
+# (docs/retrieval.md), so every model now trains at TRAINING's rate.
+LR: dict[str, float] = {}
 SPARSE = ("splade", "splade-free")
 HYBRID = ("dense", "colbert")  # indexed with BM25 beside them (`index --bm25`): `--mode hybrid` fuses the two
 # The same for every model: training rows (None: all), epochs, batch size, tokens, learning rate (the top of BERT's
