@@ -9,11 +9,11 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from encoderlab.cards import FusionOptions, SearchOptions
+from encoderlab.cards import FusionOptions, SearchOptions, given
 from encoderlab.cli.options import (PROGRESS, add_fields, add_inference_options, add_json, add_model, add_options,
                                     add_overwrite, load_pipeline)
 from encoderlab.errors import InputError
@@ -250,12 +250,12 @@ def check_new_ids(corpus: str, folder: Path) -> None:
 # ---- search -----------------------------------------------------------------------------------------------------
 def fusion_options(args: argparse.Namespace) -> dict[str, Any]:
     """Hybrid's fusion options from the command line (add_fusion_options; their bounds checked as it parsed)."""
-    return {f.name: getattr(args, f.name) for f in fields(FusionOptions)}
+    return asdict(given(FusionOptions, vars(args)))
 
 
 def search_options(args: argparse.Namespace) -> dict[str, Any]:
     """search()'s options from the command line (add_search_options; --top-k by cli.options.check_counts)."""
-    return {f.name: getattr(args, f.name) for f in fields(SearchOptions)}
+    return asdict(given(SearchOptions, vars(args)))
 
 
 def open_index(args: argparse.Namespace, folder: str) -> Any:

@@ -75,18 +75,30 @@ def sparse_weights(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.
     return SparseMaxPool.apply(logits, attention_mask)
 
 
+def pool_max(logits: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits (B, T, V) float32, overwritten (the caller's own copy) -> the (B, V) max over real tokens of
+    log(1 + ReLU(logit)) and the token that gave each."""
+    weights = logits.relu_().log1p_()
+    weights.masked_fill_(~attention_mask.bool()[:, :, None], 0.0)  # padding scores 0: never the max
+    return weights.max(dim=1)
+
+
+def pooled_gradient(pooled: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """(B, V) the gradient at each weight's winning logit: d log(1 + x) / dx = 1 / (1 + x) = exp(-w) for x > 0, and 0
+    where no logit was above 0."""
+    return torch.where(pooled > 0, grad * torch.exp(-pooled), 0.0)
+
+
 class SparseMaxPool(torch.autograd.Function):
     """sparse_weights with a backward pass that keeps only each weight's winning token. Written as the operations
     it is, autograd keeps two (B, T, V) tensors of a batch until the backward pass (ReLU's output and the masked
     weights the max reads): 1 GB each for the 64 documents of a 32-row batch at 128 tokens over BERT's 30,522
-    tokens. A max passes its gradient to the one token that won, and d log(1 + x) / dx = 1 / (1 + x) = exp(-w) for
-    x > 0 (0 where no logit was above 0), so the winners' indices (B, V) and the weights are all it needs."""
+    tokens. A max passes its gradient to the one token that won (pooled_gradient), so the winners' indices (B, V)
+    and the weights are all it needs."""
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        weights = torch.relu(logits.float()).log1p_()  # (B, T, V), >= 0
-        weights.masked_fill_(~attention_mask.bool()[:, :, None], 0.0)  # padding scores 0: never the max
-        pooled, winners = weights.max(dim=1)
+        pooled, winners = pool_max(logits.to(torch.float32, copy=True), attention_mask)  # a copy: they are the caller's
         ctx.save_for_backward(pooled, winners)
         ctx.shape, ctx.dtype = logits.shape, logits.dtype
         return pooled
@@ -94,7 +106,7 @@ class SparseMaxPool(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         pooled, winners = ctx.saved_tensors
-        local = torch.where(pooled > 0, grad * torch.exp(-pooled), 0.0)  # (B, V)
+        local = pooled_gradient(pooled, grad)
         out = torch.zeros(ctx.shape, dtype=local.dtype, device=local.device)
         out.scatter_(1, winners[:, None, :], local[:, None, :])
         return out.to(ctx.dtype), None
@@ -142,9 +154,7 @@ class SparseHead(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                 attention_mask: torch.Tensor) -> torch.Tensor:
-        weights = F.linear(features, weight, bias).float().relu_().log1p_()  # (B, T, V): our own tensor, in place
-        weights.masked_fill_(~attention_mask.bool()[:, :, None], 0.0)  # padding scores 0: never the max
-        pooled, winners = weights.max(dim=1)
+        pooled, winners = pool_max(F.linear(features, weight, bias).float(), attention_mask)  # our own logits
         ctx.save_for_backward(features, weight, pooled, winners)
         ctx.bias_dtype = bias.dtype
         return pooled
@@ -152,7 +162,7 @@ class SparseHead(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         features, weight, pooled, winners = ctx.saved_tensors
-        local = torch.where(pooled > 0, grad * torch.exp(-pooled), 0.0)  # (B, V): d pooled / d logit, as above
+        local = pooled_gradient(pooled, grad)
         rows, terms = local.nonzero(as_tuple=True)
         tokens, scale = winners[rows, terms], local[rows, terms][:, None]  # (N,), (N, 1)
         grad_features = torch.zeros_like(features, dtype=torch.float32)
